@@ -1,0 +1,90 @@
+"""`labkit`: the lab from a terminal, for instructors and scripts."""
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+from labkit import cluster as lab
+from labkit.paths import LabkitSetupError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="The delivery-semantics lab: real Kafka, broken on purpose.")
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"),
+       port: int = typer.Option(0, help="port of the first broker (default: any free port)")) -> None:
+    """Start the lab cluster, or reuse the one already running; print its bootstrap address."""
+    if brokers not in (1, 3):
+        _fail(f"--brokers must be 1 or 3, not {brokers}")
+    try:
+        external = lab.external_from_env()
+        if external:
+            typer.echo(f"using the external cluster LABKIT_BOOTSTRAP={external.bootstrap}")
+            typer.echo(external.bootstrap)
+            return
+        running = lab.LocalCluster.attach()
+        if running is not None:
+            if len(running.brokers) != brokers:
+                _fail(f"a lab with {len(running.brokers)} broker(s) is already running; "
+                      f"`labkit down` first to start one with {brokers}")
+            typer.echo(f"lab already running ({len(running.brokers)} broker(s))", err=True)
+        else:
+            running = lab.LocalCluster(brokers=brokers, port=port or None, detached=True).start()
+    except (lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(running.bootstrap)
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
+    """Show the lab cluster: bootstrap, brokers, pids, data dir, up/down."""
+    try:
+        external = lab.external_from_env()
+    except lab.ClusterError as exc:
+        _fail(str(exc))
+    running = external or lab.LocalCluster.attach()
+    info = running.info() if running else {"up": False, "bootstrap": None, "brokers": []}
+    if as_json:
+        typer.echo(json.dumps(info))
+        return
+    if not info["up"]:
+        typer.echo("lab: down (start it with `labkit up`)")
+        return
+    typer.echo(f"lab: up   bootstrap: {info['bootstrap']}")
+    if info.get("external"):
+        typer.echo("external cluster (LABKIT_BOOTSTRAP)")
+        return
+    typer.echo(f"data dir: {info['data_dir']}")
+    for b in info["brokers"]:
+        typer.echo(f"  broker {b['node_id']}  {b['address']}  pid {b['pid']}  "
+                   f"{'alive' if b['alive'] else 'DEAD'}")
+
+
+@app.command()
+def down() -> None:
+    """Stop the lab cluster and remove its data."""
+    if lab.external_from_env_no_check():
+        typer.echo("LABKIT_BOOTSTRAP is set: the external cluster is not the lab's to stop.")
+        return
+    running = lab.LocalCluster.attach()
+    if running is None:
+        typer.echo("nothing to stop: no lab cluster is running.")
+        return
+    running.stop()
+    typer.echo(f"stopped {len(running.brokers)} broker(s).")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(app())

@@ -1,0 +1,486 @@
+"""The lab's Kafka: real Apache Kafka brokers (KRaft) as child processes, or an external cluster.
+
+    with LocalCluster(brokers=1) as cluster:      # start, wait ready, stop on exit
+        cluster.bootstrap                         # '127.0.0.1:41234'
+        cluster.kill()                            # SIGKILL: nothing flushed, nothing closed
+        cluster.restart()                         # same data dir: acknowledged data is back
+
+``ensure()`` is what notebooks call: the cluster named by ``LABKIT_BOOTSTRAP`` if set, else
+the lab cluster ``labkit up`` started, else a new one owned by this Python process.
+
+No orphans: an owned broker gets SIGKILL from the kernel when its owner dies
+(PR_SET_PDEATHSIG), and ``atexit`` stops it cleanly on a normal exit. A detached lab
+(``labkit up``) outlives the CLI; its pids live in ``$LABKIT_HOME/cluster.json`` and a lab
+whose brokers or owner died is detected there and cleaned up by the next start.
+"""
+from __future__ import annotations
+
+import atexit
+import base64
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from labkit import jvm
+from labkit.paths import LabkitSetupError, lab_home
+from labkit.progress import status
+
+HEAP = os.environ.get("LABKIT_BROKER_HEAP", "512m")
+READY_TIMEOUT_S = 90.0
+STATE_FILE = "cluster.json"
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot do what was asked; the message says what to do instead."""
+
+
+class PortInUseError(ClusterError):
+    pass
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) is not alive for our purposes.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _is_broker(pid: int) -> bool:
+    """Guards against pid reuse: only ever signal a process that is a Kafka broker."""
+    try:
+        return b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return pid_alive(pid)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: atexit and the stale-lab check still clean up
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int = 1) -> dict[int, str]:
+    """Metadata from the cluster, or ClusterError saying it is not reachable."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 2000,
+                         "log_level": 0})  # connection-refused noise while it starts
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+            brokers = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
+            if len(brokers) >= expect_brokers and md.controller_id >= 0:
+                return brokers
+        except Exception as exc:  # KafkaException while it is still coming up
+            last_error = exc
+        time.sleep(0.2)
+    raise ClusterError(
+        f"Kafka at {bootstrap} is not reachable (no metadata within {timeout_s:.0f} s"
+        f"{': ' + str(last_error) if last_error else ''}). Check the address and that the "
+        "broker runs; unset LABKIT_BOOTSTRAP to use a local lab broker instead."
+    )
+
+
+# --------------------------------------------------------------------------- brokers
+
+
+@dataclass
+class Broker:
+    node_id: int
+    port: int
+    controller_port: int
+    dir: str
+    pid: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.dir) / "broker.log"
+
+
+def broker_properties(broker: Broker, voters: str, n_brokers: int) -> str:
+    replicated = n_brokers >= 3
+    rf, min_isr = (3, 2) if replicated else (1, 1)
+    return "\n".join([
+        "process.roles=broker,controller",
+        f"node.id={broker.node_id}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker.port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={Path(broker.dir) / 'data'}",
+        f"default.replication.factor={rf}",
+        f"min.insync.replicas={min_isr}",
+        f"offsets.topic.replication.factor={rf}",
+        f"transaction.state.log.replication.factor={rf}",
+        f"transaction.state.log.min.isr={min_isr}",
+        # Lab-sized internals: fewer partitions start faster on a laptop.
+        "offsets.topic.num.partitions=5",
+        "transaction.state.log.num.partitions=5",
+        # A lone consumer gets its partitions at once instead of after 3 s.
+        "group.initial.rebalance.delay.ms=0",
+        # Timed-out (hanging) transactions are aborted within ~1 s instead of ~10 s.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
+        "auto.create.topics.enable=true",
+        "",
+    ])
+
+
+LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+# --------------------------------------------------------------------------- clusters
+
+
+@dataclass
+class ExternalCluster:
+    """A cluster the lab does not run (docker-compose, a workshop server)."""
+
+    bootstrap: str
+    external: bool = field(default=True, init=False)
+
+    def wait_ready(self, timeout_s: float = 15.0) -> dict[int, str]:
+        return check_reachable(self.bootstrap, timeout_s)
+
+    def _refuse(self, what: str):
+        raise ClusterError(
+            f"cannot {what} an external cluster ({self.bootstrap}); crash the broker with "
+            "your own tools, or unset LABKIT_BOOTSTRAP to run the lab's own brokers."
+        )
+
+    def kill(self, node_id: int | None = None) -> None:
+        self._refuse("kill a broker of")
+
+    def restart(self, node_id: int | None = None) -> None:
+        self._refuse("restart a broker of")
+
+    def stop(self) -> None:
+        """Nothing to stop: the lab did not start it."""
+
+    def info(self) -> dict:
+        return {"bootstrap": self.bootstrap, "external": True, "up": True,
+                "brokers": self.wait_ready()}
+
+
+class LocalCluster:
+    """1 or 3 real Kafka brokers in KRaft combined mode, each a child JVM."""
+
+    external = False
+
+    def __init__(self, brokers: int = 1, home: Path | None = None, port: int | None = None,
+                 detached: bool = False):
+        if brokers not in (1, 3):
+            raise ValueError(f"brokers must be 1 or 3, not {brokers}")
+        self.home = Path(home) if home else lab_home()
+        self.detached = detached
+        self.owner_pid = os.getpid()
+        self._procs: dict[int, subprocess.Popen] = {}
+        self.brokers = [
+            Broker(node_id=i + 1, port=0, controller_port=0, dir=str(self.home / f"node-{i + 1}"))
+            for i in range(brokers)
+        ]
+        self._requested_port = port
+
+    # -- addresses ----------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    def broker(self, node_id: int) -> Broker:
+        for b in self.brokers:
+            if b.node_id == node_id:
+                return b
+        raise ClusterError(f"no broker {node_id}; brokers are {[b.node_id for b in self.brokers]}")
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> "LocalCluster":
+        java = jvm.check_java()
+        classpath = jvm.classpath("kafka")
+        self._assign_ports()
+        voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in self.brokers)
+        cluster_id = new_cluster_id()
+        with status(f"Starting {len(self.brokers)} Kafka broker(s)") as update:
+            for b in self.brokers:
+                d = Path(b.dir)
+                if d.exists():
+                    shutil.rmtree(d)
+                (d / "data").mkdir(parents=True)
+                (d / "server.properties").write_text(broker_properties(b, voters, len(self.brokers)))
+                (d / "log4j2.properties").write_text(LOG4J2.format(log=b.log_file))
+                update(f"Formatting storage of broker {b.node_id}")
+                self._format(java, classpath, b, cluster_id)
+            for b in self.brokers:
+                update(f"Starting broker {b.node_id} on {b.address}")
+                self._spawn(java, classpath, b)
+            self._save_state()
+            update(f"Waiting for {len(self.brokers)} broker(s) to answer metadata")
+            self.wait_ready()
+        if not self.detached:
+            atexit.register(self._stop_at_exit)
+        return self
+
+    def _assign_ports(self) -> None:
+        if self._requested_port:
+            wanted = [self._requested_port + i for i in range(len(self.brokers))]
+            for p in wanted:
+                if not port_is_free(p):
+                    raise PortInUseError(
+                        f"port {p} on 127.0.0.1 is already in use by another process. Stop it "
+                        "(`labkit down` if it is an older lab), choose another port with "
+                        "--port, or omit --port to pick free ports."
+                    )
+        else:
+            wanted = [free_port() for _ in self.brokers]
+        taken = set(wanted)
+        for b, p in zip(self.brokers, wanted):
+            b.port = p
+            c = free_port()
+            while c in taken:
+                c = free_port()
+            taken.add(c)
+            b.controller_port = c
+
+    def _jvm_command(self, java: str, classpath: str, b: Broker, main: list[str]) -> list[str]:
+        return [
+            java, f"-Xmx{HEAP}", "-Xms128m", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={Path(b.dir) / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={b.dir}",
+            "-cp", classpath, *main,
+        ]
+
+    def _format(self, java: str, classpath: str, b: Broker, cluster_id: str) -> None:
+        cmd = self._jvm_command(java, classpath, b, [
+            "kafka.tools.StorageTool", "format", "-t", cluster_id,
+            "-c", str(Path(b.dir) / "server.properties"),
+        ])
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise ClusterError(f"kafka-storage format failed for broker {b.node_id}:\n{out.stdout}{out.stderr}")
+
+    def _spawn(self, java: str, classpath: str, b: Broker) -> None:
+        cmd = self._jvm_command(java, classpath, b, ["kafka.Kafka", str(Path(b.dir) / "server.properties")])
+        out = open(Path(b.dir) / "broker.out", "ab")
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a notebook or terminal must not hit the broker
+            preexec_fn=None if self.detached else _die_with_parent,
+        )
+        out.close()
+        self._procs[b.node_id] = proc
+        b.pid = proc.pid
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[int, str]:
+        alive = [b for b in self.brokers if pid_alive(b.pid)]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for b in alive:
+                if not pid_alive(b.pid):
+                    raise ClusterError(
+                        f"broker {b.node_id} exited while starting; see {b.log_file} and "
+                        f"{Path(b.dir) / 'broker.out'}"
+                    )
+            try:
+                return check_reachable(",".join(b.address for b in alive), 2.0, len(alive))
+            except ClusterError:
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"brokers did not become ready within {timeout_s:.0f} s; see "
+                        + ", ".join(str(b.log_file) for b in alive)
+                    ) from None
+
+    def kill(self, node_id: int | None = None) -> None:
+        """SIGKILL one broker (or all): no shutdown hook runs, nothing is flushed."""
+        for b in self._select(node_id):
+            if b.pid and pid_alive(b.pid) and _is_broker(b.pid):
+                os.kill(b.pid, signal.SIGKILL)
+            self._reap(b, timeout_s=10)
+
+    def restart(self, node_id: int | None = None) -> None:
+        """Start killed or stopped broker(s) again on the same data dir and wait for them."""
+        java = jvm.check_java()
+        classpath = jvm.classpath("kafka")
+        for b in self._select(node_id):
+            if pid_alive(b.pid):
+                continue
+            self._spawn(java, classpath, b)
+        self._save_state()
+        with status("Waiting for the restarted broker(s)"):
+            self.wait_ready()
+
+    def stop_broker(self, node_id: int, timeout_s: float = 30.0) -> None:
+        """Controlled shutdown of one broker (SIGTERM, as kafka-server-stop.sh does)."""
+        for b in self._select(node_id):
+            self._terminate(b, timeout_s)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop every broker (SIGTERM, then SIGKILL) and remove the lab's data."""
+        for b in self.brokers:
+            self._terminate(b, timeout_s)
+        state = self.home / STATE_FILE
+        if state.exists():
+            state.unlink()
+        for b in self.brokers:
+            shutil.rmtree(b.dir, ignore_errors=True)
+
+    def _terminate(self, b: Broker, timeout_s: float) -> None:
+        if b.pid and pid_alive(b.pid) and _is_broker(b.pid):
+            os.kill(b.pid, signal.SIGTERM)
+            if not self._reap(b, timeout_s):
+                os.kill(b.pid, signal.SIGKILL)
+                self._reap(b, 10)
+
+    def _reap(self, b: Broker, timeout_s: float) -> bool:
+        proc = self._procs.get(b.node_id)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc is not None:
+                try:
+                    proc.wait(timeout=0.1)
+                except subprocess.TimeoutExpired:
+                    continue
+                return True
+            if not pid_alive(b.pid):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def _stop_at_exit(self) -> None:
+        if os.getpid() == self.owner_pid:  # not in a forked child that inherited atexit
+            self.stop(timeout_s=10)
+
+    def _select(self, node_id: int | None) -> list[Broker]:
+        return self.brokers if node_id is None else [self.broker(node_id)]
+
+    # -- state file -----------------------------------------------------------
+    def _save_state(self) -> None:
+        state = {
+            "brokers": [asdict(b) for b in self.brokers],
+            "owner_pid": None if self.detached else self.owner_pid,
+            "detached": self.detached,
+            "started": time.time(),
+        }
+        (self.home / STATE_FILE).write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def attach(cls, home: Path | None = None) -> "LocalCluster | None":
+        """The running lab in ``home``, or None; a stale lab found there is cleaned up."""
+        home = Path(home) if home else lab_home()
+        path = home / STATE_FILE
+        if not path.exists():
+            return None
+        state = json.loads(path.read_text())
+        cluster = cls(brokers=len(state["brokers"]), home=home, detached=state["detached"])
+        cluster.brokers = [Broker(**b) for b in state["brokers"]]
+        cluster.owner_pid = state["owner_pid"]
+        owner_ok = state["detached"] or pid_alive(state["owner_pid"])
+        if owner_ok and all(pid_alive(b.pid) and _is_broker(b.pid) for b in cluster.brokers):
+            return cluster
+        cluster.stop(timeout_s=5)  # stale: kill what is left, remove state and data
+        return None
+
+    def info(self) -> dict:
+        return {
+            "bootstrap": self.bootstrap,
+            "external": False,
+            "up": all(pid_alive(b.pid) for b in self.brokers),
+            "brokers": [{"node_id": b.node_id, "address": b.address, "pid": b.pid,
+                         "alive": pid_alive(b.pid), "dir": b.dir} for b in self.brokers],
+            "data_dir": str(self.home),
+            "detached": self.detached,
+        }
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+Cluster = LocalCluster | ExternalCluster
+
+
+def external_from_env_no_check() -> str:
+    return os.environ.get("LABKIT_BOOTSTRAP", "").strip()
+
+
+def external_from_env() -> ExternalCluster | None:
+    bootstrap = external_from_env_no_check()
+    if not bootstrap:
+        return None
+    cluster = ExternalCluster(bootstrap)
+    cluster.wait_ready()
+    return cluster
+
+
+def ensure(brokers: int = 1) -> Cluster:
+    """The cluster to use: LABKIT_BOOTSTRAP, else the running lab, else a new owned one."""
+    external = external_from_env()
+    if external:
+        return external
+    running = LocalCluster.attach()
+    if running is not None:
+        if len(running.brokers) != brokers:
+            raise ClusterError(
+                f"a lab with {len(running.brokers)} broker(s) is running; this needs {brokers}. "
+                f"Run `labkit down` then `labkit up --brokers {brokers}`."
+            )
+        return running
+    return LocalCluster(brokers=brokers).start()
+

@@ -1,0 +1,139 @@
+"""The JVM side of the lab: check Java and Maven, resolve the pinned jars from Maven Central.
+
+``jvm/pom.xml`` pins the Kafka broker and Spark's Kafka connector. ``classpath("kafka")``
+returns the broker's jars, ``classpath("spark")`` the connector's, resolving them with
+``mvn`` into ``.cache/`` the first time (with a progress line) and reusing them after.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from labkit.paths import LabkitSetupError, cache_dir, pom_file
+from labkit.progress import status
+
+MIN_JAVA = 17
+PROFILES = ("kafka", "spark")
+
+_INSTALL_JAVA = (
+    "Install a JDK 17 or newer (Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless`; "
+    "conda: `conda install -c conda-forge openjdk=17`; macOS: `brew install openjdk@17`), "
+    "or point JAVA_HOME at one."
+)
+_INSTALL_MAVEN = (
+    "Maven (`mvn`) is needed once, to fetch the Kafka broker and the Spark connector from "
+    "Maven Central. Install it (Debian/Ubuntu: `apt-get install maven`; conda: "
+    "`conda install -c conda-forge maven`; macOS: `brew install maven`) and run again."
+)
+
+
+def java_executable() -> str:
+    """The java binary: $LABKIT_JAVA, else $JAVA_HOME/bin/java, else java on PATH."""
+    explicit = os.environ.get("LABKIT_JAVA")
+    if explicit:
+        return explicit
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise LabkitSetupError(f"Java was not found. {_INSTALL_JAVA}")
+    return found
+
+
+def parse_java_major(version_output: str) -> int:
+    """Major version from `java -version` output ('1.8.0_292' -> 8, '17.0.15' -> 17)."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if not match:
+        raise LabkitSetupError(f"cannot read the Java version from: {version_output.strip()!r}")
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def check_java() -> str:
+    """Return the java binary after checking it is at least Java 17."""
+    java = java_executable()
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise LabkitSetupError(f"Java was not found at {java}. {_INSTALL_JAVA}") from None
+    major = parse_java_major(out.stderr + out.stdout)
+    if major < MIN_JAVA:
+        raise LabkitSetupError(
+            f"Java {major} found at {java}, but Kafka 4 and Spark 4 need Java {MIN_JAVA} "
+            f"or newer. {_INSTALL_JAVA}"
+        )
+    return java
+
+
+def check_maven() -> str:
+    mvn = os.environ.get("LABKIT_MVN") or shutil.which("mvn")
+    if not mvn or not Path(mvn).exists():
+        raise LabkitSetupError(_INSTALL_MAVEN)
+    return mvn
+
+
+def pinned_versions() -> dict[str, str]:
+    """The version properties of jvm/pom.xml (kafka.version, spark.version, ...)."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    props = ET.parse(pom_file()).getroot().find("m:properties", ns)
+    return {el.tag.split("}")[1]: (el.text or "").strip() for el in props} if props is not None else {}
+
+
+def jar_dir(profile: str) -> Path:
+    return cache_dir() / "jars" / profile
+
+
+def _resolved(profile: str) -> bool:
+    stamp = jar_dir(profile) / ".resolved"
+    return stamp.exists() and stamp.read_text() == pom_file().read_text()
+
+
+def resolve(profile: str) -> list[Path]:
+    """Copy the jars of one pom profile into the cache (once) and return them."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown jar set {profile!r}; choose one of {', '.join(PROFILES)}")
+    target = jar_dir(profile)
+    if not _resolved(profile):
+        check_java()
+        mvn = check_maven()
+        if target.exists():
+            shutil.rmtree(target)
+        cmd = [
+            mvn, "-B", f"-P{profile}", "-f", str(pom_file()),
+            f"-Dmaven.repo.local={cache_dir() / 'm2'}",
+            "dependency:copy-dependencies", f"-DoutputDirectory={target}",
+        ]
+        _run_maven(cmd, f"Fetching the {profile} jars from Maven Central")
+        (target / ".resolved").write_text(pom_file().read_text())
+    return sorted(target.glob("*.jar"))
+
+
+def _run_maven(cmd: list[str], title: str) -> None:
+    """Run mvn, turning its download log into a one-line progress display."""
+    lines: list[str] = []
+    downloads = 0
+    with status(title) as update:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Downloaded from" in line:
+                downloads += 1
+                artifact = line.rsplit("/", 1)[-1].split(" ")[0]
+                update(f"{title}: {downloads} files, last {artifact}")
+        code = proc.wait()
+    if code != 0:
+        errors = "".join(l for l in lines if "[ERROR]" in l)[-3000:]
+        raise LabkitSetupError(
+            f"mvn could not resolve the {title.split()[2]} jars (exit {code}). Maven Central "
+            f"must be reachable. Maven said:\n{errors}"
+        )
+
+
+def classpath(profile: str) -> str:
+    return os.pathsep.join(str(p) for p in resolve(profile))

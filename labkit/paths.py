@@ -1,0 +1,47 @@
+"""Where the lab keeps things: the pinned JVM dependencies, the jar cache, lab state.
+
+Everything is derived from two environment variables so the same code works from a git
+checkout, inside the Jupyter container and in CI:
+
+- ``LABKIT_PROJECT``: the repository root (holds ``jvm/pom.xml``); found automatically
+  when labkit is installed from a checkout.
+- ``LABKIT_HOME``: where running clusters keep data dirs, logs and the state file
+  (default ``<project>/.lab``). Tests point it at a temp dir so they never touch a lab
+  an instructor has running.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class LabkitSetupError(RuntimeError):
+    """Something the lab needs is missing; the message says how to fix it."""
+
+
+def project_root() -> Path:
+    env = os.environ.get("LABKIT_PROJECT")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[1])
+    for root in candidates:
+        if (root / "jvm" / "pom.xml").is_file():
+            return root
+    raise LabkitSetupError(
+        "cannot find the lab project (jvm/pom.xml). Install labkit from a checkout "
+        "(pip install -e .) or set LABKIT_PROJECT to the repository root."
+    )
+
+
+def pom_file() -> Path:
+    return project_root() / "jvm" / "pom.xml"
+
+
+def cache_dir() -> Path:
+    """Maven repository and copied jars; gitignored, reused by later runs."""
+    return Path(os.environ.get("LABKIT_CACHE") or project_root() / ".cache")
+
+
+def lab_home() -> Path:
+    home = Path(os.environ.get("LABKIT_HOME") or project_root() / ".lab")
+    home.mkdir(parents=True, exist_ok=True)
+    return home

@@ -1,0 +1,7 @@
+"""Spark Structured Streaming with the official Kafka connector.
+
+``session()`` builds the lab's local SparkSession with spark-sql-kafka-0-10 on the classpath.
+"""
+from labkit.spark.session import session, stop_session
+
+__all__ = ["session", "stop_session"]
