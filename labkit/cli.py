@@ -19,6 +19,23 @@ def _fail(message: str) -> None:
 
 
 @app.command()
+def setup() -> None:
+    """Check Java and Maven, fetch the Kafka broker and Spark connector jars (once)."""
+    from labkit import jvm
+
+    try:
+        java = jvm.check_java()
+        for profile in jvm.PROFILES:
+            jars = jvm.resolve(profile)
+            typer.echo(f"{profile}: {len(jars)} jars in {jvm.jar_dir(profile)}")
+    except LabkitSetupError as exc:
+        _fail(str(exc))
+    versions = jvm.pinned_versions()
+    typer.echo(f"java: {java}; Kafka {versions['kafka.version']}, "
+               f"Spark connector {versions['spark.version']} (Scala {versions['scala.binary.version']})")
+
+
+@app.command()
 def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"),
        port: int = typer.Option(0, help="port of the first broker (default: any free port)")) -> None:
     """Start the lab cluster, or reuse the one already running; print its bootstrap address."""
@@ -80,6 +97,54 @@ def down() -> None:
         return
     running.stop()
     typer.echo(f"stopped {len(running.brokers)} broker(s).")
+
+
+@app.command("crash-points")
+def crash_points(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
+    """List the named crash points, one line each."""
+    from labkit.faults.crashpoints import CRASH_POINTS
+
+    if as_json:
+        typer.echo(json.dumps([{"name": p.name, "description": p.description}
+                               for p in CRASH_POINTS.values()]))
+        return
+    width = max(len(n) for n in CRASH_POINTS)
+    for p in CRASH_POINTS.values():
+        typer.echo(f"{p.name:<{width}}  {p.description}")
+
+
+@app.command()
+def scenario(
+    name: str = typer.Argument(..., help="scenario, e.g. consumer, producer, consume-transform-produce"),
+    guarantee: str = typer.Option(..., "--guarantee", "-g",
+                                  help="at_most_once | at_least_once | exactly_once"),
+    crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
+    fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
+    records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
+    as_json: bool = typer.Option(False, "--json", help="print the audit as one JSON object"),
+) -> None:
+    """Run a scenario against the lab cluster (starting one if none runs) and print the audit."""
+    from labkit import scenarios
+
+    try:
+        report = scenarios.run(name, guarantee=guarantee, crash_at=crash_at, fault=fault,
+                               records=records)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(report.to_json() if as_json else report.summary())
+
+
+@app.command()
+def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
+            as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
+    """Show a topic's record batches, markers and offsets (log start, LSO, high watermark)."""
+    from labkit import inspect as inspector
+
+    try:
+        view = inspector.describe_topic(lab.ensure().bootstrap, topic)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(view.to_json() if as_json else view.to_text())
 
 
 def main() -> None:  # pragma: no cover - console entry point

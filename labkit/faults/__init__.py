@@ -1,0 +1,1 @@
+"""Faults, made on purpose: named crash points in client code, and a network fault proxy."""

@@ -1,0 +1,76 @@
+"""Named crash points: SIGKILL a worker process exactly at a named place in its code.
+
+Worker code marks places with ``crash_point("after-process-before-commit")``. The runner
+arms at most one of them for a child process through the environment
+(``LABKIT_CRASH_AT=name``, ``LABKIT_CRASH_HIT=n``); when that point is reached for the
+n-th time the process sends itself SIGKILL. Nothing is flushed, closed or committed:
+exactly what a power cut or an OOM-kill does to a real consumer.
+
+Every point is declared in ``CRASH_POINTS`` with one line that says where it is.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+ENV_POINT = "LABKIT_CRASH_AT"
+ENV_HIT = "LABKIT_CRASH_HIT"
+CRASH_EXIT_CODE = -signal.SIGKILL  # what Popen.returncode shows for a crashed worker
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    name: str
+    description: str
+
+
+CRASH_POINTS: dict[str, CrashPoint] = {p.name: p for p in [
+    CrashPoint("after-poll-before-process", "records fetched by poll(), none processed yet"),
+    CrashPoint("after-process-before-commit", "records processed (output written), offsets not yet committed"),
+    CrashPoint("after-commit-before-process", "offsets committed before the records were processed"),
+    CrashPoint("mid-batch", "half of the polled batch processed, the rest not"),
+    CrashPoint("after-produce-before-flush", "produce() called, records still in the client's buffer"),
+    CrashPoint("in-transaction-before-commit", "records produced inside an open transaction, no offsets sent yet"),
+    CrashPoint("after-send-offsets-before-commit", "send_offsets_to_transaction done, commit_transaction not called"),
+    CrashPoint("after-commit", "right after commit_transaction (or the offset commit) returned"),
+    CrashPoint("after-state-update-before-commit", "local state store updated, changelog/output/offsets not committed"),
+    CrashPoint("spark-mid-sink", "Spark sink wrote part of a micro-batch"),
+    CrashPoint("spark-after-sink-before-commit", "Spark sink wrote the micro-batch, the commit log entry not yet written"),
+    CrashPoint("spark-after-commit", "Spark wrote the micro-batch's commit log entry"),
+]}
+
+
+class UnknownCrashPoint(ValueError):
+    def __init__(self, name: str):
+        valid = ", ".join(CRASH_POINTS)
+        super().__init__(f"unknown crash point {name!r}. Valid crash points: {valid} "
+                         "(`labkit crash-points` describes each).")
+
+
+def validate(name: str | None) -> str | None:
+    if name is not None and name not in CRASH_POINTS:
+        raise UnknownCrashPoint(name)
+    return name
+
+
+def arm(name: str | None, hit: int = 1) -> dict[str, str]:
+    """Environment variables that arm ``name`` (on its ``hit``-th visit) in a child process."""
+    validate(name)
+    if hit < 1:
+        raise ValueError(f"hit must be 1 or more, not {hit}")
+    return {ENV_POINT: name, ENV_HIT: str(hit)} if name else {}
+
+
+_visits: dict[str, int] = {}
+
+
+def crash_point(name: str) -> None:
+    """Mark a place in worker code; SIGKILL this process here if the point is armed."""
+    if name not in CRASH_POINTS:
+        raise UnknownCrashPoint(name)  # a typo in worker code must not silently never fire
+    if os.environ.get(ENV_POINT) != name:
+        return
+    _visits[name] = _visits.get(name, 0) + 1
+    if _visits[name] >= int(os.environ.get(ENV_HIT, "1")):
+        os.kill(os.getpid(), signal.SIGKILL)
