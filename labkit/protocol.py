@@ -1,0 +1,168 @@
+"""Kafka's wire protocol, just enough to talk to a broker directly (kio has the types).
+
+Used by the inspector (to see what client libraries hide: record batches, markers,
+producer state) and by the fault proxy (to know which request a response answers).
+
+A frame on the wire is ``int32 size`` + ``header`` + ``body``. Requests carry header v1
+(non-flexible API versions) or v2 (flexible, with tagged fields); responses carry header v0
+or v1 likewise, except ApiVersions responses, which always use v0.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import socket
+import struct
+from dataclasses import dataclass
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+API_VERSIONS_KEY = 18
+CLIENT_ID = "labkit"
+
+
+class ProtocolError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What a proxy needs to know about a request to match its response."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def api_name(api_key: int) -> str:
+    """'Produce' for 0, 'Fetch' for 1, ... (the names Kafka's docs use)."""
+    try:
+        name = load_request_schema(api_key, _any_version(api_key)).__name__
+    except Exception:
+        return f"api-{api_key}"
+    return name.removesuffix("Request")
+
+
+def _any_version(api_key: int) -> int:
+    for version in range(0, 20):
+        try:
+            load_request_schema(api_key, version)
+            return version
+        except Exception:
+            continue
+    raise ProtocolError(f"unknown api key {api_key}")
+
+
+def request_flexible(api_key: int, api_version: int) -> bool:
+    return bool(load_request_schema(api_key, api_version).__flexible__)
+
+
+def response_header_type(api_key: int, api_version: int):
+    if api_key == API_VERSIONS_KEY:
+        return ResponseHeaderV0
+    return ResponseHeaderV1 if request_flexible(api_key, api_version) else ResponseHeaderV0
+
+
+# ---------------------------------------------------------------- frames
+
+
+def read_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed by peer")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """One size-prefixed frame, without its size prefix."""
+    (size,) = struct.unpack(">i", read_exact(sock, 4))
+    return read_exact(sock, size)
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def peek_request(payload: bytes) -> RequestInfo:
+    """api key, version and correlation id: the first 8 bytes of every request header."""
+    api_key, api_version, correlation_id = struct.unpack(">hhi", payload[:8])
+    return RequestInfo(api_key, api_version, correlation_id)
+
+
+def peek_correlation_id(response_payload: bytes) -> int:
+    return struct.unpack(">i", response_payload[:4])[0]
+
+
+def encode_request(request, correlation_id: int, client_id: str = CLIENT_ID) -> bytes:
+    """Header + body of a request entity (a kio request dataclass), without size prefix."""
+    key, version = int(request.__api_key__), int(request.__version__)
+    buf = io.BytesIO()
+    if request.__flexible__:
+        header = RequestHeaderV2(request_api_key=i16(key), request_api_version=i16(version),
+                                 correlation_id=i32(correlation_id), client_id=client_id)
+        entity_writer(RequestHeaderV2)(buf, header)
+    else:
+        header = RequestHeaderV1(request_api_key=i16(key), request_api_version=i16(version),
+                                 correlation_id=i32(correlation_id), client_id=client_id)
+        entity_writer(RequestHeaderV1)(buf, header)
+    entity_writer(type(request))(buf, request)
+    return buf.getvalue()
+
+
+def decode_response(payload: bytes, api_key: int, api_version: int):
+    """(correlation_id, header size, kio response entity) of a response payload."""
+    header_type = response_header_type(api_key, api_version)
+    header, header_size = entity_reader(header_type)(payload, 0)
+    body_type = load_response_schema(api_key, api_version)
+    body, _ = entity_reader(body_type)(payload, header_size)
+    return int(header.correlation_id), header_size, body
+
+
+def encode_response(header_and_body: tuple[int, object], api_key: int, api_version: int) -> bytes:
+    """Re-encode a (correlation_id, response entity) pair, e.g. after rewriting addresses."""
+    correlation_id, body = header_and_body
+    header_type = response_header_type(api_key, api_version)
+    buf = io.BytesIO()
+    entity_writer(header_type)(buf, header_type(correlation_id=i32(correlation_id)))
+    entity_writer(type(body))(buf, body)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- a tiny blocking client
+
+
+class Connection:
+    """One connection to one broker; ``send(request)`` returns the decoded response."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0):
+        host, port = address.rsplit(":", 1)
+        self.address = address
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self._ids = itertools.count(1)
+
+    def send(self, request):
+        correlation_id = next(self._ids)
+        self.sock.sendall(frame(encode_request(request, correlation_id)))
+        payload = read_frame(self.sock)
+        got, _, body = decode_response(payload, int(request.__api_key__), int(request.__version__))
+        if got != correlation_id:
+            raise ProtocolError(f"expected correlation id {correlation_id}, got {got}")
+        return body
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
