@@ -1,0 +1,280 @@
+"""``Inspector``: protocol requests straight to the brokers, so it works against any broker.
+
+One object keeps one connection per broker (and one AdminClient for group offsets), so a
+live dashboard can ask many times a second without reconnecting. Not thread-safe: use one
+Inspector per thread.
+
+Requests (kio types): Metadata (leaders), ListOffsets (log start, high watermark, and LSO
+with isolation READ_COMMITTED), Fetch READ_UNCOMMITTED (raw batches, markers included),
+DescribeProducers (producer state per partition), ListTransactions (every broker) and
+DescribeTransactions (at the coordinator found with FindCoordinator key_type 1).
+"""
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from collections.abc import Iterable
+
+from kio.schema.describe_producers.v0 import request as describe_producers
+from kio.schema.describe_transactions.v0 import request as describe_txns
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch
+from kio.schema.find_coordinator.v4 import request as find_coordinator
+from kio.schema.list_offsets.v7 import request as list_offsets
+from kio.schema.list_transactions.v1 import request as list_txns
+from kio.schema.metadata.v12 import request as metadata
+from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from labkit.inspect.batches import Batch, parse_batches
+from labkit.inspect.model import PartitionOffsets, ProducerState, Transaction
+from labkit.protocol import Connection
+
+EARLIEST, LATEST = -2, -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+TRANSACTION_KEY_TYPE = 1  # FindCoordinator: 0 = group, 1 = transaction
+OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+FETCH_BYTES = 1 << 20
+
+
+class InspectError(RuntimeError):
+    """The broker refused a request; the message names the request and the error."""
+
+
+class UnknownTopicError(ValueError):
+    def __init__(self, topic: str, bootstrap: str):
+        super().__init__(f"topic {topic!r} does not exist on {bootstrap}; check the name "
+                         "(`labkit inspect` never creates topics) or produce to it first")
+
+
+def _check(error_code: int, what: str) -> None:
+    if error_code != ErrorCode.none:
+        raise InspectError(f"{what}: {ErrorCode(error_code).name}")
+
+
+class Inspector:
+    """Read-only views of topics, producers and transactions on the cluster at ``bootstrap``."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0):
+        if not bootstrap:
+            raise ValueError("no bootstrap address: pass e.g. labkit.cluster.ensure().bootstrap")
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self._connections: dict[str, Connection] = {}
+        self._brokers: dict[int, str] = {}
+        self._admin = None
+
+    # ------------------------------------------------------------ connections
+
+    def _connect(self, address: str) -> Connection:
+        conn = self._connections.get(address)
+        if conn is None:
+            conn = self._connections[address] = Connection(address, self.timeout_s)
+        return conn
+
+    def _send(self, address: str, request):
+        try:
+            return self._connect(address).send(request)
+        except OSError:
+            # A broker restarted or the connection went stale: one fresh attempt.
+            self._connections.pop(address).close()
+            return self._connect(address).send(request)
+
+    def _any_broker(self) -> str:
+        errors = []
+        for address in list(self._brokers.values()) or self.bootstrap.split(","):
+            try:
+                self._connect(address)
+                return address
+            except OSError as exc:
+                errors.append(f"{address}: {exc}")
+        raise ConnectionError(f"no broker reachable at {self.bootstrap} ({'; '.join(errors)}); "
+                              "is the lab running? (`labkit status`)")
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+        self._admin = None
+
+    def __enter__(self) -> "Inspector":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ metadata
+
+    def leaders(self, topic: str) -> dict[int, str]:
+        """partition -> leader address. Never creates the topic."""
+        request = metadata.MetadataRequest(
+            topics=(metadata.MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        response = self._send(self._any_broker(), request)
+        self._brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in response.brokers}
+        (found,) = response.topics
+        if found.error_code == ErrorCode.unknown_topic_or_partition:
+            raise UnknownTopicError(topic, self.bootstrap)
+        _check(found.error_code, f"Metadata for {topic!r}")
+        return {int(p.partition_index): self._brokers[int(p.leader_id)]
+                for p in sorted(found.partitions, key=lambda p: p.partition_index)}
+
+    def _by_leader(self, topic: str, partitions: Iterable[int] | None) -> dict[str, list[int]]:
+        leaders = self.leaders(topic)
+        wanted = leaders if partitions is None else partitions
+        grouped: dict[str, list[int]] = defaultdict(list)
+        for p in wanted:
+            if p not in leaders:
+                raise ValueError(f"{topic!r} has partitions {sorted(leaders)}, not {p}")
+            grouped[leaders[p]].append(p)
+        return grouped
+
+    # ------------------------------------------------------------ offsets
+
+    def _list_offsets(self, address: str, topic: str, partitions: list[int], timestamp: int,
+                      isolation: int) -> dict[int, int]:
+        request = list_offsets.ListOffsetsRequest(
+            replica_id=BrokerId(-1), isolation_level=i8(isolation),
+            topics=(list_offsets.ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
+                list_offsets.ListOffsetsPartition(partition_index=i32(p), timestamp=i64(timestamp))
+                for p in partitions)),))
+        response = self._send(address, request)
+        out = {}
+        for t in response.topics:
+            for p in t.partitions:
+                _check(p.error_code, f"ListOffsets {topic}-{int(p.partition_index)}")
+                out[int(p.partition_index)] = int(p.offset)
+        return out
+
+    def offsets(self, topic: str, partitions: Iterable[int] | None = None) -> dict[int, PartitionOffsets]:
+        """Log start, LSO and high watermark of each partition (ListOffsets)."""
+        out: dict[int, PartitionOffsets] = {}
+        for address, parts in self._by_leader(topic, partitions).items():
+            start = self._list_offsets(address, topic, parts, EARLIEST, READ_UNCOMMITTED)
+            hw = self._list_offsets(address, topic, parts, LATEST, READ_UNCOMMITTED)
+            lso = self._list_offsets(address, topic, parts, LATEST, READ_COMMITTED)
+            for p in parts:
+                out[p] = PartitionOffsets(p, log_start=start[p], lso=lso[p], high_watermark=hw[p])
+        return dict(sorted(out.items()))
+
+    # ------------------------------------------------------------ batches
+
+    def batches(self, topic: str, partition: int, start: int, end: int) -> list[Batch]:
+        """Every batch holding an offset in [start, end), read raw with READ_UNCOMMITTED:
+        committed, open and aborted data and the COMMIT/ABORT marker batches."""
+        (address, _), = self._by_leader(topic, [partition]).items()
+        out: list[Batch] = []
+        position, max_bytes = start, FETCH_BYTES
+        while position < end:
+            request = fetch.FetchRequest(
+                max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+                max_bytes=i32(max_bytes), isolation_level=i8(READ_UNCOMMITTED),
+                topics=(fetch.FetchTopic(topic=TopicName(topic), partitions=(fetch.FetchPartition(
+                    partition=i32(partition), fetch_offset=i64(position),
+                    partition_max_bytes=i32(max_bytes)),)),),
+                forgotten_topics_data=())
+            (data,) = self._send(address, request).responses[0].partitions
+            _check(data.error_code, f"Fetch {topic}-{partition} at offset {position}")
+            got = [b for b in parse_batches(bytes(data.records or b""), partition)
+                   if b.last_offset >= position and b.base_offset < end]
+            if not got:
+                if not data.records or max_bytes >= 64 * FETCH_BYTES:
+                    break  # nothing (more) below the high watermark
+                max_bytes *= 4  # a batch larger than the fetch size: ask for more
+                continue
+            out.extend(got)
+            position = got[-1].last_offset + 1
+        return out
+
+    # ------------------------------------------------------------ producers, transactions
+
+    def producers(self, topic: str, partitions: Iterable[int] | None = None) -> list[ProducerState]:
+        """Active producers per partition (DescribeProducers, at each partition leader)."""
+        out: list[ProducerState] = []
+        for address, parts in self._by_leader(topic, partitions).items():
+            request = describe_producers.DescribeProducersRequest(topics=(
+                describe_producers.TopicRequest(name=TopicName(topic),
+                                                partition_indexes=tuple(i32(p) for p in parts)),))
+            for t in self._send(address, request).topics:
+                for p in t.partitions:
+                    _check(p.error_code, f"DescribeProducers {topic}-{int(p.partition_index)}")
+                    out.extend(ProducerState.from_kio(int(p.partition_index), s)
+                               for s in p.active_producers)
+        return sorted(out, key=lambda s: (s.partition, s.producer_id))
+
+    def transactions(self, states: Iterable[str] = OPEN_STATES,
+                     topic: str | None = None) -> list[Transaction]:
+        """Transactions in ``states`` (default: open ones), optionally only those writing to
+        ``topic``. ListTransactions goes to every broker (each coordinates some ids)."""
+        states = tuple(states)
+        if not self._brokers:
+            self.brokers()
+        ids: set[str] = set()
+        request = list_txns.ListTransactionsRequest(state_filters=states)
+        for address in self._brokers.values():
+            response = self._send(address, request)
+            _check(response.error_code, "ListTransactions")
+            ids.update(str(t.transactional_id) for t in response.transaction_states)
+        # States move on between the two requests: keep only what still matches.
+        found = [t for t in self.describe_transactions(sorted(ids))
+                 if not states or t.state in states]
+        if topic is not None:
+            found = [t for t in found if any(tp == topic for tp, _ in t.partitions)]
+        return found
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> list[Transaction]:
+        ids = list(transactional_ids)
+        if not ids:
+            return []
+        request = find_coordinator.FindCoordinatorRequest(
+            key_type=i8(TRANSACTION_KEY_TYPE), coordinator_keys=tuple(ids))
+        by_coordinator: dict[str, list[str]] = defaultdict(list)
+        for c in self._send(self._any_broker(), request).coordinators:
+            _check(c.error_code, f"FindCoordinator for transactional.id {c.key!r}")
+            by_coordinator[f"{c.host}:{int(c.port)}"].append(str(c.key))
+        out: list[Transaction] = []
+        for address, keys in by_coordinator.items():
+            response = self._send(address, describe_txns.DescribeTransactionsRequest(
+                transactional_ids=tuple(TransactionalId(k) for k in keys)))
+            for state in response.transaction_states:
+                if state.error_code == ErrorCode.transactional_id_not_found:
+                    continue  # expired between the two requests
+                _check(state.error_code, f"DescribeTransactions {state.transactional_id!r}")
+                out.append(Transaction.from_kio(state))
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    def brokers(self) -> dict[int, str]:
+        """The brokers of the cluster (node id -> address), from a topic-less Metadata."""
+        response = self._send(self._any_broker(), metadata.MetadataRequest(
+            topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        self._brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in response.brokers}
+        return dict(self._brokers)
+
+    # ------------------------------------------------------------ consumer groups
+
+    def group_offsets(self, topic: str, groups: Iterable[str] | None = None) -> dict[str, dict[int, int]]:
+        """group -> partition -> committed offset (the next offset that group will read),
+        for every group (or the given ones) with a committed offset on ``topic``."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin, timeout = self._admin, self.timeout_s
+        if groups is None:
+            listing = admin.list_consumer_groups(request_timeout=timeout).result()
+            groups = sorted(g.group_id for g in listing.valid)
+        out: dict[str, dict[int, int]] = {}
+        for group in groups:
+            try:
+                futures = admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
+                result = futures[group].result()
+            except KafkaException:
+                continue  # the group vanished between listing and asking
+            committed = {tp.partition: tp.offset for tp in result.topic_partitions
+                         if tp.topic == topic and tp.offset >= 0}
+            if committed:
+                out[group] = dict(sorted(committed.items()))
+        return out

@@ -1,0 +1,168 @@
+"""Plain values the inspector returns, with JSON, text and DataFrame views."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from labkit.inspect.batches import Batch
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    partition: int
+    log_start: int
+    lso: int  # last stable offset: read_committed consumers stop here
+    high_watermark: int
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """What a partition leader remembers about one producer (DescribeProducers)."""
+
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    txn_start_offset: int | None  # first offset of its open transaction here, if any
+
+    @property
+    def open_transaction(self) -> bool:
+        return self.txn_start_offset is not None
+
+    @classmethod
+    def from_kio(cls, partition: int, s) -> "ProducerState":
+        start = int(s.current_txn_start_offset)
+        return cls(partition, int(s.producer_id), int(s.producer_epoch), int(s.last_sequence),
+                   int(s.last_timestamp), int(s.coordinator_epoch), None if start < 0 else start)
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One transactional.id at its coordinator (ListTransactions + DescribeTransactions)."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int | None
+    partitions: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def from_kio(cls, s) -> "Transaction":
+        start = s.transaction_start_time
+        start_ms = int(start.timestamp() * 1000) if start is not None and start.timestamp() > 0 else None
+        return cls(str(s.transactional_id), str(s.transaction_state), int(s.producer_id),
+                   int(s.producer_epoch), int(s.transaction_timeout.total_seconds() * 1000),
+                   start_ms, tuple((str(t.topic), int(p)) for t in s.topics for p in t.partitions))
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    partition: int
+    log_start: int
+    lso: int
+    high_watermark: int
+    batches: tuple[Batch, ...] = ()
+    producers: tuple[ProducerState, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"partition": self.partition, "log_start": self.log_start, "lso": self.lso,
+                "high_watermark": self.high_watermark,
+                "batches": [b.to_dict() for b in self.batches],
+                "producers": [_producer_dict(s) for s in self.producers]}
+
+
+def _producer_dict(s: ProducerState) -> dict:
+    return {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
+            "last_sequence": s.last_sequence, "txn_start_offset": s.txn_start_offset}
+
+
+@dataclass(frozen=True)
+class TopicView:
+    """Everything the inspector sees about one topic at one moment."""
+
+    topic: str
+    partitions: tuple[PartitionView, ...]
+    group_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    transactions: tuple[Transaction, ...] = ()
+
+    def partition(self, index: int) -> PartitionView:
+        for p in self.partitions:
+            if p.partition == index:
+                return p
+        raise ValueError(f"{self.topic!r} has partitions {[p.partition for p in self.partitions]}, "
+                         f"not {index}")
+
+    @property
+    def batches(self) -> list[Batch]:
+        return [b for p in self.partitions for b in p.batches]
+
+    # ------------------------------------------------------------ views
+
+    def to_dict(self) -> dict:
+        return {"topic": self.topic,
+                "partitions": [p.to_dict() for p in self.partitions],
+                "groups": {g: {str(p): o for p, o in offs.items()}
+                           for g, offs in self.group_offsets.items()},
+                "transactions": [{"transactional_id": t.transactional_id, "state": t.state,
+                                  "producer_id": t.producer_id, "producer_epoch": t.producer_epoch,
+                                  "partitions": [list(tp) for tp in t.partitions]}
+                                 for t in self.transactions]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    def batches_frame(self) -> pd.DataFrame:
+        """One row per batch: partition, offsets, record count, producer, flags, marker."""
+        columns = ["partition", "base_offset", "last_offset", "record_count", *Batch.JSON_KEYS[2:]]
+        rows = [{c: getattr(b, c) for c in columns} for b in self.batches]
+        return pd.DataFrame(rows, columns=columns)
+
+    def offsets_frame(self) -> pd.DataFrame:
+        """One row per partition: log start, LSO, high watermark, and each group's offset."""
+        rows = []
+        for p in self.partitions:
+            row = {"partition": p.partition, "log_start": p.log_start, "lso": p.lso,
+                   "high_watermark": p.high_watermark}
+            for group, offsets in self.group_offsets.items():
+                row[f"group:{group}"] = offsets.get(p.partition)
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("partition")
+
+    def producers_frame(self) -> pd.DataFrame:
+        columns = ["partition", "producer_id", "producer_epoch", "last_sequence",
+                   "open_transaction", "txn_start_offset"]
+        rows = [{c: getattr(s, c) for c in columns} for p in self.partitions for s in p.producers]
+        return pd.DataFrame(rows, columns=columns)
+
+    def to_text(self) -> str:
+        """A stable plain-text report (no times, no addresses: nbval compares it)."""
+        lines = [f"topic {self.topic}: {len(self.partitions)} partition(s)"]
+        for p in self.partitions:
+            lines.append(f"partition {p.partition}: log start {p.log_start}, LSO {p.lso}, "
+                         f"high watermark {p.high_watermark}"
+                         + ("  (open transaction holds the LSO back)" if p.lso < p.high_watermark else ""))
+            if p.batches:
+                lines.append(f"  {'offsets':>11}  {'n':>3}  {'producer':>8}  {'epoch':>5}  "
+                             f"{'base seq':>8}  {'txn':<3}  kind")
+            for b in p.batches:
+                span = f"{b.base_offset}" if b.base_offset == b.last_offset else f"{b.base_offset}-{b.last_offset}"
+                kind = f"{b.marker} marker" if b.is_control else "data"
+                lines.append(f"  {span:>11}  {b.record_count:>3}  {b.producer_id:>8}  "
+                             f"{b.producer_epoch:>5}  {b.base_sequence:>8}  "
+                             f"{'yes' if b.is_transactional else 'no':<3}  {kind}")
+            for s in p.producers:
+                txn = f"open since offset {s.txn_start_offset}" if s.open_transaction else "none open"
+                lines.append(f"  producer {s.producer_id} epoch {s.producer_epoch} "
+                             f"last sequence {s.last_sequence}, transaction: {txn}")
+        for group, offsets in self.group_offsets.items():
+            lines.append(f"group {group}: " + ", ".join(f"p{p}={o}" for p, o in offsets.items()))
+        for t in self.transactions:
+            lines.append(f"open transaction {t.transactional_id}: {t.state}, producer "
+                         f"{t.producer_id} epoch {t.producer_epoch}")
+        return "\n".join(lines)
