@@ -102,6 +102,52 @@ def peek_correlation_id(response_payload: bytes) -> int:
     return struct.unpack(">i", response_payload[:4])[0]
 
 
+PRODUCE_KEY = 0
+FIRST_FLEXIBLE_PRODUCE = 9
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def produce_acks(payload: bytes) -> int:
+    """The acks of a Produce request, read without decoding its records.
+
+    A proxy needs it because the broker never answers an acks=0 Produce: waiting for that
+    response would misalign every later response on the connection.
+    """
+    info = peek_request(payload)
+    flexible = info.api_version >= FIRST_FLEXIBLE_PRODUCE
+    (client_id_len,) = struct.unpack_from(">h", payload, 8)
+    pos = 10 + max(client_id_len, 0)
+    if flexible:  # request header v2: tagged fields after client_id
+        count, pos = _uvarint(payload, pos)
+        for _ in range(count):
+            _, pos = _uvarint(payload, pos)
+            size, pos = _uvarint(payload, pos)
+            pos += size
+    if info.api_version >= 3:  # transactional_id comes before acks
+        if flexible:
+            n, pos = _uvarint(payload, pos)
+            pos += max(n - 1, 0)
+        else:
+            (n,) = struct.unpack_from(">h", payload, pos)
+            pos += 2 + max(n, 0)
+    return struct.unpack_from(">h", payload, pos)[0]
+
+
+def expects_response(payload: bytes) -> bool:
+    """False only for a Produce with acks=0, the one request Kafka never answers."""
+    return peek_request(payload).api_key != PRODUCE_KEY or produce_acks(payload) != 0
+
+
 def encode_request(request, correlation_id: int, client_id: str = CLIENT_ID) -> bytes:
     """Header + body of a request entity (a kio request dataclass), without size prefix."""
     key, version = int(request.__api_key__), int(request.__version__)
