@@ -1,0 +1,117 @@
+"""The lab's Kafka is a real broker: round trips, transactions, durability, replication."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from labkit.cluster import ClusterError, LocalCluster, pid_alive
+from tests.kafka_helpers import consume_all
+
+
+def test_produced_record_is_consumed_back(bootstrap, topic_name):
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic_name, key=b"k", value=b"hello")
+    assert producer.flush(10) == 0
+    assert consume_all(bootstrap, topic_name, 1) == [b"hello"]
+
+
+def test_idempotent_producer_round_trip(bootstrap, topic_name):
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(20):
+        producer.produce(topic_name, value=f"r{i}".encode())
+    assert producer.flush(10) == 0
+    assert consume_all(bootstrap, topic_name, 20) == [f"r{i}".encode() for i in range(20)]
+
+
+def test_read_committed_sees_only_committed_transaction(bootstrap, topic_name):
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic_name}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"committed")
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"aborted")
+    producer.flush(10)
+    producer.abort_transaction(30)
+
+    assert consume_all(bootstrap, topic_name, 1, "read_committed") == [b"committed"]
+    assert sorted(consume_all(bootstrap, topic_name, 2, "read_uncommitted")) == [b"aborted", b"committed"]
+
+
+def test_sigkill_and_restart_keeps_every_acknowledged_record(tmp_path):
+    with LocalCluster(brokers=1, home=tmp_path) as cluster:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        acked: list[bytes] = []
+        for i in range(500):
+            producer.produce("durable", value=f"v{i}".encode(),
+                             on_delivery=lambda err, msg: err is None and acked.append(msg.value()))
+        assert producer.flush(20) == 0
+        assert len(acked) == 500
+
+        pid = cluster.brokers[0].pid
+        cluster.kill()
+        assert not pid_alive(pid)
+        cluster.restart()
+        assert cluster.brokers[0].pid != pid
+
+        assert sorted(consume_all(cluster.bootstrap, "durable", 500)) == sorted(acked)
+
+
+def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return md.topics[topic].partitions[partition].leader
+
+
+@pytest.fixture(scope="module")
+def three_brokers(tmp_path_factory):
+    with LocalCluster(brokers=3, home=tmp_path_factory.mktemp("three")) as cluster:
+        yield cluster
+
+
+def test_three_brokers_replicate_and_survive_leader_kill(three_brokers):
+    cluster = three_brokers
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics([NewTopic("replicated", num_partitions=1, replication_factor=3,
+                                            config={"min.insync.replicas": "2"})])
+    futures["replicated"].result(30)
+    md = admin.list_topics("replicated", timeout=10).topics["replicated"].partitions[0]
+    assert len(md.replicas) == 3
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "enable.idempotence": True})
+    for i in range(100):
+        producer.produce("replicated", value=f"before-{i}".encode())
+    assert producer.flush(20) == 0
+
+    old_leader = leader_of(cluster.bootstrap, "replicated")
+    cluster.kill(old_leader)
+
+    # Leadership moves to a surviving replica; acks=all writes (2 of 3 in sync) continue.
+    deadline = time.monotonic() + 60
+    new_leader = old_leader
+    while time.monotonic() < deadline and new_leader in (old_leader, -1):
+        time.sleep(0.5)
+        try:
+            new_leader = leader_of(cluster.bootstrap, "replicated")
+        except KafkaException:
+            continue
+    assert new_leader not in (old_leader, -1)
+
+    acked = []
+    for i in range(100):
+        producer.produce("replicated", value=f"after-{i}".encode(),
+                         on_delivery=lambda err, msg: err is None and acked.append(msg.value()))
+    assert producer.flush(60) == 0
+    assert len(acked) == 100
+
+    values = consume_all(cluster.bootstrap, "replicated", 200)
+    assert sorted(values) == sorted([f"before-{i}".encode() for i in range(100)] + acked)
+    cluster.restart(old_leader)
+
+
+def test_unknown_broker_id_is_a_clear_error(three_brokers):
+    with pytest.raises(ClusterError, match="no broker 7"):
+        three_brokers.kill(7)
