@@ -1,0 +1,100 @@
+"""Small, neutral Kafka helpers shared by the data loader, the pipelines and the audit.
+
+Only plumbing lives here (create topics, read a topic back to its end, JSON values), so
+that generator, pipelines and audit can each use real clients without importing each other.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One record as read back from a topic (control markers never show up here)."""
+
+    partition: int
+    offset: int
+    key: str | None
+    value: Any  # the JSON-decoded value
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()
+
+
+def decode(raw: bytes | None) -> Any:
+    return None if raw is None else json.loads(raw)
+
+
+def create(bootstrap: str, *names: str, partitions: int = 1,
+           config: dict[str, str] | None = None) -> None:
+    """Create topics (an existing one is fine) and wait until the broker has them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(n, num_partitions=partitions, replication_factor=-1, config=config or {})
+         for n in names], operation_timeout=30)
+    for future in futures.values():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=timeout_s)
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise ValueError(f"topic {topic!r} does not exist on {bootstrap}")
+    return sorted(meta.partitions)
+
+
+def read(bootstrap: str, topic: str, isolation: str = "read_committed",
+         timeout_s: float = 30.0) -> list[Rec]:
+    """Every record of ``topic`` from the start to the end of each partition, in log order.
+
+    The end is the high watermark for read_uncommitted and the last stable offset for
+    read_committed (records of an open transaction are not read).
+    """
+    if isolation not in ISOLATION_LEVELS:
+        raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
+    parts = partitions_of(bootstrap, topic)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "labkit-reader",  # never commits
+        "enable.auto.commit": False, "isolation.level": isolation,
+        "enable.partition.eof": True,
+    })
+    # OFFSET_BEGINNING is the log start offset, which need not be 0.
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    pending = set(parts)
+    out: list[Rec] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} ({isolation}) did not reach the end of "
+                                   f"partitions {sorted(pending)} within {timeout_s:.0f} s "
+                                   "(a hanging transaction stalls read_committed readers)")
+            for msg in consumer.consume(500, timeout=0.5):
+                err = msg.error()
+                if err is None:
+                    key = msg.key()
+                    out.append(Rec(msg.partition(), msg.offset(),
+                                   key.decode() if key is not None else None, decode(msg.value())))
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                elif not err.retriable():
+                    raise KafkaException(err)
+    finally:
+        consumer.close()
+    out.sort(key=lambda r: (r.partition, r.offset))
+    return out
