@@ -13,12 +13,14 @@ from collections.abc import Iterable
 
 from labkit.inspect.batches import Batch, Record, marker_type, parse_batches
 from labkit.inspect.client import InspectError, Inspector, UnknownTopicError
+from labkit.inspect.states import OffsetState, count_states, key_id, offset_states
 from labkit.inspect.model import (PartitionOffsets, PartitionView, ProducerState, TopicView,
                                   Transaction)
 
 __all__ = ["Batch", "Record", "Inspector", "InspectError", "UnknownTopicError",
            "PartitionOffsets", "PartitionView", "ProducerState", "TopicView", "Transaction",
-           "describe_topic", "snapshot_topic", "marker_type", "parse_batches"]
+           "describe_topic", "snapshot_topic", "marker_type", "parse_batches",
+           "OffsetState", "offset_states", "count_states", "key_id"]
 
 
 def snapshot_topic(inspector: Inspector, topic: str, groups: Iterable[str] | None = None) -> TopicView:
