@@ -1,0 +1,160 @@
+"""The inspector against the real broker: batches, markers, LSO/HW, producer state,
+open transactions, group offsets, and the `labkit inspect` CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from typer.testing import CliRunner
+
+from labkit.cli import app
+from labkit.inspect import (Batch, Inspector, UnknownTopicError, count_states, describe_topic,
+                            offset_states)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
+    # linger lets each transaction's records leave in one batch, so offsets are predictable
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "compression.type": "none", "linger.ms": 100})
+    producer.init_transactions(30)
+    return producer
+
+
+def produce_txn(producer: Producer, topic: str, keys: list[str]) -> None:
+    producer.begin_transaction()
+    for key in keys:
+        producer.produce(topic, key=key.encode(), value=b"v")
+    producer.flush(30)
+
+
+@pytest.fixture
+def txn_topic(bootstrap: str, topic_name: str):
+    """One committed transaction (3 records) then an aborted one (2 records); the view
+    taken while the second was still open is returned too."""
+    create_topic(bootstrap, topic_name)
+    producer = transactional_producer(bootstrap, f"txn-{topic_name}")
+    produce_txn(producer, topic_name, ["a", "b", "c"])
+    producer.commit_transaction(30)
+    produce_txn(producer, topic_name, ["d", "e"])
+    while_open = describe_topic(bootstrap, topic_name)
+    producer.abort_transaction(30)
+    return topic_name, while_open
+
+
+def shape(batches: list[Batch]) -> list[tuple]:
+    return [(b.base_offset, b.last_offset, b.record_count, b.base_sequence, b.is_transactional,
+             b.is_control, b.marker) for b in batches]
+
+
+def test_committed_then_aborted_transaction_markers(bootstrap: str, txn_topic) -> None:
+    topic, _ = txn_topic
+    view = describe_topic(bootstrap, topic)
+    (part,) = view.partitions
+    assert shape(list(part.batches)) == [
+        (0, 2, 3, 0, True, False, None),      # data of the committed transaction
+        (3, 3, 1, -1, True, True, "COMMIT"),  # its marker takes an offset
+        (4, 5, 2, 3, True, False, None),      # data of the aborted transaction
+        (6, 6, 1, -1, True, True, "ABORT"),
+    ]
+    assert len({(b.producer_id, b.producer_epoch) for b in part.batches}) == 1
+    assert (part.log_start, part.lso, part.high_watermark) == (0, 7, 7)
+    assert [r.key for r in part.batches[0].records] == [b"a", b"b", b"c"]
+    assert view.transactions == ()
+
+
+def test_lso_held_back_while_transaction_open(bootstrap: str, txn_topic) -> None:
+    _, open_view = txn_topic
+    (part,) = open_view.partitions
+    assert part.lso == 4 < part.high_watermark == 6  # first offset of the open transaction
+    assert [b.marker for b in part.batches if b.is_control] == ["COMMIT"]
+    (state,) = part.producers
+    assert state.open_transaction and state.txn_start_offset == 4
+    (txn,) = open_view.transactions
+    assert txn.state == "Ongoing" and txn.producer_id == state.producer_id
+    assert (open_view.topic, 0) in txn.partitions
+    assert "open transaction holds the LSO back" in open_view.to_text()
+
+
+def test_offset_states_follow_markers(bootstrap: str, txn_topic) -> None:
+    topic, open_view = txn_topic
+    assert [s.state for s in offset_states(open_view.batches)] == [
+        "committed"] * 3 + ["commit", "open", "open"]
+    # A retry that re-sends an id already in the log (outside any transaction).
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})
+    producer.produce(topic, key=b"b", value=b"again")
+    producer.produce(topic, key=b"d", value=b"first visible copy of d")
+    producer.flush(30)
+    states = offset_states(describe_topic(bootstrap, topic).batches)
+    assert [(s.offset, s.state, s.business_id) for s in states] == [
+        (0, "committed", "a"), (1, "committed", "b"), (2, "committed", "c"), (3, "commit", None),
+        (4, "aborted", "d"), (5, "aborted", "e"), (6, "abort", None),
+        (7, "duplicate", "b"), (8, "committed", "d")]  # an aborted d is no earlier copy
+    assert count_states(states) == {"committed": 4, "open": 0, "aborted": 2, "commit": 1,
+                                    "abort": 1, "duplicate": 1}
+
+
+def test_describe_producers_shows_idempotent_producer(bootstrap: str, topic_name: str) -> None:
+    create_topic(bootstrap, topic_name)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(5):  # one batch each: sequences 0..4
+        producer.produce(topic_name, key=str(i).encode(), value=b"v")
+        producer.flush(30)
+    with Inspector(bootstrap) as inspector:
+        (state,) = inspector.producers(topic_name)
+        batches = inspector.batches(topic_name, 0, 0, 5)
+    assert [b.base_sequence for b in batches] == [0, 1, 2, 3, 4]
+    assert {b.producer_id for b in batches} == {state.producer_id}
+    assert (state.producer_epoch, state.last_sequence, state.open_transaction) == (0, 4, False)
+    assert not any(b.is_transactional or b.is_control for b in batches)
+
+
+def test_group_offsets_match_commits(bootstrap: str, topic_name: str) -> None:
+    create_topic(bootstrap, topic_name, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(6):
+        producer.produce(topic_name, value=b"v", partition=i % 2)
+    producer.flush(30)
+    group = f"g-{topic_name}"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic_name, 0, 2), TopicPartition(topic_name, 1, 3)],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+    view = describe_topic(bootstrap, topic_name)
+    assert view.group_offsets == {group: {0: 2, 1: 3}}
+    assert view.offsets_frame()[f"group:{group}"].tolist() == [2, 3]
+    assert [(p.partition, p.high_watermark) for p in view.partitions] == [(0, 3), (1, 3)]
+
+
+def test_unknown_topic_is_a_clear_error_and_not_created(bootstrap: str, topic_name: str) -> None:
+    with pytest.raises(UnknownTopicError, match=f"{topic_name}.*does not exist"):
+        describe_topic(bootstrap, topic_name)
+    with pytest.raises(ValueError):  # still absent: the inspector never auto-creates
+        describe_topic(bootstrap, topic_name)
+
+
+def test_cli_inspect_json(bootstrap: str, txn_topic, monkeypatch) -> None:
+    topic, _ = txn_topic
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    result = CliRunner().invoke(app, ["inspect", topic, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (part,) = data["partitions"]
+    assert {"log_start", "lso", "high_watermark", "batches"} <= set(part)
+    assert [set(b) for b in part["batches"]] == [{
+        "base_offset", "last_offset", "producer_id", "producer_epoch", "base_sequence",
+        "is_transactional", "is_control", "marker"}] * 4
+    assert [b["marker"] for b in part["batches"]] == [None, "COMMIT", None, "ABORT"]
+    text = CliRunner().invoke(app, ["inspect", topic])
+    assert "ABORT marker" in text.stdout and "LSO 7" in text.stdout
+    missing = CliRunner().invoke(app, ["inspect", topic + "-missing"])
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr
