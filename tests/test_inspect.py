@@ -3,6 +3,7 @@ open transactions, group offsets, and the `labkit inspect` CLI."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -34,6 +35,19 @@ def produce_txn(producer: Producer, topic: str, keys: list[str]) -> None:
     producer.flush(30)
 
 
+def end_transaction(producer: Producer, bootstrap: str, topic: str, commit: bool) -> None:
+    """Commit/abort and wait for the marker: the coordinator writes markers *after* it
+    answers EndTxn, so a record produced right away could land before the marker."""
+    (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    with Inspector(bootstrap) as inspector:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all(o.lso == o.high_watermark for o in inspector.offsets(topic).values()):
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"the transaction marker never reached {topic}")
+
+
 @pytest.fixture
 def txn_topic(bootstrap: str, topic_name: str):
     """One committed transaction (3 records) then an aborted one (2 records); the view
@@ -41,10 +55,10 @@ def txn_topic(bootstrap: str, topic_name: str):
     create_topic(bootstrap, topic_name)
     producer = transactional_producer(bootstrap, f"txn-{topic_name}")
     produce_txn(producer, topic_name, ["a", "b", "c"])
-    producer.commit_transaction(30)
+    end_transaction(producer, bootstrap, topic_name, commit=True)
     produce_txn(producer, topic_name, ["d", "e"])
     while_open = describe_topic(bootstrap, topic_name)
-    producer.abort_transaction(30)
+    end_transaction(producer, bootstrap, topic_name, commit=False)
     return topic_name, while_open
 
 
