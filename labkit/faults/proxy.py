@@ -304,7 +304,8 @@ class FaultProxy:
             self._rules.clear()
 
     def stats(self) -> dict:
-        """Requests seen per API name, responses dropped, connections reset, requests delayed."""
+        """Requests seen per API name, responses dropped, connections reset, requests delayed,
+        client connections accepted and protocol errors (responses that matched no request)."""
         with self._lock:
             return {
                 "requests": dict(self._requests),
@@ -312,6 +313,7 @@ class FaultProxy:
                 "connections_reset": self._counts["connections_reset"],
                 "requests_delayed": self._counts["requests_delayed"],
                 "connections": self._counts["connections"],
+                "protocol_errors": self._counts["protocol_errors"],  # should stay 0
             }
 
     def _arm(self, rule: _Rule) -> None:
@@ -383,6 +385,7 @@ class FaultProxy:
                 done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     if not task.cancelled() and isinstance(task.exception(), protocol.ProtocolError):
+                        self._count("protocol_errors")
                         log.error("fault proxy: %s", task.exception())
             finally:
                 for task in pumps:
