@@ -140,3 +140,16 @@ def test_stale_lab_from_a_killed_owner_is_cleaned_up(tmp_path):
     assert (tmp_path / "cluster.json").exists()
     assert LocalCluster.attach(tmp_path) is None
     assert not (tmp_path / "cluster.json").exists()
+
+
+def test_owned_broker_is_stopped_when_its_python_process_exits(tmp_path):
+    code = (
+        "from labkit.cluster import LocalCluster\n"
+        f"c = LocalCluster(brokers=1, home={str(tmp_path)!r}).start()\n"
+        "print(c.brokers[0].pid, flush=True)\n"  # then exit normally: atexit stops it
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    broker_pid = int(out.stdout.split()[0])
+    from labkit.cluster import pid_alive
+    assert not pid_alive(broker_pid)
+    assert not (tmp_path / "cluster.json").exists()
