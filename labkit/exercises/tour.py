@@ -1,31 +1,7 @@
-"""Automatic checks for the notebooks' exercises: a friendly verdict, never a stack trace.
-
-Each check returns a Verdict whose text is short and stable (nbval compares it). A check
-that needs the cluster measures the answer against it; it never trusts the learner's claim.
-"""
+"""00 · tour: the exercise check."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Verdict:
-    passed: bool
-    message: str
-
-    def __str__(self) -> str:
-        return f"{'✅ Well done' if self.passed else '🔁 Not yet'}: {self.message}"
-
-    def _repr_pretty_(self, printer, cycle) -> None:  # IPython shows str(), not the dataclass
-        printer.text(str(self))
-
-
-def check(passed: bool, success: str, hint: str) -> Verdict:
-    return Verdict(passed, success if passed else hint)
-
-
-def unanswered(answer: object) -> bool:
-    return answer is None or answer is ...
+from labkit.exercises import Verdict, check, unanswered
 
 
 def check_tour(bootstrap: str, topic: str, partition: int | None, offset: int | None) -> Verdict:

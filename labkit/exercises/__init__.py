@@ -1,0 +1,31 @@
+"""Automatic checks for the notebooks' exercises: a friendly verdict, never a stack trace.
+
+One module per notebook (``labkit.exercises.tour`` for 00, ...); this one holds the verdict.
+
+Each check returns a Verdict whose text is short and stable (nbval compares it). A check
+that needs the cluster measures the answer against it; it never trusts the learner's claim.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    message: str
+
+    def __str__(self) -> str:
+        return f"{'✅ Well done' if self.passed else '🔁 Not yet'}: {self.message}"
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython shows str(), not the dataclass
+        printer.text(str(self))
+
+
+def check(passed: bool, success: str, hint: str) -> Verdict:
+    return Verdict(passed, success if passed else hint)
+
+
+def unanswered(answer: object) -> bool:
+    return answer is None or answer is ...
+
