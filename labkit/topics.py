@@ -37,7 +37,8 @@ def decode(raw: bytes | None) -> Any:
 def create(bootstrap: str, *names: str, partitions: int = 1,
            config: dict[str, str] | None = None) -> None:
     """Create topics (an existing one is fine) and wait until the broker has them."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # log_level 5: hide librdkafka's info line about purging its background queue on close.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 5})
     futures = admin.create_topics(
         [NewTopic(n, num_partitions=partitions, replication_factor=-1, config=config or {})
          for n in names], operation_timeout=30)
@@ -58,6 +59,22 @@ def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[i
     return sorted(meta.partitions)
 
 
+def assign_all(consumer: Consumer, topic: str, start: dict[int, int] | None = None,
+               timeout_s: float = 10.0) -> list[int]:
+    """Assign every partition of ``topic`` at ``start`` offsets (default: the log start).
+
+    Metadata is fetched first: assigning before the client knows the partition leader
+    delays the first fetch by librdkafka's 500 ms offset-query retry.
+    """
+    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise ValueError(f"topic {topic!r} does not exist")
+    parts = sorted(meta.partitions)
+    start = start or {}
+    consumer.assign([TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)) for p in parts])
+    return parts
+
+
 def read(bootstrap: str, topic: str, isolation: str = "read_committed",
          timeout_s: float = 30.0) -> list[Rec]:
     """Every record of ``topic`` from the start to the end of each partition, in log order.
@@ -67,15 +84,12 @@ def read(bootstrap: str, topic: str, isolation: str = "read_committed",
     """
     if isolation not in ISOLATION_LEVELS:
         raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
-    parts = partitions_of(bootstrap, topic)
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "labkit-reader",  # never commits
         "enable.auto.commit": False, "isolation.level": isolation,
-        "enable.partition.eof": True,
+        "enable.partition.eof": True, "fetch.wait.max.ms": 50,
     })
-    # OFFSET_BEGINNING is the log start offset, which need not be 0.
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-    pending = set(parts)
+    pending = set(assign_all(consumer, topic))
     out: list[Rec] = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -84,7 +98,7 @@ def read(bootstrap: str, topic: str, isolation: str = "read_committed",
                 raise TimeoutError(f"reading {topic} ({isolation}) did not reach the end of "
                                    f"partitions {sorted(pending)} within {timeout_s:.0f} s "
                                    "(a hanging transaction stalls read_committed readers)")
-            for msg in consumer.consume(500, timeout=0.5):
+            for msg in consumer.consume(500, timeout=0.1):
                 err = msg.error()
                 if err is None:
                     key = msg.key()

@@ -1,0 +1,15 @@
+"""Reference pipelines, one module per scenario, each under one ``processing_guarantee``.
+
+- ``producer``      source -> topic (acks, retries, idempotence, transactions)
+- ``consumer``      topic -> database table (commit before / after / with the rows)
+- ``ctp``           consume-transform-produce (offsets in the transaction)
+- ``running_count`` a stateful count with a local store and a changelog topic
+- ``autocommit``    what auto-commit commits, poll by poll
+- ``txn``           a transactional producer whose misuse errors say what to do
+
+Pipelines know nothing of the audit or of the fault runner: they call ``crash_point(...)``
+at named places and otherwise do their job.
+"""
+from labkit.pipelines.common import GUARANTEES, check_guarantee
+
+__all__ = ["GUARANTEES", "check_guarantee"]

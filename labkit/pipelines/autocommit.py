@@ -1,0 +1,79 @@
+"""What auto-commit really commits, poll by poll, measured on the real client.
+
+With ``enable.auto.commit=true`` a background timer commits the *stored* offsets every
+``auto.commit.interval.ms``. Which offsets are stored decides the guarantee:
+
+- ``store="on-poll"`` (librdkafka's default, ``enable.auto.offset.store=true``): an offset
+  is stored when poll() hands the record to the application, before it is processed. A
+  crash after the next timer tick skips records that were never processed.
+- ``store="after-process"`` (``enable.auto.offset.store=false`` and ``store_offsets()``
+  after processing): the timer commits only processed records. Seen after poll k, the
+  committed offset is the end of poll k-1: the previous poll's records, which is what the
+  Java client's auto-commit does (it commits inside the next poll()).
+
+``trace(...)`` returns one row per poll so a notebook can print exactly what was committed.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+from labkit.pipelines.common import committed_offsets
+
+STORE_MODES = ("on-poll", "after-process")
+
+
+@dataclass(frozen=True)
+class PollStep:
+    poll: int  # 1, 2, ...
+    first_offset: int  # offsets this poll returned
+    last_offset: int
+    committed: int  # the group's committed offset a few timer ticks after this poll
+    processed_through: int  # last offset the application processed (-1: none yet)
+
+    @property
+    def unprocessed_committed(self) -> int:
+        """Records committed but not processed: what a crash now would skip."""
+        return max(0, self.committed - 1 - self.processed_through)
+
+
+def trace(bootstrap: str, topic: str, polls: int = 5, batch_size: int = 10,
+          store: str = "on-poll", interval_ms: int = 100, group_id: str | None = None) -> list[PollStep]:
+    """Poll ``topic`` (partition 0) ``polls`` times; after each poll, wait for the timer.
+
+    The application "processes" a batch right *after* its committed offset is read, so each
+    row shows the moment a crash is most dangerous: polled, not yet processed.
+    """
+    if store not in STORE_MODES:
+        raise ValueError(f"store must be one of {STORE_MODES}, not {store!r}")
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group_id or f"autocommit-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": True, "auto.commit.interval.ms": interval_ms,
+        "enable.auto.offset.store": store == "on-poll", "auto.offset.reset": "earliest",
+    })
+    consumer.assign([TopicPartition(topic, 0, committed_offsets(consumer, topic, [0])[0])])
+    steps: list[PollStep] = []
+    processed = -1
+    try:
+        for k in range(1, polls + 1):
+            msgs = [m for m in consumer.consume(batch_size, timeout=10) if m.error() is None]
+            if not msgs:
+                break
+            time.sleep(5 * interval_ms / 1000)  # several timer ticks: the commit has happened
+            committed = committed_offsets(consumer, topic, [0])[0]
+            steps.append(PollStep(k, msgs[0].offset(), msgs[-1].offset(), max(committed, 0),
+                                  processed))
+            processed = msgs[-1].offset()  # now "process" the batch
+            if store == "after-process":
+                consumer.store_offsets(offsets=[TopicPartition(topic, 0, processed + 1)])
+    finally:
+        consumer.close()
+    return steps
+
+
+def as_rows(steps: list[PollStep]) -> list[dict]:
+    """Plain rows (for ``pandas.DataFrame(as_rows(steps))``)."""
+    return [{**asdict(s), "unprocessed_committed": s.unprocessed_committed} for s in steps]

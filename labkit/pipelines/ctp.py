@@ -1,0 +1,100 @@
+"""Consume-transform-produce: read payments, add the card fee, write them to another topic.
+
+- at_most_once: commit the input offsets, *then* produce (acks=0, no retries).
+- at_least_once: produce and flush (acks=all, retries), *then* commit the input offsets.
+- exactly_once: a transactional producer writes the output and sends the input offsets
+  *inside the same transaction* (send_offsets_to_transaction); the input is read with
+  read_committed. A crash anywhere aborts the whole batch (the restarted producer's
+  init_transactions() fences the old one and aborts its open transaction).
+
+Two knobs reproduce well-known mistakes (the pitfalls notebook 05 shows):
+``offsets="outside-before-commit" | "outside-after-commit"`` commits the offsets with the
+consumer instead of in the transaction; ``offset_delta=0`` sends the last record's offset
+instead of the next one to read. ``idempotent=True`` turns on the idempotent producer for
+at_least_once (it dedupes retries, not reprocessing after a crash).
+"""
+from __future__ import annotations
+
+from confluent_kafka import Message, Producer
+
+from labkit.faults.crashpoints import crash_point
+from labkit.pipelines.common import (DeliveryTracker, check_guarantee, commit, halves, next_batch,
+                                     next_offsets, open_input, producer_config, record_of)
+from labkit.pipelines.txn import Transactions
+
+OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
+
+
+def transform(record: dict) -> dict:
+    """The business logic: a card fee of 2.9 % + 30 cents."""
+    return {**record, "fee_cents": round(record["amount_cents"] * 0.029) + 30}
+
+
+def emit(out, topic: str, batch: list[Message]) -> None:
+    """Produce the transformed batch: first half flushed, then the rest (left unflushed)."""
+    first, rest = halves(batch)
+    for msg in first:
+        out.produce(topic, msg.key().decode(), transform(record_of(msg)))
+    out.flush()
+    crash_point("mid-batch")
+    for msg in rest:
+        out.produce(topic, msg.key().decode(), transform(record_of(msg)))
+    crash_point("after-produce-before-flush")
+    out.flush()
+
+
+def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
+        transactional_id: str, guarantee: str, batch_size: int = 10,
+        idempotent: bool | None = None, offsets: str = "in-transaction",
+        offset_delta: int = 1) -> None:
+    """Transform ``input_topic`` into ``output_topic`` until the input's end."""
+    check_guarantee(guarantee)
+    if offsets not in OFFSET_MODES:
+        raise ValueError(f"offsets must be one of {OFFSET_MODES}, not {offsets!r}")
+    if guarantee == "exactly_once":
+        # init_transactions() first: it aborts what a crashed predecessor left open, so the
+        # committed offsets read next are final.
+        out = Transactions(bootstrap, transactional_id)
+        isolation = "read_committed"
+    else:
+        out = DeliveryTracker(Producer(producer_config(bootstrap, guarantee, idempotent=idempotent)),
+                              strict=guarantee == "at_least_once")
+        isolation = "read_uncommitted"
+    consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)
+    try:
+        while True:
+            batch, at_end = next_batch(consumer, batch_size)
+            if batch:
+                crash_point("after-poll-before-process")
+                positions = next_offsets(batch, offset_delta)
+                if guarantee == "at_most_once":
+                    commit(consumer, positions)
+                    crash_point("after-commit-before-process")
+                    emit(out, output_topic, batch)
+                elif guarantee == "at_least_once":
+                    emit(out, output_topic, batch)
+                    crash_point("after-process-before-commit")
+                    commit(consumer, positions)
+                    crash_point("after-commit")
+                else:
+                    _transaction(out, consumer, output_topic, batch, positions, offsets)
+            if at_end:
+                return
+    finally:
+        consumer.close()
+
+
+def _transaction(txn: Transactions, consumer, output_topic: str, batch: list[Message],
+                 positions, offsets: str) -> None:
+    txn.begin()
+    emit(txn, output_topic, batch)
+    crash_point("in-transaction-before-commit")
+    if offsets == "in-transaction":
+        txn.send_offsets(consumer, positions)
+    elif offsets == "outside-before-commit":
+        commit(consumer, positions)  # the mistake: these offsets survive an abort
+    crash_point("after-send-offsets-before-commit")
+    txn.commit()
+    crash_point("after-commit")
+    if offsets == "outside-after-commit":
+        commit(consumer, positions)  # the mistake: a crash just before this repeats the batch

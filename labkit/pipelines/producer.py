@@ -1,0 +1,74 @@
+"""A producer that moves records from a source (a list, as a file would be) into a topic.
+
+Its position in the source is kept in a small progress topic, as Kafka Connect keeps source
+offsets, so a restarted producer knows where to resume:
+
+- at_most_once: save the position, *then* send the batch (acks=0, no retries).
+- at_least_once: send and flush the batch (acks=all, retries), *then* save the position.
+- exactly_once: the batch and the new position are written in *one* transaction (as
+  KIP-618 does for Connect sources); the position is read back with read_committed.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import Producer
+
+from labkit import topics
+from labkit.faults.crashpoints import crash_point
+from labkit.pipelines.common import DeliveryTracker, check_guarantee, halves, producer_config
+from labkit.pipelines.txn import Transactions
+
+
+def saved_position(bootstrap: str, progress_topic: str, isolation: str) -> int:
+    recs = topics.read(bootstrap, progress_topic, isolation=isolation)
+    return recs[-1].value["next"] if recs else 0
+
+
+def send(out, topic: str, batch: Sequence[dict]) -> None:
+    first, rest = halves(list(batch))
+    for r in first:
+        out.produce(topic, str(r["key"]), r)
+    out.flush()
+    crash_point("mid-batch")
+    for r in rest:
+        out.produce(topic, str(r["key"]), r)
+    crash_point("after-produce-before-flush")
+    out.flush()
+
+
+def run(bootstrap: str, output_topic: str, progress_topic: str, transactional_id: str,
+        guarantee: str, records: Sequence[dict], batch_size: int = 10,
+        idempotent: bool | None = None) -> None:
+    """Write ``records`` to ``output_topic`` from the saved position to the end."""
+    check_guarantee(guarantee)
+    if guarantee == "exactly_once":
+        out = Transactions(bootstrap, transactional_id)  # aborts a predecessor's open txn
+        isolation = "read_committed"
+    else:
+        out = DeliveryTracker(Producer(producer_config(bootstrap, guarantee, idempotent=idempotent)),
+                              strict=guarantee == "at_least_once")
+        isolation = "read_uncommitted"
+    position = saved_position(bootstrap, progress_topic, isolation)
+    while position < len(records):
+        batch = records[position:position + batch_size]
+        nxt = position + len(batch)
+        if guarantee == "at_most_once":
+            out.produce(progress_topic, "position", {"next": nxt})
+            out.flush()
+            crash_point("after-commit-before-process")
+            send(out, output_topic, batch)
+        elif guarantee == "at_least_once":
+            send(out, output_topic, batch)
+            crash_point("after-process-before-commit")
+            out.produce(progress_topic, "position", {"next": nxt})
+            out.flush()
+            crash_point("after-commit")
+        else:
+            out.begin()
+            send(out, output_topic, batch)
+            out.produce(progress_topic, "position", {"next": nxt})
+            crash_point("in-transaction-before-commit")
+            out.commit()
+            crash_point("after-commit")
+        position = nxt

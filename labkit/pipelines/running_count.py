@@ -1,0 +1,165 @@
+"""A running count per key, with a local state store backed by a changelog topic.
+
+The Kafka Streams design, by hand: counts live in a local store (a SQLite file); every
+change is also written to a compacted changelog topic, from which the store is rebuilt
+when the local copy cannot be trusted. Each input record yields one output record
+``{id, key, count}``. A checkpoint file says up to where the changelog is already in
+the local store.
+
+- at_most_once: commit the input offsets, *then* count and write.
+- at_least_once: count (the store is updated on disk), write output and changelog, *then*
+  commit the input offsets and the checkpoint. After a crash the store still holds the
+  counts of the batch that is then processed again: the count over-counts.
+- exactly_once (``processing.guarantee=exactly_once`` in Kafka Streams): output, changelog
+  and input offsets commit in one transaction. While processing there is no checkpoint, so
+  after a crash the store is wiped and rebuilt from the changelog read with read_committed:
+  counts of an aborted batch are never seen.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from labkit import topics
+from labkit.faults.crashpoints import crash_point
+from labkit.pipelines.common import (DeliveryTracker, check_guarantee, commit, halves, next_batch,
+                                     next_offsets, open_input, producer_config, record_of)
+from labkit.pipelines.txn import Transactions
+
+
+class StateStore:
+    """Counts per key in a SQLite file, plus the changelog checkpoint next to it."""
+
+    def __init__(self, state_dir: str | Path):
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint_file = self.dir / "changelog.checkpoint"
+        self.db = sqlite3.connect(self.dir / "counts.db", isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, n INTEGER)")
+
+    def get(self, key: str) -> int:
+        row = self.db.execute("SELECT n FROM counts WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else 0
+
+    def put_all(self, values: dict[str, int]) -> None:
+        with self.db:  # one SQLite transaction, durable once it returns
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO counts VALUES (?, ?)", values.items())
+
+    def wipe(self) -> None:
+        self.db.execute("DELETE FROM counts")
+
+    def checkpoint(self) -> int | None:
+        if not self.checkpoint_file.exists():
+            return None
+        return json.loads(self.checkpoint_file.read_text())["changelog_offset"]
+
+    def write_checkpoint(self, offset: int) -> None:
+        tmp = self.checkpoint_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"changelog_offset": offset}))
+        tmp.replace(self.checkpoint_file)
+
+    def delete_checkpoint(self) -> None:
+        self.checkpoint_file.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def restore(store: StateStore, bootstrap: str, changelog_topic: str, isolation: str) -> None:
+    """Bring the store up to the end of the changelog; without a checkpoint, from scratch."""
+    start = store.checkpoint()
+    if start is None:
+        store.wipe()  # local contents of unknown age: trust only the changelog
+        start = 0
+    recs = [r for r in topics.read(bootstrap, changelog_topic, isolation=isolation)
+            if r.offset >= start]
+    store.put_all({r.key: r.value["count"] for r in recs})
+
+
+def changelog_end(consumer: Consumer, changelog_topic: str) -> int:
+    return consumer.get_watermark_offsets(TopicPartition(changelog_topic, 0), cached=False)[1]
+
+
+def run(bootstrap: str, input_topic: str, output_topic: str, changelog_topic: str,
+        group_id: str, transactional_id: str, state_dir: str, guarantee: str,
+        batch_size: int = 10) -> None:
+    """Count ``input_topic`` per key until its end; counts go to ``output_topic``."""
+    check_guarantee(guarantee)
+    eos = guarantee == "exactly_once"
+    with closing(StateStore(state_dir)) as store:
+        if eos:
+            out = Transactions(bootstrap, transactional_id)  # fence and abort first
+        else:
+            out = DeliveryTracker(Producer(producer_config(bootstrap, guarantee)),
+                                  strict=guarantee == "at_least_once")
+        isolation = "read_committed" if eos else "read_uncommitted"
+        restore(store, bootstrap, changelog_topic, isolation)
+        if eos:
+            store.delete_checkpoint()  # a crash from here on means: rebuild from the changelog
+        consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)
+        try:
+            while True:
+                batch, at_end = next_batch(consumer, batch_size)
+                if batch:
+                    crash_point("after-poll-before-process")
+                    _process(store, out, consumer, batch, guarantee, output_topic, changelog_topic)
+                if at_end:
+                    break
+            store.write_checkpoint(changelog_end(consumer, changelog_topic))  # clean close
+        finally:
+            consumer.close()
+
+
+def _process(store: StateStore, out, consumer, batch: list[Message], guarantee: str,
+             output_topic: str, changelog_topic: str) -> None:
+    positions = next_offsets(batch)
+    if guarantee == "at_most_once":
+        commit(consumer, positions)
+        crash_point("after-commit-before-process")
+    if guarantee == "exactly_once":
+        out.begin()
+    counts: Counter[str] = Counter()
+    outputs = []
+    for msg in batch:
+        rec = record_of(msg)
+        key = rec["key"]
+        if key not in counts:
+            counts[key] = store.get(key)
+        counts[key] += 1
+        outputs.append((key, {"id": rec["id"], "key": key, "count": counts[key]}))
+    store.put_all(dict(counts))
+    crash_point("after-state-update-before-commit")
+    # Output first, then the changelog, each flushed: a fixed order of produce requests
+    # keeps network-fault experiments (drop the N-th produce ack) deterministic.
+    first, rest = halves(outputs)
+    for key, value in first:
+        out.produce(output_topic, key, value)
+    out.flush()
+    crash_point("mid-batch")
+    for key, value in rest:
+        out.produce(output_topic, key, value)
+    out.flush()
+    for key, n in sorted(counts.items()):
+        out.produce(changelog_topic, key, {"key": key, "count": n})
+    out.flush()
+    if guarantee == "exactly_once":
+        crash_point("in-transaction-before-commit")
+        out.send_offsets(consumer, positions)
+        crash_point("after-send-offsets-before-commit")
+        out.commit()
+        crash_point("after-commit")
+    elif guarantee == "at_least_once":
+        crash_point("after-process-before-commit")
+        commit(consumer, positions)
+        store.write_checkpoint(changelog_end(consumer, changelog_topic))
+        crash_point("after-commit")
+    else:
+        store.write_checkpoint(changelog_end(consumer, changelog_topic))
