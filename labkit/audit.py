@@ -8,9 +8,13 @@ them up: lost write, duplicate, non-monotonic (reordered), aborted read, state d
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
+
+from labkit import topics
 
 # The exact keys `labkit scenario --json` prints, in order.
 REPORT_KEYS = (
@@ -69,3 +73,134 @@ class AuditReport:
                 f"  produced={self.produced} delivered_unique={self.delivered_unique} "
                 f"lost={self.lost} duplicated={self.duplicated} reordered={self.reordered} "
                 f"aborted_visible={self.aborted_visible}{state}\n  verdict: {verdict}")
+
+
+# --------------------------------------------------------------------------- the checker
+
+EXAMPLES_PER_FINDING = 5
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One record as observed downstream, in the order it was observed."""
+
+    id: str
+    key: str | None
+    offset: int | None = None  # topic offset (None for a table row)
+
+
+def expected_counts(inputs: list[dict]) -> dict[str, int]:
+    """The state a running count per key must end with: each input record counted once."""
+    counts: dict[str, int] = {}
+    for r in inputs:
+        counts[str(r["key"])] = counts.get(str(r["key"]), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def check(scenario: str, guarantee: str, inputs: list[dict], delivered: list[Delivered], *,
+          crash_at: str | None = None, fault: str | None = None, aborted: list[Delivered] = (),
+          state_expected: dict | int | None = None,
+          state_actual: dict | int | None = None) -> AuditReport:
+    """Classify what happened to ``inputs`` (in input order) given what was ``delivered``.
+
+    - lost write: an input id never delivered
+    - duplicate: every extra copy of a delivered id
+    - reordered (non-monotonic): a record delivered, for the first time, after a record of
+      the same key that came later in the input
+    - aborted read: a delivered record that belongs to an aborted transaction (``aborted``)
+    - state drift: ``state_expected != state_actual`` (the differing keys are examples)
+    """
+    position = {r["id"]: i for i, r in enumerate(inputs)}
+    if len(position) != len(inputs):
+        raise ValueError("input ids must be unique: the audit counts by id")
+    seen: dict[str, int] = {}
+    reordered: list[str] = []
+    latest_per_key: dict[str | None, int] = {}
+    for d in delivered:
+        seen[d.id] = seen.get(d.id, 0) + 1
+        if seen[d.id] > 1 or d.id not in position:
+            continue
+        pos = position[d.id]
+        if pos < latest_per_key.get(d.key, -1):
+            reordered.append(d.id)
+        latest_per_key[d.key] = max(pos, latest_per_key.get(d.key, -1))
+    lost = [i for i in position if i not in seen]
+    dups = sorted((i for i, n in seen.items() if n > 1), key=lambda i: position.get(i, -1))
+    report = AuditReport(
+        scenario=scenario, guarantee=guarantee, crash_at=crash_at, fault=fault,
+        produced=len(inputs), delivered_unique=sum(1 for i in seen if i in position),
+        lost=len(lost), duplicated=sum(n - 1 for n in seen.values() if n > 1),
+        reordered=len(reordered), aborted_visible=len(aborted),
+        state_expected=state_expected, state_actual=state_actual,
+    )
+    examples = {
+        "lost": lost[:EXAMPLES_PER_FINDING],
+        "duplicated": dups[:EXAMPLES_PER_FINDING],
+        "reordered": reordered[:EXAMPLES_PER_FINDING],
+        "aborted_visible": [a.id for a in aborted][:EXAMPLES_PER_FINDING],
+        "unexpected": [i for i in seen if i not in position][:EXAMPLES_PER_FINDING],
+        "state_drift": _drifted_keys(state_expected, state_actual)[:EXAMPLES_PER_FINDING],
+    }
+    report.examples = {k: v for k, v in examples.items() if v}
+    return report
+
+
+def _drifted_keys(expected, actual) -> list:
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
+        return [] if expected == actual else ["(total)"]
+    return sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+
+
+def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
+               id_field: str = "id", key_field: str = "key") -> list[Delivered]:
+    """A topic as a downstream consumer with ``isolation`` sees it, in log order."""
+    return [Delivered(str(r.value[id_field]), r.value.get(key_field, r.key), r.offset)
+            for r in topics.read(bootstrap, topic, isolation=isolation)]
+
+
+def last_value_per_key(bootstrap: str, topic: str, field_name: str = "count",
+                       isolation: str = "read_committed") -> dict[str, int]:
+    """Final state as a topic shows it: the last ``field_name`` seen for each key."""
+    state: dict[str, int] = {}
+    for r in topics.read(bootstrap, topic, isolation=isolation):
+        state[str(r.value.get("key", r.key))] = r.value[field_name]
+    return dict(sorted(state.items()))
+
+
+def audit_topic(bootstrap: str, topic: str, inputs: list[dict], scenario: str, guarantee: str, *,
+                crash_at: str | None = None, fault: str | None = None,
+                isolation: str = "read_committed", state_field: str | None = None) -> AuditReport:
+    """Audit an output topic as a downstream consumer reading with ``isolation`` sees it.
+
+    Records that consumer sees but a read_committed reader does not are aborted reads.
+    With ``state_field`` (e.g. "count"), the last value per key is compared to the count of
+    input records per key (state drift).
+    """
+    seen = read_topic(bootstrap, topic, isolation)
+    aborted: list[Delivered] = []
+    if isolation != "read_committed":
+        committed = {d.offset for d in read_topic(bootstrap, topic, "read_committed")}
+        aborted = [d for d in seen if d.offset not in committed]
+    state_expected = state_actual = None
+    if state_field:
+        state_expected = expected_counts(inputs)
+        state_actual = last_value_per_key(bootstrap, topic, state_field, isolation)
+    return check(scenario, guarantee, inputs, seen, crash_at=crash_at, fault=fault,
+                 aborted=aborted, state_expected=state_expected, state_actual=state_actual)
+
+
+def read_table(db_path: str, table: str, id_column: str = "id",
+               key_column: str = "key") -> list[Delivered]:
+    """Rows of a SQLite table in insertion order (rowid)."""
+    if not table.isidentifier():
+        raise ValueError(f"not a table name: {table!r}")
+    with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
+        rows = db.execute(f"SELECT {id_column}, {key_column} FROM {table} ORDER BY rowid").fetchall()
+    return [Delivered(str(i), k) for i, k in rows]
+
+
+def audit_table(db_path: str, table: str, inputs: list[dict], scenario: str, guarantee: str, *,
+                crash_at: str | None = None, fault: str | None = None) -> AuditReport:
+    """Audit a database sink table (SQLite): what rows ended up there."""
+    return check(scenario, guarantee, inputs, read_table(db_path, table), crash_at=crash_at,
+                 fault=fault)
