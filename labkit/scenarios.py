@@ -1,0 +1,281 @@
+"""Scenarios: one experiment = generate input, run a pipeline (crashing it, or behind a
+network fault), audit what is observable afterwards.
+
+    report = run("consume-transform-produce", "at_least_once", crash_at="after-process-before-commit")
+    print(report.summary())       # lost=0 duplicated=10 ...
+
+The pieces never reach into each other (Jepsen's split): ``labkit.data`` generates, a
+``labkit.pipelines`` module processes (in a child process the ``faults.runner`` crashes and
+restarts), ``labkit.faults.proxy`` breaks the network, ``labkit.audit`` judges.
+
+Deterministic by construction: fixed seed, one input partition, fixed batches, and the
+crash fires on the ``CRASH_HIT``-th visit of its point.
+"""
+from __future__ import annotations
+
+import inspect
+import shutil
+import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit import audit, data, topics
+from labkit.audit import AuditReport
+from labkit.faults import crashpoints
+from labkit.faults.runner import RunResult, run_worker
+from labkit.paths import lab_home
+from labkit.pipelines import consumer, ctp, producer, running_count
+from labkit.pipelines.common import GUARANTEES
+from labkit.topics import ISOLATION_LEVELS
+
+CRASH_HIT = 2  # crash on the second batch: one batch is safely done before the crash
+BATCH_SIZE = 10
+
+AMO, ALO, EO = GUARANTEES
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    worker: Callable
+    crash_points: dict[str, tuple[str, ...]]  # per guarantee: the points its code passes
+    produces: bool = True  # does the pipeline write to Kafka (so produce faults apply)?
+    stateful: bool = False
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("producer", "source records -> topic; source position in a progress topic",
+             producer.run, {
+                 AMO: ("after-commit-before-process", "mid-batch", "after-produce-before-flush"),
+                 ALO: ("mid-batch", "after-produce-before-flush", "after-process-before-commit",
+                       "after-commit"),
+                 EO: ("mid-batch", "after-produce-before-flush", "in-transaction-before-commit",
+                      "after-commit"),
+             }),
+    Scenario("consumer", "topic -> SQLite table; offsets in Kafka, or in the table (exactly_once)",
+             consumer.run, {
+                 AMO: ("after-poll-before-process", "after-commit-before-process", "mid-batch"),
+                 ALO: ("after-poll-before-process", "mid-batch", "after-process-before-commit",
+                       "after-commit"),
+                 EO: ("after-poll-before-process", "mid-batch", "after-process-before-commit",
+                      "after-commit"),
+             }, produces=False),
+    Scenario("consume-transform-produce", "topic -> add a fee -> topic; offsets in the transaction",
+             ctp.run, {
+                 AMO: ("after-poll-before-process", "after-commit-before-process", "mid-batch",
+                       "after-produce-before-flush"),
+                 ALO: ("after-poll-before-process", "mid-batch", "after-produce-before-flush",
+                       "after-process-before-commit", "after-commit"),
+                 EO: ("after-poll-before-process", "mid-batch", "after-produce-before-flush",
+                      "in-transaction-before-commit", "after-send-offsets-before-commit",
+                      "after-commit"),
+             }),
+    Scenario("running-count", "count per key: local store + changelog topic -> counts topic",
+             running_count.run, {
+                 AMO: ("after-poll-before-process", "after-commit-before-process",
+                       "after-state-update-before-commit", "mid-batch"),
+                 ALO: ("after-poll-before-process", "after-state-update-before-commit",
+                       "mid-batch", "after-process-before-commit", "after-commit"),
+                 EO: ("after-poll-before-process", "after-state-update-before-commit", "mid-batch",
+                      "in-transaction-before-commit", "after-send-offsets-before-commit",
+                      "after-commit"),
+             }, stateful=True),
+]}
+
+
+@dataclass
+class ScenarioRun:
+    """A scenario's audit plus how it ran (attempts, topics, fault proxy counters)."""
+
+    report: AuditReport
+    run: RunResult
+    topics: dict[str, str]
+    fault_stats: dict | None = None
+    workdir: str | None = None
+    inputs: list[dict] = field(default_factory=list, repr=False)
+
+
+def _spark_scenarios() -> dict[str, Callable[..., AuditReport]]:
+    from labkit.spark.scenarios import SPARK_SCENARIOS
+
+    return SPARK_SCENARIOS
+
+
+def names() -> list[str]:
+    return [*SCENARIOS, *_spark_scenarios()]
+
+
+def crash_points(name: str, guarantee: str | None = None) -> tuple[str, ...]:
+    """The crash points a scenario's code passes (for one guarantee, or for any)."""
+    scenario = _scenario(name)
+    if guarantee is not None:
+        return scenario.crash_points[_guarantee(guarantee)]
+    return tuple(p for p in crashpoints.CRASH_POINTS
+                 if any(p in pts for pts in scenario.crash_points.values()))
+
+
+def batch_size(records: int) -> int:
+    """10 records a batch; smaller for tiny runs so a crash on the 2nd batch still fires."""
+    return min(BATCH_SIZE, max(1, records // 4))
+
+
+def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
+        records: int = 200, bootstrap: str | None = None, **options) -> AuditReport:
+    """Run scenario ``name`` under ``guarantee`` and return its audit (see ``run_detailed``)."""
+    if name in _spark_scenarios() and name not in SCENARIOS:
+        if fault:
+            raise ValueError(f"network faults are not available for the Spark scenario {name!r}; "
+                             "use --crash-at")
+        crashpoints.validate(crash_at)
+        _guarantee(guarantee)
+        _records(records)
+        return _spark_scenarios()[name](bootstrap or _ensure_bootstrap(), guarantee, crash_at, records)
+    return run_detailed(name, guarantee, crash_at, fault, records, bootstrap, **options).report
+
+
+def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
+                 records: int = 200, bootstrap: str | None = None, *, seed: int = 0,
+                 hit: int = CRASH_HIT, isolation: str = "read_committed", keep_workdir: bool = False,
+                 options: dict | None = None) -> ScenarioRun:
+    """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
+    ``isolation`` is how the audited downstream consumer reads the output."""
+    scenario = _scenario(name)
+    _guarantee(guarantee)
+    _records(records)
+    _crash_point(scenario, guarantee, crash_at)
+    spec = _fault(fault)
+    if isolation not in ISOLATION_LEVELS:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
+    options = _options(scenario, options or {})
+    bootstrap = bootstrap or _ensure_bootstrap()
+
+    run_id = uuid.uuid4().hex[:8]
+    base = f"{name}-{guarantee}-{run_id}".replace("_", "-")
+    names_ = {"input": f"{base}-in", "output": f"{base}-out", "changelog": f"{base}-changelog",
+              "progress": f"{base}-progress"}
+    workdir = lab_home() / "runs" / base
+    workdir.mkdir(parents=True, exist_ok=True)
+    inputs = data.generate(records, seed=seed)
+    kwargs = _worker_kwargs(scenario, guarantee, names_, base, workdir, inputs, records)
+    kwargs.update(options)
+    topics.create(bootstrap, names_["output"])
+    if scenario.name == "running-count":
+        topics.create(bootstrap, names_["changelog"], config={"cleanup.policy": "compact"})
+    if scenario.name == "producer":
+        topics.create(bootstrap, names_["progress"])
+    else:
+        data.load_into_topic(bootstrap, names_["input"], inputs)
+
+    try:
+        with _proxy(bootstrap, spec) as proxy:
+            kwargs["bootstrap"] = proxy.bootstrap if proxy else bootstrap
+            result = run_worker(scenario.worker, kwargs, crash_at=crash_at, hit=hit,
+                                label=f"{name} [{guarantee}]")
+            stats = proxy.stats() if proxy else None
+        report = _audit(scenario, bootstrap, names_, workdir, inputs, guarantee, crash_at, fault,
+                        isolation)
+    finally:
+        if not keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
+    return ScenarioRun(report, result, used, stats, str(workdir) if keep_workdir else None, inputs)
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _worker_kwargs(scenario: Scenario, guarantee: str, t: dict[str, str], base: str,
+                   workdir: Path, inputs: list[dict], records: int) -> dict:
+    common = {"guarantee": guarantee, "batch_size": batch_size(records)}
+    if scenario.name == "producer":
+        return {**common, "output_topic": t["output"], "progress_topic": t["progress"],
+                "transactional_id": f"{base}-txn", "records": inputs}
+    if scenario.name == "consumer":
+        return {**common, "input_topic": t["input"], "group_id": base,
+                "db_path": str(workdir / "sink.db")}
+    if scenario.name == "consume-transform-produce":
+        return {**common, "input_topic": t["input"], "output_topic": t["output"],
+                "group_id": base, "transactional_id": f"{base}-txn"}
+    return {**common, "input_topic": t["input"], "output_topic": t["output"],
+            "changelog_topic": t["changelog"], "group_id": base,
+            "transactional_id": f"{base}-txn", "state_dir": str(workdir / "state")}
+
+
+def _topics_used(scenario: Scenario) -> tuple[str, ...]:
+    return {"producer": ("output", "progress"), "consumer": ("input",),
+            "consume-transform-produce": ("input", "output"),
+            "running-count": ("input", "output", "changelog")}[scenario.name]
+
+
+def _audit(scenario: Scenario, bootstrap: str, t: dict[str, str], workdir: Path,
+           inputs: list[dict], guarantee: str, crash_at: str | None, fault: str | None,
+           isolation: str) -> AuditReport:
+    if scenario.name == "consumer":
+        return audit.audit_table(str(workdir / "sink.db"), consumer.SINK_TABLE, inputs,
+                                 scenario.name, guarantee, crash_at=crash_at, fault=fault)
+    return audit.audit_topic(bootstrap, t["output"], inputs, scenario.name, guarantee,
+                             crash_at=crash_at, fault=fault, isolation=isolation,
+                             state_field="count" if scenario.stateful else None)
+
+
+def _proxy(bootstrap: str, spec):
+    if spec is None:
+        return nullcontext(None)
+    from labkit.faults.proxy import FaultProxy
+
+    return FaultProxy(bootstrap, fault=spec)
+
+
+def _ensure_bootstrap() -> str:
+    from labkit import cluster
+
+    return cluster.ensure().bootstrap
+
+
+def _scenario(name: str) -> Scenario:
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}. Valid scenarios: {', '.join(names())}")
+    return SCENARIOS[name]
+
+
+def _guarantee(guarantee: str) -> str:
+    if guarantee not in GUARANTEES:
+        raise ValueError(f"unknown guarantee {guarantee!r}. Valid guarantees: {', '.join(GUARANTEES)}")
+    return guarantee
+
+
+def _records(records: int) -> int:
+    if not isinstance(records, int) or records < 1:
+        raise ValueError(f"records must be a positive whole number, not {records!r}")
+    return records
+
+
+def _crash_point(scenario: Scenario, guarantee: str, crash_at: str | None) -> None:
+    crashpoints.validate(crash_at)  # unknown anywhere: UnknownCrashPoint lists them all
+    valid = scenario.crash_points[guarantee]
+    if crash_at is not None and crash_at not in valid:
+        raise ValueError(f"crash point {crash_at!r} is not on the path of {scenario.name} "
+                         f"[{guarantee}]. Valid crash points here: {', '.join(valid)}")
+
+
+def _fault(fault: str | None):
+    if not fault:
+        return None
+    from labkit.faults.proxy import parse_fault_spec
+
+    return parse_fault_spec(fault)  # ValueError listing the valid forms
+
+
+def _options(scenario: Scenario, options: dict) -> dict:
+    fixed = {"bootstrap", "guarantee", "batch_size", "input_topic", "output_topic", "group_id",
+             "transactional_id", "db_path", "state_dir", "changelog_topic", "progress_topic",
+             "records"}
+    allowed = [p for p in inspect.signature(scenario.worker).parameters if p not in fixed]
+    bad = [k for k in options if k not in allowed]
+    if bad:
+        raise ValueError(f"unknown option(s) {bad} for {scenario.name}; valid options: "
+                         f"{', '.join(allowed) or 'none'}")
+    return options
