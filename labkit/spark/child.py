@@ -1,0 +1,158 @@
+"""The Spark worker process: its own SparkSession, running jobs sent by the runner.
+
+Started by ``labkit.spark.runner`` as ``python -m labkit.spark.child JOBS_FD REPLIES_FD TAG``.
+It reads one JSON job per line from JOBS_FD and answers with JSON event lines on REPLIES_FD
+(stdout/stderr belong to Spark's logging). Jobs:
+
+- ``stream``: a Structured Streaming query, Kafka source -> foreachBatch sink, run with
+  ``trigger(availableNow=True)`` until everything present at start is processed;
+- ``recount``: the batch recomputation (``spark.read.format("kafka")``) of counts per key;
+- ``exit``.
+
+Crash points armed through the environment (``labkit.faults.crashpoints.arm``) SIGKILL this
+process. Its JVM is its child, reading the gateway pipe on stdin; when this process dies the
+pipe closes and the JVM exits (PythonGatewayServer exits on EOF), so no JVM is orphaned.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from labkit.faults.crashpoints import ENV_POINT, crash_point
+from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
+
+
+class _CommitWatcher:
+    """Fires ``spark-after-commit`` the moment ``commits/N`` appears.
+
+    Spark writes commits/N after foreachBatch returns, on its own thread, so the crash must
+    come from a watcher. The next batch's foreachBatch waits for the watcher, so a crash
+    after commit N never lets batch N+1 reach the sink (deterministic outcomes).
+    """
+
+    def __init__(self, checkpoint: str):
+        self.checkpoint = Path(checkpoint)
+        self.thread: threading.Thread | None = None
+        self.cancelled = threading.Event()
+
+    def watch(self, batch_id: int) -> None:
+        if os.environ.get(ENV_POINT) != "spark-after-commit":
+            return
+        commit = self.checkpoint / "commits" / str(batch_id)
+
+        def run() -> None:
+            while not commit.exists():
+                if self.cancelled.wait(0.002):
+                    return
+            crash_point("spark-after-commit")
+
+        self.thread = threading.Thread(target=run, daemon=True, name="commit-watcher")
+        self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+
+def run_stream(spark, job: dict, send) -> dict:
+    from pyspark.sql import functions as F
+
+    spec = SinkSpec(**job["sink"])
+    raw = (spark.readStream.format("kafka")
+           .option("kafka.bootstrap.servers", job["bootstrap"])
+           .option("subscribe", job["topic"])
+           .option("startingOffsets", job["starting_offsets"])
+           .option("maxOffsetsPerTrigger", str(job["max_offsets_per_trigger"]))
+           .load())
+    records = raw.select(F.get_json_object(F.col("value").cast("string"), "$.id").alias("id"),
+                         F.col("key").cast("string").alias("key"),
+                         F.col("value").cast("string").alias("value"),
+                         "topic", "partition", "offset")
+    stateful = spec.kind in STATEFUL_KINDS
+    frame = records.groupBy("key").count() if stateful else records
+    watcher = _CommitWatcher(job["checkpoint"])
+    seen: list[int] = []
+    t0 = time.monotonic()
+
+    def each_batch(df, batch_id: int) -> None:
+        watcher.wait()  # hold this batch until the previous batch's commit watch is over
+        started = time.monotonic()
+        order = ["key"] if stateful else ["partition", "offset"]
+        rows = [r.asDict() for r in df.orderBy(*order).collect()]
+        send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
+              "t": round(started - t0, 3)})
+        notes = write_batch(spec, df, rows, batch_id, job["bootstrap"])
+        seen.append(batch_id)
+        send({"event": "batch-end", "batch": batch_id, "rows": len(rows),
+              "seconds": round(time.monotonic() - started, 3), **notes})
+        crash_point("spark-after-sink-before-commit")
+        watcher.watch(batch_id)
+
+    query = (frame.writeStream.queryName(job["query"])
+             .option("checkpointLocation", job["checkpoint"])
+             .outputMode("update" if stateful else "append")
+             .trigger(availableNow=True)
+             .foreachBatch(each_batch)
+             .start())
+    try:
+        query.awaitTermination()
+    except BaseException:
+        watcher.cancelled.set()
+        raise
+    watcher.wait()
+    return {"batches": seen, "seconds": round(time.monotonic() - t0, 3)}
+
+
+def recount(spark, job: dict, send) -> dict:
+    """Counts per key of the whole topic, by a batch query: the ground truth for a stream."""
+    df = (spark.read.format("kafka")
+          .option("kafka.bootstrap.servers", job["bootstrap"])
+          .option("subscribe", job["topic"])
+          .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+          .load())
+    rows = df.selectExpr("CAST(key AS STRING) AS key").groupBy("key").count().collect()
+    return {"counts": {r["key"]: int(r["count"]) for r in rows}}
+
+
+JOBS = {"stream": run_stream, "recount": recount}
+
+
+def main(argv: list[str]) -> None:
+    jobs_fd, replies_fd, tag = int(argv[0]), int(argv[1]), argv[2]
+    replies = os.fdopen(replies_fd, "w", buffering=1)
+    lock = threading.Lock()
+
+    def send(message: dict) -> None:
+        with lock:
+            replies.write(json.dumps(message) + "\n")
+
+    started = time.monotonic()
+    from labkit.spark.session import session
+
+    # The tag in the JVM's command line lets the runner (and pgrep) find this worker's JVM.
+    spark = session("labkit-spark-worker", **{
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.level=WARN -Dlabkit.worker={tag}"})
+    send({"event": "ready", "pid": os.getpid(),
+          "jvm_pid": int(spark._jvm.java.lang.ProcessHandle.current().pid()),
+          "startup_s": round(time.monotonic() - started, 3)})
+    with os.fdopen(jobs_fd) as jobs:
+        for line in jobs:
+            job = json.loads(line)
+            if job["op"] == "exit":
+                break
+            try:
+                result = JOBS[job["op"]](spark, job, send)
+            except Exception as exc:  # report and stay alive for the next job
+                send({"event": "error", "type": type(exc).__name__, "message": str(exc)[:4000]})
+            else:
+                send({"event": "done", "result": result})
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

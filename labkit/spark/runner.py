@@ -1,0 +1,341 @@
+"""Run a streaming query in a child process, crash it at a named point, restart it.
+
+    job = StreamJob(query="q", topic="in", bootstrap=b, checkpoint="/tmp/ck",
+                    sink=SinkSpec("naive", db_url="sqlite:////tmp/ck.db"))
+    run = run_until_done(job, crash_at="spark-after-sink-before-commit", hit=2)
+    run.timeline          # one row per batch per attempt: which batch ran, which crashed
+    run.attempts[0].checkpoint   # the checkpoint right after the crash
+
+The first attempt runs in a fresh worker armed with the crash point (SIGKILL of the whole
+worker: Python driver and, through the closed gateway pipe, its JVM). The restart runs on a
+warm, unarmed worker (shared, to save a Spark start) from the same checkpoint; for
+``resume="database"`` it starts a new checkpoint at the offsets the sink stored.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import pandas as pd
+
+from labkit import topics
+from labkit.cluster import _die_with_parent, pid_alive
+from labkit.faults.crashpoints import CRASH_POINTS, arm
+from labkit.progress import status
+from labkit.spark import checkpoint as ckpt
+from labkit.spark.sinks import SinkSpec, create_tables, stored_offsets
+
+SPARK_CRASH_POINTS = tuple(p for p in CRASH_POINTS if p.startswith("spark-"))
+READY_TIMEOUT_S = 180.0
+JOB_TIMEOUT_S = 600.0
+JVM_EXIT_TIMEOUT_S = 30.0
+
+
+class SparkJobError(RuntimeError):
+    """The job failed inside the worker (the worker itself is still usable)."""
+
+
+class OrphanJvm(RuntimeError):
+    """A worker's JVM outlived it (it was killed; this is a bug worth reporting)."""
+
+
+@dataclass(frozen=True)
+class StreamJob:
+    """One streaming query: Kafka topic -> sink, with a checkpoint."""
+
+    query: str
+    topic: str
+    bootstrap: str
+    checkpoint: str
+    sink: SinkSpec
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = 20
+
+    def message(self) -> dict:
+        return {"op": "stream", **asdict(self), "sink": self.sink.to_dict()}
+
+
+@dataclass
+class JobResult:
+    events: list[dict]
+    result: dict | None
+    crashed: bool
+    returncode: int | None
+    seconds: float
+
+
+class SparkWorker:
+    """A child Python process with its own SparkSession, taking jobs over a pipe."""
+
+    def __init__(self, crash_at: str | None = None, hit: int = 1, log_dir: str | Path | None = None):
+        self.env = {**os.environ, **arm(crash_at, hit)}
+        self.crash_at = crash_at
+        self.tag = uuid.uuid4().hex[:12]
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.proc: subprocess.Popen | None = None
+        self.jvm_pid: int | None = None
+        self.startup_s: float | None = None
+        self.jvm_exit_s: float | None = None  # how long the JVM lived on after the worker
+        self._buf = b""
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> "SparkWorker":
+        jobs_r, jobs_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        log = open(self.log_dir / f"worker-{self.tag}.log", "ab") if self.log_dir else subprocess.DEVNULL
+        label = f"Starting a Spark worker{' armed at ' + self.crash_at if self.crash_at else ''}"
+        with status(label):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "labkit.spark.child", str(jobs_r), str(replies_w), self.tag],
+                pass_fds=(jobs_r, replies_w), env=self.env, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent)  # the worker dies with its owner (e.g. a kernel)
+            os.close(jobs_r)
+            os.close(replies_w)
+            if log is not subprocess.DEVNULL:
+                log.close()
+            self._jobs = os.fdopen(jobs_w, "w", buffering=1)
+            self._replies = replies_r
+            ready = self._next(READY_TIMEOUT_S)
+        if ready is None or ready.get("event") != "ready":
+            self.proc.wait(timeout=30)
+            raise SparkJobError(f"the Spark worker did not start (exit code {self.proc.returncode}); "
+                                f"see {self.log_dir or 'its log (pass log_dir)'}")
+        self.jvm_pid, self.startup_s = ready["jvm_pid"], ready["startup_s"]
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def close(self) -> None:
+        """Ask the worker to stop Spark and exit; kill it if it does not."""
+        if self.proc is None:
+            return
+        if self.alive:
+            try:
+                self._jobs.write(json.dumps({"op": "exit"}) + "\n")
+                self._jobs.flush()
+                self.proc.wait(timeout=60)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        for closer in (self._jobs.close, lambda: os.close(self._replies)):
+            try:
+                closer()
+            except OSError:
+                pass
+        self.jvm_exit_s = self.wait_jvm_gone()
+        self.proc = None
+
+    def wait_jvm_gone(self, timeout_s: float = JVM_EXIT_TIMEOUT_S) -> float:
+        """Seconds the JVM took to exit after its driver; OrphanJvm if it would not."""
+        started = time.monotonic()
+        while pid_alive(self.jvm_pid) and self._is_our_jvm():
+            if time.monotonic() - started > timeout_s:
+                os.kill(self.jvm_pid, signal.SIGKILL)
+                raise OrphanJvm(f"the Spark JVM (pid {self.jvm_pid}) outlived its worker by "
+                                f"{timeout_s:.0f} s and was killed")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def _is_our_jvm(self) -> bool:
+        try:  # guard against pid reuse: the JVM's command line carries our tag
+            return f"labkit.worker={self.tag}".encode() in Path(f"/proc/{self.jvm_pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
+    # -- jobs ---------------------------------------------------------------
+    def _next(self, timeout_s: float) -> dict | None:
+        """The next reply line, or None at EOF (the worker died)."""
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the Spark worker gave no answer within {timeout_s:.0f} s")
+            ready, _, _ = select.select([self._replies], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(self._replies, 65536)
+                if not chunk:
+                    return None
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, message: dict, timeout_s: float = JOB_TIMEOUT_S) -> JobResult:
+        if not self.alive:
+            raise SparkJobError("the Spark worker is not running; start() it first")
+        started = time.monotonic()
+        events: list[dict] = []
+        self._jobs.write(json.dumps(message) + "\n")
+        while True:
+            event = self._next(timeout_s)
+            if event is None:  # EOF: the worker was killed (a crash point) or died
+                self.proc.wait(timeout=30)
+                code = self.proc.returncode
+                self._cleanup()
+                return JobResult(events, None, True, code, time.monotonic() - started)
+            if event["event"] == "done":
+                return JobResult(events, event["result"], False, None, time.monotonic() - started)
+            if event["event"] == "error":
+                raise SparkJobError(f"{event['type']}: {event['message']}")
+            events.append(event)
+
+    def __enter__(self) -> "SparkWorker":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_shared: SparkWorker | None = None
+
+
+def shared_worker(log_dir: str | Path | None = None) -> SparkWorker:
+    """A warm, unarmed worker reused by restarts and recounts (one Spark start per process)."""
+    global _shared
+    if _shared is None or not _shared.alive:
+        _shared = SparkWorker(log_dir=log_dir).start()
+    return _shared
+
+
+@atexit.register
+def close_shared_worker() -> None:
+    global _shared
+    if _shared is not None:
+        _shared.close()
+        _shared = None
+
+
+def recount(bootstrap: str, topic: str, worker: SparkWorker | None = None) -> dict[str, int]:
+    """Counts per key of a whole topic by a Spark batch query (the stream's ground truth)."""
+    res = (worker or shared_worker()).run({"op": "recount", "bootstrap": bootstrap, "topic": topic})
+    return dict(sorted(res.result["counts"].items()))
+
+
+# ------------------------------------------------------------------ crash, restart, replay
+
+
+@dataclass
+class Attempt:
+    number: int
+    crash_at: str | None
+    crashed: bool
+    returncode: int | None
+    seconds: float
+    checkpoint_dir: str
+    starting_offsets: str
+    events: list[dict]
+    checkpoint: pd.DataFrame = field(repr=False)  # ckpt.batches() right after the attempt
+    jvm_exit_s: float | None = None  # how long the JVM took to die after a crash
+    jvm_pid: int | None = None
+
+
+@dataclass
+class Run:
+    job: StreamJob
+    attempts: list[Attempt]
+
+    @property
+    def crashed(self) -> bool:
+        return any(a.crashed for a in self.attempts)
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """One row per batch per attempt: rows, outcome, and whether it was a replay."""
+        rows = []
+        for a in self.attempts:
+            committed = set(a.checkpoint.loc[a.checkpoint["committed"], "batch_id"])
+            ends = {e["batch"]: e for e in a.events if e["event"] == "batch-end"}
+            starts = [e for e in a.events if e["event"] == "batch-start"]
+            for i, e in enumerate(starts):
+                batch, end = e["batch"], ends.get(e["batch"])
+                outcome = "committed" if batch in committed else "planned, not committed"
+                if a.crashed and i == len(starts) - 1:  # the batch the crash hit
+                    outcome = ("committed, then crashed" if batch in committed else
+                               "sink done, crashed before commit" if end else "crashed in the sink")
+                rows.append({"attempt": a.number, "batch_id": batch, "rows": e["rows"],
+                             "outcome": outcome,
+                             "skipped": ", ".join(end.get("skipped", [])) if end else ""})
+        frame = pd.DataFrame(rows, columns=["attempt", "batch_id", "rows", "outcome", "skipped"])
+        # A replay re-reads an offset range an earlier attempt already ran (batch ids
+        # restart when the transactional sink resumes on a new checkpoint, ranges do not).
+        earlier: set = set()
+        replay = []
+        for a in self.attempts:
+            ranges = {b: tuple(map(tuple, g[["topic", "partition", "start_offset", "end_offset"]].values))
+                      for b, g in a.checkpoint.groupby("batch_id")}
+            ran = frame.loc[frame["attempt"] == a.number, "batch_id"]
+            replay += [ranges.get(b) in earlier for b in ran]
+            earlier |= {ranges.get(b) for b in ran}
+        frame["replay"] = replay
+        return frame
+
+
+def database_offsets(job: StreamJob) -> str:
+    """startingOffsets JSON from the transactional sink's table ("earliest" where none)."""
+    stored = stored_offsets(job.sink)
+    parts = topics.partitions_of(job.bootstrap, job.topic)
+    return json.dumps({job.topic: {str(p): stored.get((job.topic, p), -2) for p in parts}})
+
+
+def _start_of(job: StreamJob) -> dict[str, dict[int, int]] | None:
+    """Where batch 0 began, for the checkpoint view (-2, "earliest", is offset 0 here)."""
+    if not job.starting_offsets.startswith("{"):
+        return None
+    return {t: {int(p): max(o, 0) for p, o in parts.items()}
+            for t, parts in json.loads(job.starting_offsets).items()}
+
+
+def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
+                   resume: str = "checkpoint", max_attempts: int = 3,
+                   worker: SparkWorker | None = None, log_dir: str | Path | None = None) -> Run:
+    """Run ``job``, SIGKILLed at ``crash_at`` on its ``hit``-th visit, restarted until done.
+
+    ``resume="checkpoint"``: every attempt uses ``job.checkpoint`` (Spark replays an
+    uncommitted batch). ``resume="database"`` (transactional sink): each attempt starts a
+    fresh checkpoint at the offsets stored in the sink's database.
+    """
+    if crash_at is not None and crash_at not in SPARK_CRASH_POINTS:
+        raise ValueError(f"crash point {crash_at!r} is not a Spark one; valid: "
+                         f"{', '.join(SPARK_CRASH_POINTS)}")
+    if resume not in ("checkpoint", "database"):
+        raise ValueError(f"resume must be 'checkpoint' or 'database', not {resume!r}")
+    if resume == "database" and job.sink.kind != "transactional":
+        raise ValueError("resume='database' needs the transactional sink (it stores offsets)")
+    create_tables(job.sink)
+    attempts: list[Attempt] = []
+    for number in range(1, max_attempts + 1):
+        current = job
+        if resume == "database":
+            current = replace(job, checkpoint=str(Path(job.checkpoint) / f"attempt-{number}"),
+                              starting_offsets=database_offsets(job))
+        ckpt.claim(current.checkpoint, current.query, current.topic)
+        armed = crash_at if number == 1 else None
+        if armed:
+            with SparkWorker(armed, hit, log_dir=log_dir) as fresh:
+                result = fresh.run(current.message())
+            jvm_exit, jvm_pid = (fresh.jvm_exit_s if result.crashed else None), fresh.jvm_pid
+        else:
+            used = worker or shared_worker(log_dir)
+            result = used.run(current.message())
+            jvm_exit, jvm_pid = None, used.jvm_pid
+        attempts.append(Attempt(number, armed, result.crashed, result.returncode, result.seconds,
+                                current.checkpoint, current.starting_offsets, result.events,
+                                ckpt.batches(current.checkpoint, _start_of(current)), jvm_exit,
+                                jvm_pid))
+        if not result.crashed:
+            return Run(job, attempts)
+    raise SparkJobError(f"the query crashed {max_attempts} times; see the attempts' events")

@@ -1,0 +1,191 @@
+"""foreachBatch sinks, from naive to exactly-once, each with the ``spark-mid-sink`` crash point.
+
+Every sink writes a micro-batch in two halves with ``crash_point("spark-mid-sink")`` between
+them, so a crash there leaves exactly half a batch behind (or, for the transactional sink,
+an open transaction that the database rolls back).
+
+- ``naive``: INSERT every row. A replayed batch is inserted again: duplicates.
+- ``idempotent``: upsert keyed by the record id. A replay rewrites the same rows.
+- ``transactional``: rows and the next offset per partition in ONE transaction, applied only
+  if the stored offset still equals the batch's first offset (optimistic check); a replay of
+  an applied batch is rolled back, a gap fails the query. The query resumes from the
+  database's offsets (``stored_offsets``), not from the checkpoint.
+- ``kafka``: Spark's official Kafka sink (``df.write.format("kafka")``), at-least-once; the
+  output key is the record id so a downstream reader can drop duplicates.
+- ``running-count``: the absolute running count per key from Spark's state store, upserted.
+- ``increment-count``: per-batch counts added to the table (``total = total + n``): a replay
+  adds them twice.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+from labkit.faults.crashpoints import crash_point
+from labkit.spark.db import Database
+
+SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count")
+STATEFUL_KINDS = ("running-count",)  # the query aggregates in Spark before the sink
+OFFSETS_TABLE = "labkit_spark_offsets"
+RECORD_COLUMNS = ("id", "key", "value", "topic", "kafka_partition", "kafka_offset", "batch_id")
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Where a sink writes; plain data so it crosses to the child process as JSON."""
+
+    kind: str
+    db_url: str | None = None
+    table: str = "results"
+    output_topic: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in SINK_KINDS:
+            raise ValueError(f"unknown sink {self.kind!r}; valid sinks: {', '.join(SINK_KINDS)}")
+        if self.kind == "kafka" and not self.output_topic:
+            raise ValueError("the kafka sink needs output_topic")
+        if self.kind != "kafka" and not self.db_url:
+            raise ValueError(f"the {self.kind} sink needs db_url (sqlite:///file.db or a PostgreSQL DSN)")
+        if not self.table.replace("_", "").isalnum():
+            raise ValueError(f"table name {self.table!r}: use letters, digits and _ only")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class OffsetGap(RuntimeError):
+    """The database's offset is behind the batch: applying it would skip records."""
+
+
+def create_tables(spec: SinkSpec) -> None:
+    """Create the sink's tables (idempotent); the kafka sink needs none."""
+    if spec.kind == "kafka":
+        return
+    with Database(spec.db_url) as db:
+        if spec.kind in ("running-count", "increment-count"):
+            db.execute(f"CREATE TABLE IF NOT EXISTS {spec.table} (key TEXT PRIMARY KEY, total BIGINT NOT NULL)")
+            return
+        pk = "" if spec.kind == "naive" else " PRIMARY KEY"  # naive: nothing stops a duplicate
+        db.execute(f"CREATE TABLE IF NOT EXISTS {spec.table} (id TEXT{pk}, key TEXT, value TEXT, "
+                   "topic TEXT, kafka_partition INTEGER, kafka_offset BIGINT, batch_id INTEGER)")
+        if spec.kind == "transactional":
+            db.execute(f"CREATE TABLE IF NOT EXISTS {OFFSETS_TABLE} (sink TEXT, topic TEXT, "
+                       "kafka_partition INTEGER, next_offset BIGINT NOT NULL, "
+                       "PRIMARY KEY (sink, topic, kafka_partition))")
+
+
+def stored_offsets(spec: SinkSpec) -> dict[tuple[str, int], int]:
+    """The transactional sink's committed position: (topic, partition) -> next offset to read."""
+    with Database(spec.db_url) as db:
+        rows = db.query(f"SELECT topic, kafka_partition, next_offset FROM {OFFSETS_TABLE} "
+                        "WHERE sink = ?", (spec.table,))
+    return {(t, int(p)): int(o) for t, p, o in rows}
+
+
+def _halves(items: list) -> tuple[list, list]:
+    half = len(items) // 2
+    return items[:half], items[half:]
+
+
+def _record_tuples(rows, batch_id: int) -> list[tuple]:
+    return [(r["id"], r["key"], r["value"], r["topic"], r["partition"], r["offset"], batch_id)
+            for r in rows]
+
+
+_INSERT = f"INSERT INTO {{table}} ({', '.join(RECORD_COLUMNS)}) VALUES ({', '.join('?' * len(RECORD_COLUMNS))})"
+_UPSERT = _INSERT + " ON CONFLICT (id) DO UPDATE SET " + ", ".join(
+    f"{c} = excluded.{c}" for c in RECORD_COLUMNS[1:])
+
+
+def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str) -> dict:
+    """Write one micro-batch; ``rows`` are the batch collected on the driver (small batches).
+
+    Returns notes for the runner's event log (what was written or skipped).
+    """
+    if spec.kind == "kafka":
+        return _write_kafka(spec, df, rows, bootstrap)
+    with Database(spec.db_url) as db:
+        if spec.kind == "transactional":
+            return _write_transactional(spec, db, rows, batch_id)
+        if spec.kind in ("running-count", "increment-count"):
+            return _write_counts(spec, db, rows)
+        sql = (_INSERT if spec.kind == "naive" else _UPSERT).format(table=spec.table)
+        first, second = _halves(_record_tuples(rows, batch_id))
+        with db.transaction():
+            db.executemany(sql, first)
+        crash_point("spark-mid-sink")
+        with db.transaction():
+            db.executemany(sql, second)
+        return {"written": len(rows)}
+
+
+def _write_counts(spec: SinkSpec, db: Database, rows: list) -> dict:
+    if spec.kind == "running-count":  # rows are (key, count) from the state store: absolute
+        items = sorted((r["key"], int(r["count"])) for r in rows)
+        sql = f"INSERT INTO {spec.table} (key, total) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET total = excluded.total"
+    else:  # rows are input records: add this batch's counts to what is there
+        items = sorted(Counter(r["key"] for r in rows).items())
+        sql = f"INSERT INTO {spec.table} (key, total) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET total = {spec.table}.total + excluded.total"
+    first, second = _halves(items)
+    with db.transaction():
+        db.executemany(sql, first)
+    crash_point("spark-mid-sink")
+    with db.transaction():
+        db.executemany(sql, second)
+    return {"written": len(items)}
+
+
+def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int) -> dict:
+    by_partition: dict[tuple[str, int], list] = {}
+    for r in rows:
+        by_partition.setdefault((r["topic"], r["partition"]), []).append(r)
+    applied, skipped = [], []
+    with db.transaction():  # results and offsets commit together or not at all
+        stored = {}
+        for (topic, part) in by_partition:
+            found = db.query(f"SELECT next_offset FROM {OFFSETS_TABLE} WHERE sink = ? AND topic = ? "
+                             "AND kafka_partition = ?", (spec.table, topic, part))
+            stored[(topic, part)] = found[0][0] if found else None
+        todo = []
+        for tp, recs in sorted(by_partition.items()):
+            first, end = min(r["offset"] for r in recs), max(r["offset"] for r in recs) + 1
+            have = stored[tp]
+            if have is None or have == first:  # the optimistic check: still where we left off
+                todo.append((tp, recs, end, have is None))
+                applied.append(f"{tp[0]}/{tp[1]}:{first}-{end}")
+            elif have >= end:  # this range is already in the database: a replay, skip it
+                skipped.append(f"{tp[0]}/{tp[1]}:{first}-{end}")
+            else:
+                raise OffsetGap(f"{tp[0]}/{tp[1]}: the database is at offset {have} but the batch "
+                                f"covers {first}-{end - 1}; applying it would lose or repeat records")
+        records = [r for _, recs, _, _ in todo for r in recs]
+        first_half, second_half = _halves(_record_tuples(records, batch_id))
+        sql = _INSERT.format(table=spec.table)
+        db.executemany(sql, first_half)
+        crash_point("spark-mid-sink")  # a crash here: the open transaction is rolled back
+        db.executemany(sql, second_half)
+        for (topic, part), _, end, new in todo:
+            if new:
+                db.execute(f"INSERT INTO {OFFSETS_TABLE} (sink, topic, kafka_partition, next_offset) "
+                           "VALUES (?, ?, ?, ?)", (spec.table, topic, part, end))
+            else:
+                db.execute(f"UPDATE {OFFSETS_TABLE} SET next_offset = ? WHERE sink = ? AND topic = ? "
+                           "AND kafka_partition = ?", (end, spec.table, topic, part))
+    return {"written": len(records), "applied": applied, "skipped": skipped}
+
+
+def _write_kafka(spec: SinkSpec, df, rows: list, bootstrap: str) -> dict:
+    from pyspark.sql import functions as F
+
+    first, _ = _halves([r["id"] for r in rows])
+    out = df.select(F.col("id").alias("key"), F.col("value"))
+    in_first = F.col("key").isin(first) if first else F.lit(False)
+
+    def save(part) -> None:
+        (part.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", spec.output_topic).save())
+
+    save(out.filter(in_first))
+    crash_point("spark-mid-sink")
+    save(out.filter(~in_first))
+    return {"written": len(rows)}

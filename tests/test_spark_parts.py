@@ -1,0 +1,155 @@
+"""The Spark lesson's parts: checkpoint identity, the transactional sink's offset check on a
+real database, scenario validation, the run picture; and the optimistic check catching a
+checkpoint replay with real Spark."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from labkit import data, topics
+from labkit.spark import checkpoint as ckpt
+from labkit.spark import check
+from labkit.spark.db import Database
+from labkit.spark.runner import StreamJob, run_until_done
+from labkit.spark.scenarios import SPARK_SCENARIOS, validate
+from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch
+from labkit.spark.view import batch_spans, plot_run
+
+
+def _rows(topic: str, part: int, offsets: range) -> list[dict]:
+    return [{"id": f"r-{part}-{o}", "key": "k", "value": "{}", "topic": topic, "partition": part,
+             "offset": o} for o in offsets]
+
+
+# ---------------------------------------------------------------- checkpoint identity
+
+
+def test_checkpoint_of_another_query_is_refused(tmp_path):
+    ckpt.claim(tmp_path / "ck", "orders", "orders-in")
+    ckpt.claim(tmp_path / "ck", "orders", "orders-in")  # the same query may resume
+    with pytest.raises(ckpt.StaleCheckpoint, match="belongs to query 'orders' reading topic 'orders-in'"):
+        ckpt.claim(tmp_path / "ck", "orders", "payments-in")
+    with pytest.raises(ckpt.StaleCheckpoint, match="rm -r"):
+        ckpt.claim(tmp_path / "ck", "refunds", "orders-in")
+
+
+def test_foreign_checkpoint_without_identity_is_refused(tmp_path):
+    (tmp_path / "ck" / "offsets").mkdir(parents=True)
+    with pytest.raises(ckpt.StaleCheckpoint, match="no labkit-query.json"):
+        ckpt.claim(tmp_path / "ck", "orders", "orders-in")
+
+
+def test_runner_refuses_stale_checkpoint_before_starting_spark(tmp_path):
+    ckpt.claim(tmp_path / "ck", "orders", "orders-in")
+    job = StreamJob(query="orders", topic="other-topic", bootstrap="127.0.0.1:1",
+                    checkpoint=str(tmp_path / "ck"),
+                    sink=SinkSpec("naive", db_url=f"sqlite:///{tmp_path}/s.db"))
+    with pytest.raises(ckpt.StaleCheckpoint, match="other-topic"):
+        run_until_done(job)
+
+
+def test_checkpoint_reader_parses_spark_log_files(tmp_path):
+    # The exact layout Spark 4 writes (version line, batch metadata, one line per source).
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
+    (tmp_path / "offsets" / "0").write_text(f'v1\n{meta}\n{{"in":{{"1":9,"0":11}}}}')
+    (tmp_path / "offsets" / "1").write_text(f'v1\n{meta}\n{{"in":{{"1":18,"0":22}}}}')
+    (tmp_path / "offsets" / ".1.crc").write_text("junk")
+    (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    frame = ckpt.batches(tmp_path)
+    assert frame.values.tolist() == [[0, "in", 0, 0, 11, 11, True], [0, "in", 1, 0, 9, 9, True],
+                                     [1, "in", 0, 11, 22, 11, False], [1, "in", 1, 9, 18, 9, False]]
+
+
+# ------------------------------------------------------- transactional sink, real SQLite
+
+
+def test_transactional_sink_applies_skips_replays_and_refuses_gaps(tmp_path):
+    spec = SinkSpec("transactional", db_url=f"sqlite:///{tmp_path}/t.db", table="t")
+    create_tables(spec)
+    first = write_batch(spec, None, _rows("in", 0, range(0, 5)), 0, "")
+    assert first["applied"] == ["in/0:0-5"] and stored_offsets(spec) == {("in", 0): 5}
+    replay = write_batch(spec, None, _rows("in", 0, range(0, 5)), 0, "")
+    assert replay["skipped"] == ["in/0:0-5"] and replay["written"] == 0
+    with pytest.raises(OffsetGap, match="database is at offset 5"):
+        write_batch(spec, None, _rows("in", 0, range(8, 12)), 1, "")
+    # the refused batch was rolled back: rows and offsets are as after the first batch
+    assert len(check.table_records(spec.db_url, "t")) == 5 and stored_offsets(spec) == {("in", 0): 5}
+
+
+def test_idempotent_sink_needs_a_primary_key_the_naive_one_has_none(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    for kind in ("naive", "idempotent"):
+        spec = SinkSpec(kind, db_url=url, table=kind)
+        create_tables(spec)
+        for _ in range(2):
+            write_batch(spec, None, _rows("in", 0, range(3)), 0, "")
+    assert len(check.table_records(url, "naive")) == 6
+    assert len(check.table_records(url, "idempotent")) == 3
+    with Database(url) as db:
+        assert db.query("SELECT COUNT(DISTINCT id) FROM naive") == [(3,)]
+
+
+def test_sink_spec_rejects_bad_input():
+    with pytest.raises(ValueError, match="valid sinks: naive, idempotent"):
+        SinkSpec("upsert", db_url="sqlite:///x.db")
+    with pytest.raises(ValueError, match="needs output_topic"):
+        SinkSpec("kafka")
+    with pytest.raises(ValueError, match="needs db_url"):
+        SinkSpec("naive")
+
+
+# ------------------------------------------------------------------ scenario contract
+
+
+def test_scenario_registry_and_validation():
+    assert set(SPARK_SCENARIOS) == {"spark-naive", "spark-idempotent", "spark-transactional",
+                                    "spark-kafka-sink", "spark-running-count"}
+    assert validate("spark-kafka-sink", "exactly_once", None, 60) == "kafka"
+    assert validate("spark-running-count", "at_least_once", None, 60) == "increment-count"
+    with pytest.raises(ValueError, match="runs with guarantee at_least_once, not 'exactly_once'"):
+        validate("spark-naive", "exactly_once", None, 60)
+    with pytest.raises(ValueError, match="spark-mid-sink, spark-after-sink-before-commit"):
+        validate("spark-naive", "at_least_once", "after-commit", 60)
+    with pytest.raises(ValueError, match="valid: spark-naive"):
+        validate("spark-upsert", "exactly_once", None, 60)
+    with pytest.raises(ValueError, match="at least 3"):
+        validate("spark-naive", "at_least_once", None, 2)
+
+
+# ------------------------------------------------- the optimistic check, with real Spark
+
+
+@pytest.mark.spark
+def test_optimistic_offset_check_rolls_back_a_checkpoint_replay(bootstrap, tmp_path):
+    """Restart from the CHECKPOINT (not the database): Spark replays batch 1, the sink sees
+    the database already past it, rolls the transaction back and the batch is skipped."""
+    topic = f"tx-replay-{uuid.uuid4().hex[:8]}"
+    inputs = data.generate(60, seed=0)
+    data.load_into_topic(bootstrap, topic, inputs, partitions=2)
+    spec = SinkSpec("transactional", db_url=f"sqlite:///{tmp_path}/s.db", table="results")
+    job = StreamJob(query="tx", topic=topic, bootstrap=bootstrap, checkpoint=str(tmp_path / "ck"),
+                    sink=spec, max_offsets_per_trigger=20)
+    run = run_until_done(job, "spark-after-sink-before-commit", hit=2, log_dir=tmp_path)
+    timeline = run.timeline
+    replay = timeline[timeline["replay"]]
+    assert list(replay["batch_id"]) == [1]
+    planned = run.attempts[0].checkpoint.query("batch_id == 1")  # batch 1's offset ranges
+    assert replay["skipped"].iloc[0] == ", ".join(
+        f"{topic}/{r.partition}:{r.start_offset}-{r.end_offset}" for r in planned.itertuples())
+    report = check.audit_ids("tx", "exactly_once", None, [r["id"] for r in inputs],
+                             list(check.table_records(spec.db_url, "results")["id"]), {}, {})
+    assert (report.lost, report.duplicated) == (0, 0)
+    assert stored_offsets(spec) == {(topic, p): e for p, e in
+                                    run.attempts[-1].checkpoint.groupby("partition")["end_offset"].max().items()}
+    # the picture: attempt 1 left batch 1 uncommitted, attempt 2 replayed it
+    spans = batch_spans(run)
+    assert spans[["attempt", "batch_id", "outcome", "replay"]].values.tolist() == [
+        [1, 0, "committed", False], [1, 1, "sink done, crashed before commit", False],
+        [2, 1, "committed", True], [2, 2, "committed", False]]
+    plot_run(run, tmp_path / "run.png")
+    assert (tmp_path / "run.png").stat().st_size > 5000
+    assert topics.partitions_of(bootstrap, topic) == [0, 1]
