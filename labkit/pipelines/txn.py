@@ -22,8 +22,8 @@ ORDER = ("init_transactions() once, then for each batch: begin_transaction(), pr
 _HINTS = {
     "produce": "a transactional producer only produces inside a transaction: call "
                "begin_transaction() first",
-    "begin_transaction": "call init_transactions() once before the first begin_transaction(), "
-                         "and finish (commit or abort) the open transaction before the next",
+    "begin_transaction": "a transaction is already open: commit_transaction() or "
+                         "abort_transaction() it before the next begin_transaction()",
     "send_offsets_to_transaction": "offsets can only be sent inside an open transaction: "
                                    "call begin_transaction() first",
     "commit_transaction": "there is no open transaction to commit: call begin_transaction() first",
@@ -44,8 +44,11 @@ def explain(op: str, exc: KafkaException, transactional_id: str | None = None) -
     """The labkit error for a librdkafka transaction error (or the original one)."""
     err: KafkaError = exc.args[0]
     if err.code() == KafkaError._STATE:
-        return TransactionMisuse(f"{op}() refused by the Kafka client ({err.str()}): "
-                                 f"{_HINTS.get(op, '')}. The order is: {ORDER}.")
+        hint = _HINTS.get(op, "")
+        if "state Init" in err.str():  # librdkafka names its state; Init = never initialised
+            hint = "call init_transactions() once, before any other transactional call"
+        return TransactionMisuse(f"{op}() refused by the Kafka client ({err.str()}): {hint}. "
+                                 f"The order is: {ORDER}.")
     if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                       KafkaError.INVALID_PRODUCER_EPOCH):
         return ProducerFenced(f"{op}() failed: producer fenced ({err.str()}). Another instance "
