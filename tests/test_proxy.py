@@ -3,6 +3,7 @@ exactly the one fault it is told to (a lost ack duplicates without idempotence, 
 from __future__ import annotations
 
 import collections
+import json
 import socket
 import threading
 import time
@@ -329,6 +330,7 @@ def test_consumer_group_and_transactional_producer_work_through_the_proxy(
 def three_brokers(tmp_path_factory: pytest.TempPathFactory):
     cluster = LocalCluster(brokers=3, home=tmp_path_factory.mktemp("three")).start()
     yield cluster
+    cluster.kill()  # its data is thrown away: no need for three 30 s controlled shutdowns
     cluster.stop()
 
 
@@ -362,3 +364,44 @@ def test_three_broker_cluster_reached_only_through_the_proxy(three_brokers: Loca
         found = find_coordinators(proxy.bootstrap, FindCoordinatorV4(coordinator_keys=keys))
         assert {(c.host, int(c.port)) for c in found.coordinators} <= {("127.0.0.1", p) for p in ports}
         assert len({int(c.node_id) for c in found.coordinators}) > 1  # several brokers behind it
+
+
+def test_three_brokers_leader_moves_and_the_producer_still_only_knows_proxy_addresses(
+        three_brokers: LocalCluster) -> None:
+    """A controlled shutdown moves leaders while the old leader still answers: its Produce
+    responses carry the new leader's address (KIP-951), which the proxy must rewrite too."""
+    topic = f"t3-{uuid.uuid4().hex[:8]}"
+    create_topic(three_brokers.bootstrap, topic, partitions=3, replication=3)
+    client_view: dict = {}
+    errors: list = []
+    with FaultProxy(three_brokers.bootstrap) as proxy:
+        # Idempotent, so retries around the shutdown cannot blur the count below.
+        producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True,
+                             "linger.ms": 5, "statistics.interval.ms": 200, **QUIET,
+                             "stats_cb": lambda s: client_view.update(json.loads(s))})
+        leader = producer.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        stopper = threading.Thread(target=three_brokers.stop_broker, args=(leader,))
+        sent, deadline = 0, time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                producer.produce(topic, value=f"id-{sent}", partition=sent % 3,
+                                 on_delivery=lambda err, m: err and errors.append(err))
+                sent += 1
+                producer.poll(0.0005)
+                if sent == 2000:
+                    stopper.start()
+                if not stopper.is_alive() and sent > 2000 and "Produce" in proxy.stats()["responses_rewritten"]:
+                    break
+            assert producer.flush(60) == 0
+            producer.poll(0.5)  # one more statistics callback
+            stopper.join()
+            stats = proxy.stats()
+        finally:
+            if stopper.is_alive():
+                stopper.join()
+            three_brokers.restart(leader)
+    assert errors == []
+    assert stats["responses_rewritten"].get("Produce", 0) >= 1, stats
+    known = {b["nodename"] for b in client_view["brokers"].values() if b["nodeid"] >= 0}
+    assert known <= {f"127.0.0.1:{p}" for p in proxy_ports(proxy)}, known
+    assert collections.Counter(read_log(three_brokers.bootstrap, topic)) == {f"id-{i}": 1 for i in range(sent)}

@@ -218,6 +218,7 @@ class FaultProxy:
         self._rules: list[_Rule] = []
         self._requests: collections.Counter[str] = collections.Counter()
         self._counts: collections.Counter[str] = collections.Counter()
+        self._rewritten: collections.Counter[str] = collections.Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: dict[tuple[str, int], asyncio.Server] = {}  # upstream address -> listener
@@ -309,6 +310,7 @@ class FaultProxy:
         with self._lock:
             return {
                 "requests": dict(self._requests),
+                "responses_rewritten": dict(self._rewritten),  # broker addresses replaced
                 "responses_dropped": self._counts["responses_dropped"],
                 "connections_reset": self._counts["connections_reset"],
                 "requests_delayed": self._counts["requests_delayed"],
@@ -465,6 +467,8 @@ class FaultProxy:
                 changes[name] = tuple(moved)
         if not changes:
             return payload
+        with self._lock:
+            self._rewritten[API_NAMES[info.api_key]] += 1
         new_body = dataclasses.replace(body, **changes)
         return protocol.encode_response((correlation_id, new_body), info.api_key, info.api_version)
 
