@@ -1,0 +1,77 @@
+"""`labkit scenario`: one JSON object with the 12 contract keys; bad input lists the choices."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from labkit.audit import REPORT_KEYS
+from labkit.cli import app
+
+LABKIT = Path(sys.executable).with_name("labkit")
+
+
+def test_scenario_json_is_one_object_with_the_contract_keys(bootstrap):
+    env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
+    out = subprocess.run(
+        [str(LABKIT), "scenario", "consume-transform-produce", "--guarantee", "at_least_once",
+         "--crash-at", "after-process-before-commit", "--records", "40", "--json"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)  # the whole stdout is one JSON object
+    assert list(report) == list(REPORT_KEYS) and len(report) == 12
+    assert report["scenario"] == "consume-transform-produce"
+    assert report["crash_at"] == "after-process-before-commit" and report["fault"] is None
+    assert (report["produced"], report["lost"], report["duplicated"]) == (40, 0, 10)
+
+
+def test_scenario_summary_with_a_fault(bootstrap, monkeypatch):
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    result = CliRunner().invoke(app, ["scenario", "producer", "-g", "exactly_once",
+                                      "--fault", "drop-ack:produce:1", "-n", "20"])
+    assert result.exit_code == 0, result.output
+    assert "producer [exactly_once]" in result.stdout and "verdict: exactly once" in result.stdout
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["nosuch", "-g", "exactly_once"], ["consume-transform-produce", "running-count"]),
+    (["consumer", "-g", "twice"], ["at_most_once", "at_least_once", "exactly_once"]),
+    (["consumer", "-g", "exactly_once", "--crash-at", "nowhere"], ["after-poll-before-process"]),
+    (["consumer", "-g", "exactly_once", "--crash-at", "in-transaction-before-commit"],
+     ["not on the path", "after-process-before-commit"]),
+    (["producer", "-g", "exactly_once", "--fault", "explode:now"], ["drop-ack:produce:N"]),
+])
+def test_bad_values_exit_non_zero_with_the_valid_choices(args, expected, bootstrap, monkeypatch):
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    result = CliRunner().invoke(app, ["scenario", *args])
+    assert result.exit_code != 0
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+def test_spark_scenario_names_are_dispatched_to_the_spark_registry(bootstrap, monkeypatch):
+    from labkit import scenarios
+    from labkit.audit import AuditReport
+    from labkit.spark.scenarios import SPARK_SCENARIOS
+
+    calls = []
+
+    def probe(bootstrap_, guarantee, crash_at, records):
+        calls.append((bootstrap_, guarantee, crash_at, records))
+        return AuditReport("spark-probe", guarantee, crash_at, produced=records)
+
+    monkeypatch.setitem(SPARK_SCENARIOS, "spark-probe", probe)
+    report = scenarios.run("spark-probe", "exactly_once", "spark-after-commit", records=7,
+                           bootstrap=bootstrap)
+    assert calls == [(bootstrap, "exactly_once", "spark-after-commit", 7)]
+    assert report.produced == 7
+    assert "spark-probe" in scenarios.names()
+    with pytest.raises(ValueError, match="network faults are not available"):
+        scenarios.run("spark-probe", "exactly_once", fault="drop-ack:produce:1", bootstrap=bootstrap)
+    with pytest.raises(ValueError, match="Valid guarantees"):
+        scenarios.run("spark-probe", "twice", bootstrap=bootstrap)
