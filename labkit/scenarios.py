@@ -76,12 +76,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("running-count", "count per key: local store + changelog topic -> counts topic",
              running_count.run, {
                  AMO: ("after-poll-before-process", "after-commit-before-process",
-                       "after-state-update-before-commit", "mid-batch"),
+                       "after-state-update-before-commit", "mid-batch", "after-produce-before-flush"),
                  ALO: ("after-poll-before-process", "after-state-update-before-commit",
-                       "mid-batch", "after-process-before-commit", "after-commit"),
+                       "mid-batch", "after-produce-before-flush", "after-process-before-commit",
+                       "after-commit"),
                  EO: ("after-poll-before-process", "after-state-update-before-commit", "mid-batch",
-                      "in-transaction-before-commit", "after-send-offsets-before-commit",
-                      "after-commit"),
+                      "after-produce-before-flush", "in-transaction-before-commit",
+                      "after-send-offsets-before-commit", "after-commit"),
              }, stateful=True),
 ]}
 

@@ -111,7 +111,7 @@ def run_worker(worker: Callable | str, kwargs: dict, crash_at: str | None = None
                 except subprocess.TimeoutExpired:
                     elapsed = time.monotonic() - started
                     if progress is None and elapsed > PROGRESS_AFTER_S:
-                        progress = stack.enter_context(status(f"{label}: attempt {result.attempts}"))
+                        progress = stack.enter_context(status(f"Running {label}"))
                     if time.monotonic() - t0 > timeout_s:
                         proc.kill()
                         proc.wait()

@@ -1,13 +1,14 @@
 """``Inspector``: protocol requests straight to the brokers, so it works against any broker.
 
-One object keeps one connection per broker (and one AdminClient for group offsets), so a
+One object keeps one connection per broker, so a
 live dashboard can ask many times a second without reconnecting. Not thread-safe: use one
 Inspector per thread.
 
 Requests (kio types): Metadata (leaders), ListOffsets (log start, high watermark, and LSO
 with isolation READ_COMMITTED), Fetch READ_UNCOMMITTED (raw batches, markers included),
 DescribeProducers (producer state per partition), ListTransactions (every broker) and
-DescribeTransactions (at the coordinator found with FindCoordinator key_type 1).
+DescribeTransactions (at the coordinator found with FindCoordinator key_type 1), ListGroups
+and OffsetFetch (at the group coordinator, FindCoordinator key_type 0).
 """
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from kio.schema.describe_transactions.v0 import request as describe_txns
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch
 from kio.schema.find_coordinator.v4 import request as find_coordinator
+from kio.schema.list_groups.v4 import request as list_groups
 from kio.schema.list_offsets.v7 import request as list_offsets
+from kio.schema.offset_fetch.v8 import request as offset_fetch
 from kio.schema.list_transactions.v1 import request as list_txns
 from kio.schema.metadata.v12 import request as metadata
-from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
+from kio.schema.types import BrokerId, GroupId, TopicName, TransactionalId
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from labkit.inspect.batches import Batch, parse_batches
@@ -32,9 +35,12 @@ from labkit.protocol import Connection
 
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
-TRANSACTION_KEY_TYPE = 1  # FindCoordinator: 0 = group, 1 = transaction
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator key types
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 FETCH_BYTES = 1 << 20
+# A coordinator that is moving or loading: nothing to report about its keys right now.
+_NOT_READY = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+              ErrorCode.coordinator_load_in_progress)
 
 
 class InspectError(RuntimeError):
@@ -62,7 +68,6 @@ class Inspector:
         self.timeout_s = timeout_s
         self._connections: dict[str, Connection] = {}
         self._brokers: dict[int, str] = {}
-        self._admin = None
 
     # ------------------------------------------------------------ connections
 
@@ -95,7 +100,6 @@ class Inspector:
         for conn in self._connections.values():
             conn.close()
         self._connections.clear()
-        self._admin = None
 
     def __enter__(self) -> "Inspector":
         return self
@@ -222,18 +226,25 @@ class Inspector:
             found = [t for t in found if any(tp == topic for tp, _ in t.partitions)]
         return found
 
-    def describe_transactions(self, transactional_ids: Iterable[str]) -> list[Transaction]:
-        ids = list(transactional_ids)
-        if not ids:
-            return []
-        request = find_coordinator.FindCoordinatorRequest(
-            key_type=i8(TRANSACTION_KEY_TYPE), coordinator_keys=tuple(ids))
+    def _coordinators(self, key_type: int, keys: list[str]) -> dict[str, list[str]]:
+        """coordinator address -> the keys (group or transactional ids) it coordinates.
+        Keys whose coordinator is not ready (e.g. loading) are left out of this look."""
+        request = find_coordinator.FindCoordinatorRequest(key_type=i8(key_type),
+                                                          coordinator_keys=tuple(keys))
         by_coordinator: dict[str, list[str]] = defaultdict(list)
         for c in self._send(self._any_broker(), request).coordinators:
-            _check(c.error_code, f"FindCoordinator for transactional.id {c.key!r}")
+            if c.error_code in _NOT_READY:
+                continue
+            _check(c.error_code, f"FindCoordinator for {c.key!r}")
             by_coordinator[f"{c.host}:{int(c.port)}"].append(str(c.key))
+        return by_coordinator
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> list[Transaction]:
+        ids = list(transactional_ids)
         out: list[Transaction] = []
-        for address, keys in by_coordinator.items():
+        if not ids:
+            return out
+        for address, keys in self._coordinators(TRANSACTION_KEY_TYPE, ids).items():
             response = self._send(address, describe_txns.DescribeTransactionsRequest(
                 transactional_ids=tuple(TransactionalId(k) for k in keys)))
             for state in response.transaction_states:
@@ -252,29 +263,37 @@ class Inspector:
 
     # ------------------------------------------------------------ consumer groups
 
+    def groups(self) -> list[str]:
+        """Every consumer group on the cluster (ListGroups at every broker)."""
+        found: set[str] = set()
+        for address in self.brokers().values():
+            response = self._send(address, list_groups.ListGroupsRequest())
+            _check(response.error_code, "ListGroups")
+            found.update(str(g.group_id) for g in response.groups)
+        return sorted(found)
+
     def group_offsets(self, topic: str, groups: Iterable[str] | None = None) -> dict[str, dict[int, int]]:
         """group -> partition -> committed offset (the next offset that group will read),
-        for every group (or the given ones) with a committed offset on ``topic``."""
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
-        from confluent_kafka import ConsumerGroupTopicPartitions
+        for every group (or the given ones) with a committed offset on ``topic``.
 
-        if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin, timeout = self._admin, self.timeout_s
-        if groups is None:
-            listing = admin.list_consumer_groups(request_timeout=timeout).result()
-            groups = sorted(g.group_id for g in listing.valid)
+        OffsetFetch straight to each group's coordinator. (librdkafka's AdminClient can
+        segfault asking about a group whose coordinator is still loading.)"""
+        wanted = self.groups() if groups is None else list(groups)
         out: dict[str, dict[int, int]] = {}
-        for group in groups:
-            try:
-                futures = admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
-                result = futures[group].result()
-            except KafkaException:
-                continue  # the group vanished between listing and asking
-            committed = {tp.partition: tp.offset for tp in result.topic_partitions
-                         if tp.topic == topic and tp.offset >= 0}
-            if committed:
-                out[group] = dict(sorted(committed.items()))
-        return out
+        if not wanted:
+            return out
+        for address, keys in self._coordinators(GROUP_KEY_TYPE, wanted).items():
+            # topics=None: all of the group's offsets (a topic needs its partitions listed)
+            request = offset_fetch.OffsetFetchRequest(groups=tuple(
+                offset_fetch.OffsetFetchRequestGroup(group_id=GroupId(g), topics=None)
+                for g in keys))
+            for group in self._send(address, request).groups:
+                if group.error_code in _NOT_READY:
+                    continue
+                _check(group.error_code, f"OffsetFetch for group {group.group_id!r}")
+                committed = {int(p.partition_index): int(p.committed_offset)
+                             for t in group.topics if t.name == topic for p in t.partitions
+                             if p.error_code == ErrorCode.none and p.committed_offset >= 0}
+                if committed:
+                    out[str(group.group_id)] = dict(sorted(committed.items()))
+        return dict(sorted(out.items()))

@@ -14,12 +14,13 @@ crash point always hits the same records: the audit's numbers are the same on ev
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message,
                              Producer, TopicPartition)
 
 from labkit import topics
+from labkit.faults.crashpoints import crash_point
 
 GUARANTEES: tuple[str, ...] = ("at_most_once", "at_least_once", "exactly_once")
 # A dropped produce ack is retried after this long; Kafka's default (30 s) would make a
@@ -174,6 +175,53 @@ def commit(consumer: Consumer, offsets: list[TopicPartition]) -> None:
             raise KafkaException(tp.error)
 
 
+def output_for(bootstrap: str, guarantee: str, transactional_id: str,
+               idempotent: bool | None = None):
+    """The pipeline's producer and the isolation level its input is read with.
+
+    exactly_once: a transactional producer, initialised *before* anything is read, because
+    init_transactions() aborts what a crashed predecessor left open; only then are its
+    committed offsets and changelog final (read_committed).
+    """
+    from labkit.pipelines.txn import Transactions  # here: txn imports this module
+
+    if guarantee == "exactly_once":
+        return Transactions(bootstrap, transactional_id), "read_committed"
+    producer = Producer(producer_config(bootstrap, guarantee, idempotent=idempotent))
+    return DeliveryTracker(producer, strict=guarantee == "at_least_once"), "read_uncommitted"
+
+
+def run_batches(consumer: Consumer, batch_size: int, process: Callable[[list[Message]], None]) -> None:
+    """Feed fixed-size batches to ``process`` until the end of the input."""
+    while True:
+        batch, at_end = next_batch(consumer, batch_size)
+        if batch:
+            crash_point("after-poll-before-process")
+            process(batch)
+        if at_end:
+            return
+
+
+def with_offsets(guarantee: str, consumer: Consumer, offsets: list[TopicPartition],
+                 work: Callable[[], None]) -> None:
+    """The whole difference between the two weaker guarantees: when offsets are committed.
+
+    at_most_once commits first, then works (a crash in between skips the batch);
+    at_least_once works first, then commits (a crash in between repeats the batch).
+    """
+    if guarantee == "at_most_once":
+        commit(consumer, offsets)
+        crash_point("after-commit-before-process")
+        work()
+    elif guarantee == "at_least_once":
+        work()
+        crash_point("after-process-before-commit")
+        commit(consumer, offsets)
+        crash_point("after-commit")
+    else:
+        raise ValueError(f"with_offsets is for at_most_once / at_least_once, not {guarantee}")
+
+
 def record_of(msg: Message) -> dict:
     return topics.decode(msg.value())
 
@@ -182,3 +230,21 @@ def halves(items: list) -> tuple[list, list]:
     """Split a batch for the ``mid-batch`` crash point: the first half is done, then crash."""
     mid = len(items) // 2
     return items[:mid], items[mid:]
+
+
+def produce_in_halves(out, topic: str, items: list[tuple[str, object]]) -> None:
+    """Produce (key, value) pairs: the first half flushed (delivered), then the rest.
+
+    The two crash points in here are what "mid-batch" and "after-produce-before-flush" mean
+    for a Kafka output: half the batch delivered, and half delivered plus half still in the
+    client's buffer (linger.ms keeps it there).
+    """
+    first, rest = halves(items)
+    for key, value in first:
+        out.produce(topic, key, value)
+    out.flush()
+    crash_point("mid-batch")
+    for key, value in rest:
+        out.produce(topic, key, value)
+    crash_point("after-produce-before-flush")
+    out.flush()

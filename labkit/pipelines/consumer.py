@@ -16,8 +16,8 @@ from contextlib import closing
 from confluent_kafka import Message
 
 from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import (check_guarantee, commit, halves, next_batch, next_offsets,
-                                     open_input, record_of)
+from labkit.pipelines.common import (check_guarantee, halves, next_offsets, open_input,
+                                     record_of, run_batches, with_offsets)
 
 SINK_TABLE = "payments"
 COLUMNS = ("id", "key", "amount_cents", "currency", "ts")
@@ -55,46 +55,32 @@ def run(bootstrap: str, input_topic: str, group_id: str, db_path: str, guarantee
         # exactly_once keeps its position in the database, next to the rows.
         start = stored_offsets(db, input_topic) if guarantee == "exactly_once" else None
         consumer = open_input(bootstrap, input_topic, group_id, start=start)
-        try:
-            while True:
-                batch, at_end = next_batch(consumer, batch_size)
-                if batch:
-                    crash_point("after-poll-before-process")
-                    _process(db, consumer, batch, guarantee)
-                if at_end:
-                    return
-        finally:
-            consumer.close()
+        with closing(consumer):
+            run_batches(consumer, batch_size, lambda batch: _process(db, consumer, batch, guarantee))
 
 
 def _process(db, consumer, batch: list[Message], guarantee: str) -> None:
     offsets = next_offsets(batch)
+    if guarantee != "exactly_once":
+        with_offsets(guarantee, consumer, offsets, lambda: _insert_each(db, batch))
+        return
     first, rest = halves(batch)
-    if guarantee == "at_most_once":
-        commit(consumer, offsets)
-        crash_point("after-commit-before-process")
-        _insert_each(db, first, rest)
-    elif guarantee == "at_least_once":
-        _insert_each(db, first, rest)
-        crash_point("after-process-before-commit")
-        commit(consumer, offsets)
-        crash_point("after-commit")
-    else:
-        db.execute("BEGIN")
-        for msg in first:
-            insert(db, msg)
-        crash_point("mid-batch")
-        for msg in rest:
-            insert(db, msg)
-        crash_point("after-process-before-commit")
-        db.executemany("INSERT OR REPLACE INTO kafka_offsets VALUES (?, ?, ?)",
-                       [(tp.topic, tp.partition, tp.offset) for tp in offsets])
-        db.execute("COMMIT")
-        crash_point("after-commit")
+    db.execute("BEGIN")
+    for msg in first:
+        insert(db, msg)
+    crash_point("mid-batch")
+    for msg in rest:
+        insert(db, msg)
+    crash_point("after-process-before-commit")
+    db.executemany("INSERT OR REPLACE INTO kafka_offsets VALUES (?, ?, ?)",
+                   [(tp.topic, tp.partition, tp.offset) for tp in offsets])
+    db.execute("COMMIT")
+    crash_point("after-commit")
 
 
-def _insert_each(db, first: list[Message], rest: list[Message]) -> None:
+def _insert_each(db, batch: list[Message]) -> None:
     """A naive sink: one DB commit per row, so a crash leaves half a batch behind."""
+    first, rest = halves(batch)
     for msg in first:
         insert(db, msg)
     crash_point("mid-batch")

@@ -15,11 +15,13 @@ at_least_once (it dedupes retries, not reprocessing after a crash).
 """
 from __future__ import annotations
 
-from confluent_kafka import Message, Producer
+from contextlib import closing
+
+from confluent_kafka import Message
 
 from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import (DeliveryTracker, check_guarantee, commit, halves, next_batch,
-                                     next_offsets, open_input, producer_config, record_of)
+from labkit.pipelines.common import (check_guarantee, commit, next_offsets, open_input, output_for,
+                                     produce_in_halves, record_of, run_batches, with_offsets)
 from labkit.pipelines.txn import Transactions
 
 OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
@@ -31,16 +33,7 @@ def transform(record: dict) -> dict:
 
 
 def emit(out, topic: str, batch: list[Message]) -> None:
-    """Produce the transformed batch: first half flushed, then the rest (left unflushed)."""
-    first, rest = halves(batch)
-    for msg in first:
-        out.produce(topic, msg.key().decode(), transform(record_of(msg)))
-    out.flush()
-    crash_point("mid-batch")
-    for msg in rest:
-        out.produce(topic, msg.key().decode(), transform(record_of(msg)))
-    crash_point("after-produce-before-flush")
-    out.flush()
+    produce_in_halves(out, topic, [(msg.key().decode(), transform(record_of(msg))) for msg in batch])
 
 
 def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
@@ -51,37 +44,18 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
     check_guarantee(guarantee)
     if offsets not in OFFSET_MODES:
         raise ValueError(f"offsets must be one of {OFFSET_MODES}, not {offsets!r}")
-    if guarantee == "exactly_once":
-        # init_transactions() first: it aborts what a crashed predecessor left open, so the
-        # committed offsets read next are final.
-        out = Transactions(bootstrap, transactional_id)
-        isolation = "read_committed"
-    else:
-        out = DeliveryTracker(Producer(producer_config(bootstrap, guarantee, idempotent=idempotent)),
-                              strict=guarantee == "at_least_once")
-        isolation = "read_uncommitted"
+    out, isolation = output_for(bootstrap, guarantee, transactional_id, idempotent)
     consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)
-    try:
-        while True:
-            batch, at_end = next_batch(consumer, batch_size)
-            if batch:
-                crash_point("after-poll-before-process")
-                positions = next_offsets(batch, offset_delta)
-                if guarantee == "at_most_once":
-                    commit(consumer, positions)
-                    crash_point("after-commit-before-process")
-                    emit(out, output_topic, batch)
-                elif guarantee == "at_least_once":
-                    emit(out, output_topic, batch)
-                    crash_point("after-process-before-commit")
-                    commit(consumer, positions)
-                    crash_point("after-commit")
-                else:
-                    _transaction(out, consumer, output_topic, batch, positions, offsets)
-            if at_end:
-                return
-    finally:
-        consumer.close()
+
+    def process(batch: list[Message]) -> None:
+        positions = next_offsets(batch, offset_delta)
+        if guarantee == "exactly_once":
+            _transaction(out, consumer, output_topic, batch, positions, offsets)
+        else:
+            with_offsets(guarantee, consumer, positions, lambda: emit(out, output_topic, batch))
+
+    with closing(consumer):
+        run_batches(consumer, batch_size, process)
 
 
 def _transaction(txn: Transactions, consumer, output_topic: str, batch: list[Message],

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka import Producer
-
 from labkit import topics
 from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import DeliveryTracker, check_guarantee, halves, producer_config
-from labkit.pipelines.txn import Transactions
+from labkit.pipelines.common import check_guarantee, output_for, produce_in_halves
 
 
 def saved_position(bootstrap: str, progress_topic: str, isolation: str) -> int:
@@ -26,15 +23,7 @@ def saved_position(bootstrap: str, progress_topic: str, isolation: str) -> int:
 
 
 def send(out, topic: str, batch: Sequence[dict]) -> None:
-    first, rest = halves(list(batch))
-    for r in first:
-        out.produce(topic, str(r["key"]), r)
-    out.flush()
-    crash_point("mid-batch")
-    for r in rest:
-        out.produce(topic, str(r["key"]), r)
-    crash_point("after-produce-before-flush")
-    out.flush()
+    produce_in_halves(out, topic, [(str(r["key"]), r) for r in batch])
 
 
 def run(bootstrap: str, output_topic: str, progress_topic: str, transactional_id: str,
@@ -42,13 +31,7 @@ def run(bootstrap: str, output_topic: str, progress_topic: str, transactional_id
         idempotent: bool | None = None) -> None:
     """Write ``records`` to ``output_topic`` from the saved position to the end."""
     check_guarantee(guarantee)
-    if guarantee == "exactly_once":
-        out = Transactions(bootstrap, transactional_id)  # aborts a predecessor's open txn
-        isolation = "read_committed"
-    else:
-        out = DeliveryTracker(Producer(producer_config(bootstrap, guarantee, idempotent=idempotent)),
-                              strict=guarantee == "at_least_once")
-        isolation = "read_uncommitted"
+    out, isolation = output_for(bootstrap, guarantee, transactional_id, idempotent)
     position = saved_position(bootstrap, progress_topic, isolation)
     while position < len(records):
         batch = records[position:position + batch_size]

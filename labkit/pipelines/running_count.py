@@ -23,13 +23,12 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from labkit import topics
 from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import (DeliveryTracker, check_guarantee, commit, halves, next_batch,
-                                     next_offsets, open_input, producer_config, record_of)
-from labkit.pipelines.txn import Transactions
+from labkit.pipelines.common import (check_guarantee, next_offsets, open_input, output_for,
+                                     produce_in_halves, record_of, run_batches, with_offsets)
 
 
 class StateStore:
@@ -93,39 +92,38 @@ def run(bootstrap: str, input_topic: str, output_topic: str, changelog_topic: st
         batch_size: int = 10) -> None:
     """Count ``input_topic`` per key until its end; counts go to ``output_topic``."""
     check_guarantee(guarantee)
-    eos = guarantee == "exactly_once"
     with closing(StateStore(state_dir)) as store:
-        if eos:
-            out = Transactions(bootstrap, transactional_id)  # fence and abort first
-        else:
-            out = DeliveryTracker(Producer(producer_config(bootstrap, guarantee)),
-                                  strict=guarantee == "at_least_once")
-        isolation = "read_committed" if eos else "read_uncommitted"
+        out, isolation = output_for(bootstrap, guarantee, transactional_id)  # fences first
         restore(store, bootstrap, changelog_topic, isolation)
-        if eos:
+        if guarantee == "exactly_once":
             store.delete_checkpoint()  # a crash from here on means: rebuild from the changelog
         consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)
-        try:
-            while True:
-                batch, at_end = next_batch(consumer, batch_size)
-                if batch:
-                    crash_point("after-poll-before-process")
-                    _process(store, out, consumer, batch, guarantee, output_topic, changelog_topic)
-                if at_end:
-                    break
+
+        def process(batch: list[Message]) -> None:
+            positions = next_offsets(batch)
+
+            def work() -> None:
+                _count(store, out, batch, output_topic, changelog_topic)
+
+            if guarantee == "exactly_once":
+                out.begin()
+                work()
+                crash_point("in-transaction-before-commit")
+                out.send_offsets(consumer, positions)
+                crash_point("after-send-offsets-before-commit")
+                out.commit()
+                crash_point("after-commit")
+            else:
+                with_offsets(guarantee, consumer, positions, work)
+                store.write_checkpoint(changelog_end(consumer, changelog_topic))
+
+        with closing(consumer):
+            run_batches(consumer, batch_size, process)
             store.write_checkpoint(changelog_end(consumer, changelog_topic))  # clean close
-        finally:
-            consumer.close()
 
 
-def _process(store: StateStore, out, consumer, batch: list[Message], guarantee: str,
-             output_topic: str, changelog_topic: str) -> None:
-    positions = next_offsets(batch)
-    if guarantee == "at_most_once":
-        commit(consumer, positions)
-        crash_point("after-commit-before-process")
-    if guarantee == "exactly_once":
-        out.begin()
+def _count(store: StateStore, out, batch: list[Message], output_topic: str,
+           changelog_topic: str) -> None:
     counts: Counter[str] = Counter()
     outputs = []
     for msg in batch:
@@ -139,27 +137,7 @@ def _process(store: StateStore, out, consumer, batch: list[Message], guarantee: 
     crash_point("after-state-update-before-commit")
     # Output first, then the changelog, each flushed: a fixed order of produce requests
     # keeps network-fault experiments (drop the N-th produce ack) deterministic.
-    first, rest = halves(outputs)
-    for key, value in first:
-        out.produce(output_topic, key, value)
-    out.flush()
-    crash_point("mid-batch")
-    for key, value in rest:
-        out.produce(output_topic, key, value)
-    out.flush()
+    produce_in_halves(out, output_topic, outputs)
     for key, n in sorted(counts.items()):
         out.produce(changelog_topic, key, {"key": key, "count": n})
     out.flush()
-    if guarantee == "exactly_once":
-        crash_point("in-transaction-before-commit")
-        out.send_offsets(consumer, positions)
-        crash_point("after-send-offsets-before-commit")
-        out.commit()
-        crash_point("after-commit")
-    elif guarantee == "at_least_once":
-        crash_point("after-process-before-commit")
-        commit(consumer, positions)
-        store.write_checkpoint(changelog_end(consumer, changelog_topic))
-        crash_point("after-commit")
-    else:
-        store.write_checkpoint(changelog_end(consumer, changelog_topic))

@@ -1,19 +1,16 @@
 """The Spark lessons' audit: what the sinks left behind, compared with what went in.
 
 It reads only what is observable afterwards (the sink's table, the output topic) and the
-ids that went in, never the query's checkpoint or the sink's offsets table.
-(Spark-specific for now; the id/count arithmetic belongs with labkit.audit once it has
-shared audit functions.)
+records that went in, never the query's checkpoint or the sink's offsets table. Record
+sinks are judged by labkit.audit.check (lost, duplicated, reordered per key); count sinks,
+which keep no record ids, by their totals per key.
 """
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
-
 import pandas as pd
 
-from labkit import topics
-from labkit.audit import AuditReport
+from labkit import audit, topics
+from labkit.audit import AuditReport, Delivered
 from labkit.spark.db import Database
 from labkit.spark.sinks import RECORD_COLUMNS
 
@@ -43,22 +40,17 @@ def dedupe_by_id(records: pd.DataFrame) -> pd.DataFrame:
     return records.drop_duplicates(subset="id", keep="first", ignore_index=True)
 
 
-def count_keys(keys: Iterable[str]) -> dict[str, int]:
-    return dict(sorted(Counter(keys).items()))
+def delivered(records: pd.DataFrame) -> list[Delivered]:
+    """Rows or topic records as the lab-wide checker's observations, in observed order."""
+    return [Delivered(str(i), k) for i, k in zip(records["id"], records["key"])]
 
 
-def audit_ids(scenario: str, guarantee: str, crash_at: str | None, produced: Sequence[str],
-              delivered: Sequence[str], state_expected: dict[str, int],
-              state_actual: dict[str, int]) -> AuditReport:
-    """Lost = produced ids never delivered; duplicated = extra copies of delivered ids."""
-    seen = Counter(delivered)
-    lost = [i for i in produced if i not in seen]
-    dups = sorted(i for i, n in seen.items() if n > 1)
-    return AuditReport(
-        scenario=scenario, guarantee=guarantee, crash_at=crash_at, produced=len(produced),
-        delivered_unique=len(seen), lost=len(lost), duplicated=sum(seen[i] - 1 for i in dups),
-        state_expected=state_expected, state_actual=state_actual,
-        examples={"lost": lost[:5], "duplicated": dups[:5]})
+def audit_output(scenario: str, guarantee: str, crash_at: str | None, inputs: list[dict],
+                 output: pd.DataFrame, state_expected: dict[str, int]) -> AuditReport:
+    """labkit.audit.check on a record sink's output; the state is the output's count per key."""
+    return audit.check(scenario, guarantee, inputs, delivered(output), crash_at=crash_at,
+                       state_expected=state_expected,
+                       state_actual=audit.expected_counts(output.to_dict("records")))
 
 
 def audit_counts(scenario: str, guarantee: str, crash_at: str | None, produced: int,
@@ -73,4 +65,4 @@ def audit_counts(scenario: str, guarantee: str, crash_at: str | None, produced: 
         delivered_unique=produced - lost, lost=lost,
         duplicated=sum(d for d in diff.values() if d > 0),
         state_expected=state_expected, state_actual=state_actual,
-        examples={"drift": [f"{k}: {d:+d}" for k, d in diff.items() if d][:5]})
+        examples={"state_drift": [f"{k}: {d:+d}" for k, d in diff.items() if d][:5]})

@@ -9,7 +9,8 @@
 The first attempt runs in a fresh worker armed with the crash point (SIGKILL of the whole
 worker: Python driver and, through the closed gateway pipe, its JVM). The restart runs on a
 warm, unarmed worker (shared, to save a Spark start) from the same checkpoint; for
-``resume="database"`` it starts a new checkpoint at the offsets the sink stored.
+``resume="database"`` it starts a new checkpoint at the offsets the sink stored. A spare
+fresh worker is started in the background for the next crash experiment.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -76,35 +78,43 @@ class JobResult:
 class SparkWorker:
     """A child Python process with its own SparkSession, taking jobs over a pipe."""
 
-    def __init__(self, crash_at: str | None = None, hit: int = 1, log_dir: str | Path | None = None):
-        self.env = {**os.environ, **arm(crash_at, hit)}
-        self.crash_at = crash_at
+    def __init__(self, log_dir: str | Path | None = None):
         self.tag = uuid.uuid4().hex[:12]
         self.log_dir = Path(log_dir) if log_dir else None
         self.proc: subprocess.Popen | None = None
         self.jvm_pid: int | None = None
         self.startup_s: float | None = None
         self.jvm_exit_s: float | None = None  # how long the JVM lived on after the worker
+        self.spent = False  # ran an armed job: its crash-point counters are used, never reuse
         self._buf = b""
 
     # -- lifecycle ----------------------------------------------------------
-    def start(self) -> "SparkWorker":
+    def spawn(self) -> "SparkWorker":
+        """Start the process (Spark starts in the background); ``wait_ready`` waits for it.
+
+        Spawned from the calling thread on purpose: PR_SET_PDEATHSIG fires when the thread
+        that forked the child ends, so a helper thread would kill the worker with it.
+        """
         jobs_r, jobs_w = os.pipe()
         replies_r, replies_w = os.pipe()
         log = open(self.log_dir / f"worker-{self.tag}.log", "ab") if self.log_dir else subprocess.DEVNULL
-        label = f"Starting a Spark worker{' armed at ' + self.crash_at if self.crash_at else ''}"
-        with status(label):
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "labkit.spark.child", str(jobs_r), str(replies_w), self.tag],
-                pass_fds=(jobs_r, replies_w), env=self.env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent)  # the worker dies with its owner (e.g. a kernel)
-            os.close(jobs_r)
-            os.close(replies_w)
-            if log is not subprocess.DEVNULL:
-                log.close()
-            self._jobs = os.fdopen(jobs_w, "w", buffering=1)
-            self._replies = replies_r
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "labkit.spark.child", str(jobs_r), str(replies_w), self.tag],
+            pass_fds=(jobs_r, replies_w), stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)  # the worker dies with its owner (e.g. a kernel)
+        os.close(jobs_r)
+        os.close(replies_w)
+        if log is not subprocess.DEVNULL:
+            log.close()
+        self._jobs = os.fdopen(jobs_w, "w", buffering=1)
+        self._replies = replies_r
+        return self
+
+    def wait_ready(self) -> "SparkWorker":
+        if self.jvm_pid is not None:
+            return self
+        with status("Starting a Spark worker (a Python driver with its own JVM)"):
             ready = self._next(READY_TIMEOUT_S)
         if ready is None or ready.get("event") != "ready":
             self.proc.wait(timeout=30)
@@ -112,6 +122,9 @@ class SparkWorker:
                                 f"see {self.log_dir or 'its log (pass log_dir)'}")
         self.jvm_pid, self.startup_s = ready["jvm_pid"], ready["startup_s"]
         return self
+
+    def start(self) -> "SparkWorker":
+        return self.spawn().wait_ready()
 
     @property
     def alive(self) -> bool:
@@ -174,9 +187,19 @@ class SparkWorker:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, message: dict, timeout_s: float = JOB_TIMEOUT_S) -> JobResult:
+    def run(self, message: dict, crash_at: str | None = None, hit: int = 1,
+            timeout_s: float = JOB_TIMEOUT_S,
+            on_event: Callable[[dict], None] | None = None) -> JobResult:
+        """Run one job; with ``crash_at`` the worker SIGKILLs itself at that point's
+        ``hit``-th visit (``crashed=True`` in the result) and is never reused."""
         if not self.alive:
             raise SparkJobError("the Spark worker is not running; start() it first")
+        if self.spent:
+            raise SparkJobError("this worker ran an armed job; use a fresh one")
+        self.wait_ready()
+        if crash_at:
+            message = {**message, "arm": arm(crash_at, hit)}
+            self.spent = True
         started = time.monotonic()
         events: list[dict] = []
         self._jobs.write(json.dumps(message) + "\n")
@@ -192,6 +215,8 @@ class SparkWorker:
             if event["event"] == "error":
                 raise SparkJobError(f"{event['type']}: {event['message']}")
             events.append(event)
+            if on_event is not None:
+                on_event(event)
 
     def __enter__(self) -> "SparkWorker":
         return self.start() if self.proc is None else self
@@ -201,6 +226,7 @@ class SparkWorker:
 
 
 _shared: SparkWorker | None = None
+_spare: SparkWorker | None = None
 
 
 def shared_worker(log_dir: str | Path | None = None) -> SparkWorker:
@@ -211,12 +237,34 @@ def shared_worker(log_dir: str | Path | None = None) -> SparkWorker:
     return _shared
 
 
+def fresh_worker(log_dir: str | Path | None = None) -> SparkWorker:
+    """A worker that never ran an armed job, for the next crash; a spare one is kept starting
+    in the background so a series of crash experiments does not wait for Spark each time."""
+    global _spare
+    worker = _spare if _spare is not None and _spare.alive else SparkWorker(log_dir).spawn()
+    _spare = SparkWorker(log_dir).spawn()
+    return worker.wait_ready()
+
+
+def warm_up(log_dir: str | Path | None = None, wait: bool = True) -> None:
+    """Start the shared worker and a spare crash worker now (e.g. while a lesson explains),
+    so the first experiment does not wait for Spark."""
+    global _spare
+    if _spare is None or not _spare.alive:
+        _spare = SparkWorker(log_dir).spawn()
+    shared_worker(log_dir)
+    if wait:
+        _spare.wait_ready()
+
+
 @atexit.register
-def close_shared_worker() -> None:
-    global _shared
-    if _shared is not None:
-        _shared.close()
-        _shared = None
+def close_workers() -> None:
+    """Stop the shared and spare workers (also run at interpreter exit)."""
+    global _shared, _spare
+    for worker in (_shared, _spare):
+        if worker is not None:
+            worker.close()
+    _shared = _spare = None
 
 
 def recount(bootstrap: str, topic: str, worker: SparkWorker | None = None) -> dict[str, int]:
@@ -301,12 +349,14 @@ def _start_of(job: StreamJob) -> dict[str, dict[int, int]] | None:
 
 def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
                    resume: str = "checkpoint", max_attempts: int = 3,
-                   worker: SparkWorker | None = None, log_dir: str | Path | None = None) -> Run:
+                   worker: SparkWorker | None = None, log_dir: str | Path | None = None,
+                   on_event: Callable[[dict], None] | None = None) -> Run:
     """Run ``job``, SIGKILLed at ``crash_at`` on its ``hit``-th visit, restarted until done.
 
     ``resume="checkpoint"``: every attempt uses ``job.checkpoint`` (Spark replays an
     uncommitted batch). ``resume="database"`` (transactional sink): each attempt starts a
-    fresh checkpoint at the offsets stored in the sink's database.
+    fresh checkpoint at the offsets stored in the sink's database. ``on_event`` sees every
+    batch event as it happens, with its attempt number (for a live view).
     """
     if crash_at is not None and crash_at not in SPARK_CRASH_POINTS:
         raise ValueError(f"crash point {crash_at!r} is not a Spark one; valid: "
@@ -324,13 +374,16 @@ def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
                               starting_offsets=database_offsets(job))
         ckpt.claim(current.checkpoint, current.query, current.topic)
         armed = crash_at if number == 1 else None
+        tell = (lambda e, n=number: on_event({**e, "attempt": n})) if on_event else None
         if armed:
-            with SparkWorker(armed, hit, log_dir=log_dir) as fresh:
-                result = fresh.run(current.message())
+            with fresh_worker(log_dir) as fresh:
+                result = fresh.run(current.message(), armed, hit, on_event=tell)
             jvm_exit, jvm_pid = (fresh.jvm_exit_s if result.crashed else None), fresh.jvm_pid
+            if result.crashed and tell:
+                tell({"event": "crashed", "crash_at": armed})
         else:
             used = worker or shared_worker(log_dir)
-            result = used.run(current.message())
+            result = used.run(current.message(), on_event=tell)
             jvm_exit, jvm_pid = None, used.jvm_pid
         attempts.append(Attempt(number, armed, result.crashed, result.returncode, result.seconds,
                                 current.checkpoint, current.starting_offsets, result.events,

@@ -63,6 +63,7 @@ class SparkExperiment:
     run: Run
     job: StreamJob
     workdir: Path
+    inputs: list[dict]  # the generated input records, in order
     output: pd.DataFrame  # the audited view: rows, topic records or counts per key
 
     def cleanup(self) -> None:
@@ -106,11 +107,10 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     run = run_until_done(job, crash_at, CRASH_HIT, log_dir=workdir,
                          resume="database" if kind == "transactional" else "checkpoint")
     expected = recount(bootstrap, topic)  # ground truth: a batch query over the same input
-    ids = [r["id"] for r in inputs]
     if kind in ("running-count", "increment-count"):
         counts = check.table_counts(sink.db_url, sink.table)
         output = pd.DataFrame(sorted(counts.items()), columns=["key", "total"])
-        report = check.audit_counts(name, guarantee, crash_at, len(ids), expected, counts)
+        report = check.audit_counts(name, guarantee, crash_at, len(inputs), expected, counts)
     else:
         if kind == "kafka":
             output = check.topic_records(bootstrap, out_topic)
@@ -118,9 +118,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
                 output = check.dedupe_by_id(output)
         else:
             output = check.table_records(sink.db_url, sink.table)
-        report = check.audit_ids(name, guarantee, crash_at, ids, list(output["id"]), expected,
-                                 check.count_keys(output["key"]))
-    return SparkExperiment(report, run, job, workdir, output)
+        report = check.audit_output(name, guarantee, crash_at, inputs, output, expected)
+    return SparkExperiment(report, run, job, workdir, inputs, output)
 
 
 def _scenario(name: str) -> Callable[..., AuditReport]:

@@ -69,3 +69,30 @@ def plot_run(run: Run, path: str | Path | None = None, title: str | None = None)
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def live_log():
+    """An ipywidgets view that grows while a run goes on, and the callback that feeds it:
+
+        widget, on_event = live_log(); display(widget)
+        run_until_done(job, crash_at, on_event=on_event)
+    """
+    import ipywidgets as widgets
+
+    rows: list[str] = []
+    out = widgets.HTML("<i>waiting for the first micro-batch...</i>")
+
+    def on_event(e: dict) -> None:
+        if e["event"] == "batch-start":
+            rows.append(f"<tr><td>{e['attempt']}</td><td>{e['batch']}</td><td>{e['rows']}</td>"
+                        "<td>sink running</td></tr>")
+        elif e["event"] == "batch-end" and rows:
+            skipped = f" (skipped replay: {', '.join(e['skipped'])})" if e.get("skipped") else ""
+            rows[-1] = rows[-1].replace("sink running", f"sink done in {e['seconds']:.2f} s{skipped}")
+        elif e["event"] == "crashed":
+            rows.append(f"<tr><td>{e['attempt']}</td><td colspan=3><b>killed at {e['crash_at']}"
+                        "</b>, restarting</td></tr>")
+        out.value = ("<table><tr><th>attempt</th><th>batch</th><th>records</th><th>sink</th></tr>"
+                     + "".join(rows) + "</table>")
+
+    return out, on_event

@@ -90,7 +90,7 @@ def offsets_html(snap: Snapshot) -> str:
     ends = [v for t in snap.tracks
             for v in (t.high_watermark, t.position or 0, *t.committed.values())]
     scale_end = max([10, *ends]) + 1
-    rows = [f'<div style="{FONT}"><b>offsets of {escape(snap.topic)}</b></div>']
+    rows = [f'<div style="{FONT};margin-top:6px"><b>offsets of {escape(snap.topic)}</b></div>']
     for t in snap.tracks:
         rows.append(f'<div style="{FONT};margin-top:2px">partition {t.partition}</div>'
                     + _track_svg(t, scale_end))
@@ -127,7 +127,7 @@ def producers_html(snap: Snapshot) -> str:
     if not rows:
         rows.append(f'<tr><td colspan="{len(head)}" style="{cell};color:#777">no producer state yet</td></tr>')
     header = "".join(f'<th style="{cell};font-weight:600">{h}</th>' for h in head)
-    return (f'<div style="{FONT}"><b>producer state (DescribeProducers)</b></div>'
+    return (f'<div style="{FONT};margin-top:8px"><b>producer state (DescribeProducers)</b></div>'
             f'<table style="border-collapse:collapse;{FONT}"><tr>{header}</tr>{"".join(rows)}</table>')
 
 

@@ -42,16 +42,18 @@ class LoopStats:
 
     @property
     def seconds(self) -> float:
-        return max((self.stopped or time.monotonic()) - self.started, 1e-9)
+        if not self.started:
+            return 0.0
+        return (self.stopped or time.monotonic()) - self.started
 
     @property
     def rate_hz(self) -> float:
-        return self.refreshes / self.seconds
+        return self.refreshes / self.seconds if self.seconds else 0.0
 
     @property
     def cpu_share(self) -> float:
         """CPU seconds per wall second: 0.1 is 10% of one core."""
-        return self.cpu_s / self.seconds
+        return self.cpu_s / self.seconds if self.seconds else 0.0
 
     def to_dict(self) -> dict:
         return {"refreshes": self.refreshes, "errors": self.errors, "seconds": round(self.seconds, 2),

@@ -3,15 +3,11 @@ experiment's own callables (consumer position, audit). Batches are immutable onc
 so each partition's log is fetched incrementally: only offsets not seen yet."""
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 
 from labkit.inspect import Batch, Inspector, offset_states
 from labkit.inspect.states import IdOf, key_id
 from labkit.widgets.model import Counts, ProducerRow, Snapshot, Track
-
-GROUP_DISCOVERY_S = 2.0  # listing every group is the costly part: do it now and then
-
 
 class Source:
     def __init__(self, bootstrap: str, topic: str, *,
@@ -26,9 +22,7 @@ class Source:
         self.window = window
         self.inspector = Inspector(bootstrap)
         self.inspector.leaders(topic)  # unknown topic -> a clear error now, not in a thread
-        self._fixed_groups = list(groups) if groups is not None else None
-        self._groups: list[str] = []
-        self._groups_listed_at = float("-inf")
+        self.groups = list(groups) if groups is not None else None  # None: every group
         self._logs: dict[int, list[Batch]] = {}
 
     def close(self) -> None:
@@ -45,16 +39,6 @@ class Source:
         self._logs[partition] = log
         return log
 
-    def _group_offsets(self) -> dict[str, dict[int, int]]:
-        if self._fixed_groups is not None:
-            return self.inspector.group_offsets(self.topic, self._fixed_groups)
-        now = time.monotonic()
-        if now - self._groups_listed_at >= GROUP_DISCOVERY_S:
-            found = self.inspector.group_offsets(self.topic)
-            self._groups, self._groups_listed_at = sorted(found), now
-            return found
-        return self.inspector.group_offsets(self.topic, self._groups)
-
     def _positions(self) -> dict[int, int]:
         got = self.position() if self.position is not None else None
         if got is None:
@@ -65,7 +49,7 @@ class Source:
 
     def collect(self, finished: bool = False) -> Snapshot:
         offsets = self.inspector.offsets(self.topic)
-        groups = self._group_offsets()
+        groups = self.inspector.group_offsets(self.topic, self.groups)
         positions = self._positions()
         tracks, cells = [], []
         for p, o in offsets.items():
