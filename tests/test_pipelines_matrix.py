@@ -28,7 +28,8 @@ DUPLICATED = {"after-poll-before-process": 0, "mid-batch": BATCH // 2,
 # the offsets skipped a batch before it was counted).
 STATE_DRIFTS = {("at_most_once", "after-commit-before-process"),
                 ("at_least_once", "after-state-update-before-commit"),
-                ("at_least_once", "mid-batch"), ("at_least_once", "after-process-before-commit")}
+                ("at_least_once", "mid-batch"), ("at_least_once", "after-produce-before-flush"),
+                ("at_least_once", "after-process-before-commit")}
 
 
 def crash_cells():
