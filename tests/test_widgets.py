@@ -87,8 +87,8 @@ def test_static_picture_has_markers_and_legend(bootstrap: str, lesson_topic: str
     for state in ("commit", "abort", "duplicate", "open", "committed", "aborted"):
         rgb = np.array(to_rgba(STATE_STYLE[state][1])[:3])
         assert (np.abs(pixels - rgb).max(axis=2) < 0.02).sum() > 30, f"no {state} pixels"
-    assert repr(dash.static()) == (f"<counters, offsets dashboard, log strip, producer-state "
-                                   f"table of {lesson_topic} (static picture)>")
+    assert repr(dash.static()) == ("<counters, offsets dashboard, log strip, producer-state "
+                                   "table (static picture)>")
 
 
 def test_live_html_carries_the_same_data(bootstrap: str, lesson_topic: str) -> None:
@@ -172,3 +172,32 @@ def test_bad_input_is_explained(bootstrap: str, topic_name: str, monkeypatch) ->
     assert live_frontend() is False
     monkeypatch.delenv("LABKIT_WIDGETS")
     assert live_frontend() is False  # no kernel started by a Jupyter server here
+
+
+def test_executed_notebook_gets_the_static_picture(bootstrap: str, topic_name: str,
+                                                   monkeypatch) -> None:
+    """nbval/nbconvert run kernels with no widget front end: one PNG output, stable text."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    create_topic(bootstrap, topic_name)
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    monkeypatch.delenv("LABKIT_WIDGETS", raising=False)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"""
+from confluent_kafka import Producer
+from labkit import widgets
+def experiment():
+    p = Producer({{"bootstrap.servers": "{bootstrap}"}})
+    for i in range(3):
+        p.produce("{topic_name}", key=str(i).encode(), value=b"v")
+    p.flush(30)
+dash = widgets.Dashboard("{bootstrap}", "{topic_name}", audit=lambda: {{"produced": 3}})
+dash.run(experiment)
+print(dash.live, dash.snapshot.tracks[0].high_watermark)""")])
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    assert [o.output_type for o in outputs] == ["display_data", "stream"]
+    assert set(outputs[0].data) == {"image/png", "text/plain"}
+    assert outputs[0].data["text/plain"] == ("<counters, offsets dashboard, log strip, "
+                                             "producer-state table (static picture)>")
+    assert outputs[1].text == "False 3\n"
