@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup lab test down clean
+.PHONY: setup test-deps lab test down clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version.split()[0]'
@@ -18,11 +18,16 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 	$(BIN)/labkit setup
 
+# System packages only the tests need: Debian's chromium for the browser test (Playwright
+# drives it; no browser download).
+test-deps:
+	sh tests/browser/install.sh
+
 lab: setup
 	$(BIN)/labkit up
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks
 
-test: setup
+test: setup test-deps
 	$(BIN)/pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
 
 down:
