@@ -94,6 +94,9 @@ def test_lso_held_back_while_transaction_open(bootstrap: str, txn_topic) -> None
     assert txn.state == "Ongoing" and txn.producer_id == state.producer_id
     assert (open_view.topic, 0) in txn.partitions
     assert "open transaction holds the LSO back" in open_view.to_text()
+    stable = open_view.to_text(producer_ids=False)
+    assert "producer P1 epoch 0 last sequence 4, transaction: open since offset 4" in stable
+    assert f"producer {state.producer_id} " in open_view.to_text()
 
 
 def test_offset_states_follow_markers(bootstrap: str, txn_topic) -> None:

@@ -152,8 +152,8 @@ def test_run_returns_result_and_watch_finishes_by_itself(bootstrap: str, topic_n
     watched = Dashboard(bootstrap, topic_name, mode="live", interval_s=0.1).watch(experiment)
     assert not watched._closed
     done.set()
-    assert wait_for(lambda: watched._closed)
-    assert watched.snapshot.finished
+    assert watched.wait(30)
+    assert watched._closed and watched.snapshot.finished
 
 
 def test_bad_input_is_explained(bootstrap: str, topic_name: str, monkeypatch) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -123,6 +124,19 @@ class TopicView:
         rows = [{c: getattr(b, c) for c in columns} for b in self.batches]
         return pd.DataFrame(rows, columns=columns)
 
+    def records_frame(self, value_of: Callable[[bytes | None], object] | None = None) -> pd.DataFrame:
+        """One row per data record (markers left out): partition, offset, its batch's base
+        offset and producer id/epoch, the record's own sequence number (base sequence + its
+        place in the batch; -1 without idempotence) and its value, through ``value_of``
+        (e.g. ``lambda v: topics.decode(v)["id"]``) when given."""
+        rows = [{"partition": b.partition, "offset": r.offset, "batch": b.base_offset,
+                 "producer_id": b.producer_id, "producer_epoch": b.producer_epoch,
+                 "sequence": b.base_sequence + r.offset - b.base_offset if b.base_sequence >= 0 else -1,
+                 "value": value_of(r.value) if value_of is not None else r.value}
+                for b in self.batches if not b.is_control for r in b.records]
+        return pd.DataFrame(rows, columns=["partition", "offset", "batch", "producer_id",
+                                           "producer_epoch", "sequence", "value"])
+
     def offsets_frame(self) -> pd.DataFrame:
         """One row per partition: log start, LSO, high watermark, and each group's offset."""
         rows = []
@@ -140,8 +154,17 @@ class TopicView:
         rows = [{c: getattr(s, c) for c in columns} for p in self.partitions for s in p.producers]
         return pd.DataFrame(rows, columns=columns)
 
-    def to_text(self) -> str:
-        """A stable plain-text report (no times, no addresses: nbval compares it)."""
+    def to_text(self, producer_ids: bool = True) -> str:
+        """A plain-text report without times or addresses. Producer ids depend on what the
+        broker did before; ``producer_ids=False`` names producers P1, P2, ... in order of
+        appearance instead, so a notebook's output stays the same from run to run (nbval)."""
+        names: dict[int, str] = {}
+
+        def pid(producer_id: int) -> str:
+            if producer_ids or producer_id < 0:
+                return str(producer_id)
+            return names.setdefault(producer_id, f"P{len(names) + 1}")
+
         lines = [f"topic {self.topic}: {len(self.partitions)} partition(s)"]
         for p in self.partitions:
             lines.append(f"partition {p.partition}: log start {p.log_start}, LSO {p.lso}, "
@@ -153,16 +176,16 @@ class TopicView:
             for b in p.batches:
                 span = f"{b.base_offset}" if b.base_offset == b.last_offset else f"{b.base_offset}-{b.last_offset}"
                 kind = f"{b.marker} marker" if b.is_control else "data"
-                lines.append(f"  {span:>11}  {b.record_count:>3}  {b.producer_id:>8}  "
+                lines.append(f"  {span:>11}  {b.record_count:>3}  {pid(b.producer_id):>8}  "
                              f"{b.producer_epoch:>5}  {b.base_sequence:>8}  "
                              f"{'yes' if b.is_transactional else 'no':<3}  {kind}")
             for s in p.producers:
                 txn = f"open since offset {s.txn_start_offset}" if s.open_transaction else "none open"
-                lines.append(f"  producer {s.producer_id} epoch {s.producer_epoch} "
+                lines.append(f"  producer {pid(s.producer_id)} epoch {s.producer_epoch} "
                              f"last sequence {s.last_sequence}, transaction: {txn}")
         for group, offsets in self.group_offsets.items():
             lines.append(f"group {group}: " + ", ".join(f"p{p}={o}" for p, o in offsets.items()))
         for t in self.transactions:
             lines.append(f"open transaction {t.transactional_id}: {t.state}, producer "
-                         f"{t.producer_id} epoch {t.producer_epoch}")
+                         f"{pid(t.producer_id)} epoch {t.producer_epoch}")
         return "\n".join(lines)

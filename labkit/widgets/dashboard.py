@@ -64,6 +64,7 @@ class Dashboard:
         self._widget = None
         self._parts: dict = {}
         self._collecting = threading.Lock()  # one Inspector: one request at a time
+        self._done = threading.Event()  # set once the final picture is up
 
     # ------------------------------------------------------------ the live widget
 
@@ -177,8 +178,13 @@ class Dashboard:
             with _active_lock:
                 if _active.get(self.key) is self:
                     del _active[self.key]
-        if self.snapshot is None:
-            return
+        try:
+            if self.snapshot is not None:
+                self._show_final()
+        finally:
+            self._done.set()
+
+    def _show_final(self) -> None:
         from IPython.display import display
 
         picture = self.static()
@@ -186,6 +192,10 @@ class Dashboard:
             self._handle.update(picture)
         elif self._loop is not None:
             display(picture)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until the dashboard has finished (e.g. after ``watch``); False on timeout."""
+        return self._done.wait(timeout_s)
 
     def __enter__(self) -> "Dashboard":
         return self.start()
