@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from labkit.cluster import _die_with_parent
 from labkit.faults import crashpoints
 from labkit.progress import status
 
-PROGRESS_AFTER_S = 2.0
 LOG_TAIL_LINES = 25
 
 
@@ -88,8 +86,10 @@ def run_worker(worker: Callable | str, kwargs: dict, crash_at: str | None = None
     result = RunResult(target=target, crash_at=crash_at, hit=hit)
     label = label or target
     started = time.monotonic()
-    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs:
-        progress = None
+    # The progress line is shown for every run, not only slow ones, so that a notebook's
+    # output does not depend on how fast the machine was.
+    with status(f"Running {label}") as progress, \
+            tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs:
         while True:
             result.attempts += 1
             env = {k: v for k, v in os.environ.items()
@@ -104,19 +104,15 @@ def run_worker(worker: Callable | str, kwargs: dict, crash_at: str | None = None
                                         env=env, preexec_fn=_die_with_parent)
             proc.stdin.write(payload.encode())
             proc.stdin.close()
-            while True:
-                try:
-                    code = proc.wait(timeout=0.2)
-                    break
-                except subprocess.TimeoutExpired:
-                    elapsed = time.monotonic() - started
-                    if progress is None and elapsed > PROGRESS_AFTER_S:
-                        progress = stack.enter_context(status(f"Running {label}"))
-                    if time.monotonic() - t0 > timeout_s:
-                        proc.kill()
-                        proc.wait()
-                        raise WorkerFailed(f"{label}: attempt {result.attempts} did not finish "
-                                           f"within {timeout_s:.0f} s\n{_tail(log)}") from None
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except BaseException as exc:  # a timeout, or Ctrl-C / a notebook interrupt
+                proc.kill()
+                proc.wait()
+                if isinstance(exc, subprocess.TimeoutExpired):
+                    raise WorkerFailed(f"{label}: attempt {result.attempts} did not finish "
+                                       f"within {timeout_s:.0f} s\n{_tail(log)}") from None
+                raise
             result.exit_codes.append(code)
             result.durations_s.append(round(time.monotonic() - t0, 3))
             if code == 0:
@@ -128,8 +124,8 @@ def run_worker(worker: Callable | str, kwargs: dict, crash_at: str | None = None
                 result.crashed = True
             if result.attempts >= max_attempts:
                 raise WorkerFailed(f"{label}: killed {result.attempts} times, giving up")
-            if progress is not None:
-                progress(f"{label}: crashed at {crash_at}, restarting (attempt {result.attempts + 1})")
+            where = crash_at or "an unarmed SIGKILL"
+            progress(f"{label}: killed at {where}, restarting (attempt {result.attempts + 1})")
     result.total_s = round(time.monotonic() - started, 3)
     return result
 
