@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from labkit import data, topics
+from labkit import audit, data, topics
 from labkit.spark import checkpoint as ckpt
 from labkit.spark import check
 from labkit.spark.db import Database
@@ -140,9 +140,10 @@ def test_optimistic_offset_check_rolls_back_a_checkpoint_replay(bootstrap, tmp_p
     planned = run.attempts[0].checkpoint.query("batch_id == 1")  # batch 1's offset ranges
     assert replay["skipped"].iloc[0] == ", ".join(
         f"{topic}/{r.partition}:{r.start_offset}-{r.end_offset}" for r in planned.itertuples())
-    report = check.audit_ids("tx", "exactly_once", None, [r["id"] for r in inputs],
-                             list(check.table_records(spec.db_url, "results")["id"]), {}, {})
-    assert (report.lost, report.duplicated) == (0, 0)
+    report = check.audit_output("tx", "exactly_once", None, inputs,
+                                check.table_records(spec.db_url, "results"),
+                                audit.expected_counts(inputs))
+    assert (report.lost, report.duplicated) == (0, 0) and report.exactly_once
     assert stored_offsets(spec) == {(topic, p): e for p, e in
                                     run.attempts[-1].checkpoint.groupby("partition")["end_offset"].max().items()}
     # the picture: attempt 1 left batch 1 uncommitted, attempt 2 replayed it

@@ -87,6 +87,16 @@ def _halves(items: list) -> tuple[list, list]:
     return items[:half], items[half:]
 
 
+def _write_in_halves(db: Database, sql: str, items: list) -> None:
+    """Two transactions with the mid-sink crash point between: a crash leaves half."""
+    first, second = _halves(items)
+    with db.transaction():
+        db.executemany(sql, first)
+    crash_point("spark-mid-sink")
+    with db.transaction():
+        db.executemany(sql, second)
+
+
 def _record_tuples(rows, batch_id: int) -> list[tuple]:
     return [(r["id"], r["key"], r["value"], r["topic"], r["partition"], r["offset"], batch_id)
             for r in rows]
@@ -110,12 +120,7 @@ def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str) -
         if spec.kind in ("running-count", "increment-count"):
             return _write_counts(spec, db, rows)
         sql = (_INSERT if spec.kind == "naive" else _UPSERT).format(table=spec.table)
-        first, second = _halves(_record_tuples(rows, batch_id))
-        with db.transaction():
-            db.executemany(sql, first)
-        crash_point("spark-mid-sink")
-        with db.transaction():
-            db.executemany(sql, second)
+        _write_in_halves(db, sql, _record_tuples(rows, batch_id))
         return {"written": len(rows)}
 
 
@@ -126,12 +131,7 @@ def _write_counts(spec: SinkSpec, db: Database, rows: list) -> dict:
     else:  # rows are input records: add this batch's counts to what is there
         items = sorted(Counter(r["key"] for r in rows).items())
         sql = f"INSERT INTO {spec.table} (key, total) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET total = {spec.table}.total + excluded.total"
-    first, second = _halves(items)
-    with db.transaction():
-        db.executemany(sql, first)
-    crash_point("spark-mid-sink")
-    with db.transaction():
-        db.executemany(sql, second)
+    _write_in_halves(db, sql, items)
     return {"written": len(items)}
 
 
