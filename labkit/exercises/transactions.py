@@ -1,0 +1,51 @@
+"""04 · transactions: the exercise check."""
+from __future__ import annotations
+
+import uuid
+
+from labkit.exercises import Verdict, check, unanswered
+
+
+def run_three_transactions(bootstrap: str, topic: str) -> tuple[int, int]:
+    """On a fresh one-partition ``topic``: commit 3 records, abort 2 (flushed), commit 1.
+
+    Returns (high watermark, offset of the last record) as the broker reports them.
+    """
+    from confluent_kafka import Producer
+
+    from labkit import topics
+    from labkit.inspect import Inspector
+
+    topics.create(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn"})
+    producer.init_transactions(30)
+    acks: list[int] = []
+    for n, commit in ((3, True), (2, False), (1, True)):
+        producer.begin_transaction()
+        for i in range(n):
+            producer.produce(topic, key="acct-01", value=topics.encode({"amount": i}),
+                             on_delivery=lambda err, msg: acks.append(msg.offset()))
+        producer.flush(30)  # abort_transaction() would drop unsent records: send them first
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    with Inspector(bootstrap) as inspector:
+        offsets = inspector.offsets(topic)[0]
+    return offsets.high_watermark, acks[-1]
+
+
+def check_transactions(bootstrap: str, high_watermark: int | None,
+                       last_offset: int | None) -> Verdict:
+    """04 · transactions: predict the high watermark and the last record's offset after
+    commit(3 records), abort(2 records), commit(1 record) on an empty partition.
+
+    The check really runs the three transactions on a fresh topic and asks the broker.
+    """
+    if unanswered(high_watermark) or unanswered(last_offset):
+        return check(False, "", "fill in my_high_watermark and my_last_offset, then run this "
+                     "cell again. Count the data records, and one offset per marker.")
+    hw, last = run_three_transactions(bootstrap, f"ex04-{uuid.uuid4().hex[:8]}")
+    return check((high_watermark, last_offset) == (hw, last),
+                 f"the broker says high watermark {hw}, last record at offset {last}: "
+                 "3 + 2 + 1 data records and 3 markers (COMMIT, ABORT, COMMIT).",
+                 f"the broker says high watermark {hw}, last record at offset {last}. Every "
+                 "transaction ends with one marker per partition, and the aborted records "
+                 "stay in the log: they take offsets too.")
