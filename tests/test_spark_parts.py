@@ -4,6 +4,8 @@ checkpoint replay with real Spark."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 import uuid
 
 import pytest
@@ -12,10 +14,10 @@ from labkit import audit, data, topics
 from labkit.spark import checkpoint as ckpt
 from labkit.spark import check
 from labkit.spark.db import Database
-from labkit.spark.runner import StreamJob, run_until_done
+from labkit.spark.runner import SparkWorker, StreamJob, run_until_done
 from labkit.spark.scenarios import SPARK_SCENARIOS, validate
 from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch
-from labkit.spark.view import batch_spans, plot_run
+from labkit.spark.view import batch_spans, live_log, plot_run
 
 
 def _rows(topic: str, part: int, offsets: range) -> list[dict]:
@@ -133,7 +135,11 @@ def test_optimistic_offset_check_rolls_back_a_checkpoint_replay(bootstrap, tmp_p
     spec = SinkSpec("transactional", db_url=f"sqlite:///{tmp_path}/s.db", table="results")
     job = StreamJob(query="tx", topic=topic, bootstrap=bootstrap, checkpoint=str(tmp_path / "ck"),
                     sink=spec, max_offsets_per_trigger=20)
-    run = run_until_done(job, "spark-after-sink-before-commit", hit=2, log_dir=tmp_path)
+    widget, on_event = live_log()
+    run = run_until_done(job, "spark-after-sink-before-commit", hit=2, log_dir=tmp_path,
+                         on_event=on_event)
+    assert "killed at spark-after-sink-before-commit" in widget.value
+    assert "skipped replay" in widget.value
     timeline = run.timeline
     replay = timeline[timeline["replay"]]
     assert list(replay["batch_id"]) == [1]
@@ -154,3 +160,15 @@ def test_optimistic_offset_check_rolls_back_a_checkpoint_replay(bootstrap, tmp_p
     plot_run(run, tmp_path / "run.png")
     assert (tmp_path / "run.png").stat().st_size > 5000
     assert topics.partitions_of(bootstrap, topic) == [0, 1]
+
+
+@pytest.mark.spark
+def test_closing_a_worker_that_is_still_starting_leaves_no_jvm():
+    worker = SparkWorker().spawn()
+    deadline = time.monotonic() + 60
+    while worker._find_jvm() is None:  # wait until its JVM has been launched
+        assert time.monotonic() < deadline and worker.alive
+        time.sleep(0.1)
+    worker.close()
+    found = subprocess.run(["pgrep", "-f", f"labkit.worker={worker.tag}"], capture_output=True)
+    assert found.returncode == 1, found.stdout  # 1: no process matched

@@ -134,7 +134,12 @@ class SparkWorker:
         """Ask the worker to stop Spark and exit; kill it if it does not."""
         if self.proc is None:
             return
-        if self.alive:
+        if self.alive and self.jvm_pid is None:
+            # Never became ready (e.g. an unused spare): nothing to stop cleanly. Its JVM, if
+            # already launched, exits when the gateway pipe closes.
+            self.proc.kill()
+            self.proc.wait()
+        elif self.alive:
             try:
                 self._jobs.write(json.dumps({"op": "exit"}) + "\n")
                 self._jobs.flush()
@@ -156,6 +161,8 @@ class SparkWorker:
     def wait_jvm_gone(self, timeout_s: float = JVM_EXIT_TIMEOUT_S) -> float:
         """Seconds the JVM took to exit after its driver; OrphanJvm if it would not."""
         started = time.monotonic()
+        if self.jvm_pid is None:  # killed before it said ready: its JVM may still be starting
+            self.jvm_pid = self._find_jvm()
         while pid_alive(self.jvm_pid) and self._is_our_jvm():
             if time.monotonic() - started > timeout_s:
                 os.kill(self.jvm_pid, signal.SIGKILL)
@@ -163,6 +170,15 @@ class SparkWorker:
                                 f"{timeout_s:.0f} s and was killed")
             time.sleep(0.05)
         return time.monotonic() - started
+
+    def _find_jvm(self) -> int | None:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if f"labkit.worker={self.tag}".encode() in cmdline.read_bytes():
+                    return int(cmdline.parent.name)
+            except OSError:
+                continue
+        return None
 
     def _is_our_jvm(self) -> bool:
         try:  # guard against pid reuse: the JVM's command line carries our tag
@@ -200,6 +216,16 @@ class SparkWorker:
         if crash_at:
             message = {**message, "arm": arm(crash_at, hit)}
             self.spent = True
+        try:
+            return self._collect(message, timeout_s, on_event)
+        except (KeyboardInterrupt, TimeoutError):
+            # A job cut short leaves the worker mid-query: stop it rather than reuse it.
+            self.proc.kill()
+            self.proc.wait()
+            self._cleanup()
+            raise
+
+    def _collect(self, message: dict, timeout_s: float, on_event) -> JobResult:
         started = time.monotonic()
         events: list[dict] = []
         self._jobs.write(json.dumps(message) + "\n")
