@@ -1,17 +1,32 @@
 """One progress line for long steps, the same in a terminal and in a notebook."""
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
 
 _console = Console(stderr=True)
+# In a kernel without a live front end (nbconvert, nbval) rich's spinner widget cannot
+# animate: its frames pile up as cell outputs (nbval ignores clear_output). There the line
+# goes to stderr as plain text instead.
+_plain_console = Console(stderr=True, force_jupyter=False, force_terminal=False)
+
+
+def _console_now() -> Console:
+    if "ipykernel" in sys.modules:
+        from labkit.widgets.live import live_frontend
+
+        if not live_frontend():
+            return _plain_console
+    return _console
 
 
 @contextmanager
 def status(message: str) -> Iterator[Callable[[str], None]]:
     """Show a spinner with ``message``; the yielded function changes the text."""
-    with _console.status(message) as live:
+    console = _console_now()
+    with console.status(message) as live:
         yield lambda text: live.update(text)
-    _console.print(f"[green]✓[/green] {message}")
+    console.print(f"[green]✓[/green] {message}")

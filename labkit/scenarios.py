@@ -17,7 +17,7 @@ import inspect
 import shutil
 import uuid
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,9 +140,14 @@ def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | Non
 def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
                  records: int = 200, bootstrap: str | None = None, *, seed: int = 0,
                  hit: int = CRASH_HIT, isolation: str = "read_committed", keep_workdir: bool = False,
-                 options: dict | None = None) -> ScenarioRun:
+                 options: dict | None = None,
+                 watch: Callable[[dict[str, str]], AbstractContextManager] | None = None) -> ScenarioRun:
     """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
-    ``isolation`` is how the audited downstream consumer reads the output."""
+    ``isolation`` is how the audited downstream consumer reads the output.
+
+    ``watch(topics)`` is called with the topic names once they exist and its context is held
+    while the worker runs: a notebook passes a live dashboard factory here, e.g.
+    ``watch=lambda t: Dashboard(bootstrap, t["output"])``."""
     scenario = _scenario(name)
     _guarantee(guarantee)
     _records(records)
@@ -170,8 +175,9 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     else:
         data.load_into_topic(bootstrap, names_["input"], inputs)
 
+    used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     try:
-        with _proxy(bootstrap, spec) as proxy:
+        with _proxy(bootstrap, spec) as proxy, (watch(dict(used)) if watch else nullcontext()):
             kwargs["bootstrap"] = proxy.bootstrap if proxy else bootstrap
             result = run_worker(scenario.worker, kwargs, crash_at=crash_at, hit=hit,
                                 label=f"{name} [{guarantee}]")
@@ -181,7 +187,6 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     finally:
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     return ScenarioRun(report, result, used, stats, str(workdir) if keep_workdir else None, inputs)
 
 

@@ -192,8 +192,11 @@ class _Link:
     pending: collections.deque = field(default_factory=collections.deque)
 
     def close(self, reset: bool = False) -> None:
+        """``reset``: the client sees a TCP RST. The broker side always gets an orderly
+        close, so requests forwarded before the fault are still handled (an RST would
+        discard whatever the broker had not read yet, e.g. pipelined acks=0 Produces)."""
         for writer in (self.client, self.upstream):
-            if reset:  # SO_LINGER 0: the peer sees a TCP RST, not an orderly FIN
+            if reset and writer is self.client:  # SO_LINGER 0: the peer sees an RST, not a FIN
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
                     try:
@@ -407,8 +410,9 @@ class FaultProxy:
             action, delay_s = self._decide(info.api_key)
             if action == "reset":
                 self._count("connections_reset")
-                link.close(reset=True)
-                return
+                # Forward what arrived before this request, then cut (in _send_requests).
+                await link.queue.put((loop.time(), None, info, action))
+                await asyncio.Future()  # read nothing more from this client
             await link.queue.put((loop.time() + delay_s, payload, info, action))
 
     async def _send_requests(self, link: _Link) -> None:
@@ -416,6 +420,9 @@ class FaultProxy:
         loop = asyncio.get_running_loop()
         while True:
             due, payload, info, action = await link.queue.get()
+            if action == "reset":
+                link.close(reset=True)
+                return
             if due > loop.time():
                 await asyncio.sleep(due - loop.time())
             answered = protocol.expects_response(payload)
