@@ -1,0 +1,31 @@
+"""03 · idempotent producer: the exercise check."""
+from __future__ import annotations
+
+from labkit.exercises import Verdict, check, unanswered
+
+RECORDS = 40
+
+
+def check_idempotent_crash(bootstrap: str, producer_ids: int | None,
+                           duplicates: int | None) -> Verdict:
+    """03: the idempotent at-least-once pipeline is killed at ``mid-batch`` (half of its 2nd
+    batch written). Predict how many producer ids write to the output and how many
+    duplicates the audit finds. The check runs it and reads both from the broker's log."""
+    if unanswered(producer_ids) or unanswered(duplicates):
+        return check(False, "", "fill in my_producer_ids and my_duplicates, then run this cell again.")
+    from labkit import scenarios
+    from labkit.inspect import describe_topic
+
+    run = scenarios.run_detailed("consume-transform-produce", "at_least_once", crash_at="mid-batch",
+                                 records=RECORDS, bootstrap=bootstrap,
+                                 options={"idempotent": True})
+    view = describe_topic(bootstrap, run.topics["output"])
+    got_ids = len({b.producer_id for b in view.batches if not b.is_control})
+    got_dups = run.report.duplicated
+    return check((producer_ids, duplicates) == (got_ids, got_dups),
+                 f"{got_ids} producer ids and {got_dups} duplicates. The restarted process is a "
+                 "new producer with sequences from 0, so the broker has nothing to compare its "
+                 "repeated half batch with.",
+                 f"the log shows {got_ids} producer ids and the audit {got_dups} duplicates. "
+                 "Does a restarted process keep its producer id? What had been written of the "
+                 "batch it repeats?")

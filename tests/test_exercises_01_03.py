@@ -1,0 +1,80 @@
+"""Exercise checks of notebooks 01-03 against the real broker (passing and failing paths),
+and the labkit pieces those notebooks rely on (scenario watch hook, records_frame, an
+acks=0 reset that loses exactly the request it cuts)."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from confluent_kafka import Producer
+
+from labkit import scenarios, topics
+from labkit.exercises.at_least_once import check_harmless_crash_point
+from labkit.exercises.at_most_once import check_mid_batch_loss
+from labkit.exercises.idempotence import check_idempotent_crash
+from labkit.faults.proxy import FaultProxy
+from labkit.inspect import describe_topic
+
+
+def test_01_unanswered_then_right_then_wrong(bootstrap: str) -> None:
+    assert str(check_mid_batch_loss(bootstrap, None)).startswith("🔁 Not yet: fill in my_lost")
+    right = check_mid_batch_loss(bootstrap, 5)
+    assert right.passed and "counted 5 lost" in right.message
+    wrong = check_mid_batch_loss(bootstrap, 10)
+    assert not wrong.passed and "counted 5 lost, not 10" in wrong.message
+
+
+def test_02_harmless_crash_points_pass_and_a_duplicating_one_fails(bootstrap: str) -> None:
+    assert "after-commit" in str(check_harmless_crash_point(bootstrap, None))
+    assert not check_harmless_crash_point(bootstrap, "no-such-point").passed
+    assert check_harmless_crash_point(bootstrap, "after-commit").passed
+    assert check_harmless_crash_point(bootstrap, "after-poll-before-process").passed
+    bad = check_harmless_crash_point(bootstrap, "after-process-before-commit")
+    assert not bad.passed and "duplicated 10" in bad.message
+
+
+def test_03_two_producer_ids_and_five_duplicates(bootstrap: str) -> None:
+    assert not check_idempotent_crash(bootstrap, 2, None).passed
+    assert check_idempotent_crash(bootstrap, 2, 5).passed
+    wrong = check_idempotent_crash(bootstrap, 1, 0)
+    assert not wrong.passed and "2 producer ids" in wrong.message and "5 duplicates" in wrong.message
+
+
+def test_watch_sees_existing_topics_while_the_worker_runs(bootstrap: str) -> None:
+    seen: dict = {}
+
+    @contextmanager
+    def watch(names: dict[str, str]):
+        seen["names"] = dict(names)
+        seen["before"] = describe_topic(bootstrap, names["input"]).partition(0).high_watermark
+        yield
+        seen["after"] = describe_topic(bootstrap, names["output"]).partition(0).high_watermark
+
+    run = scenarios.run_detailed("consume-transform-produce", "at_least_once", records=20,
+                                 bootstrap=bootstrap, watch=watch)
+    assert seen["names"] == run.topics
+    assert (seen["before"], seen["after"]) == (20, 20)
+
+
+def test_records_frame_numbers_each_record_of_an_idempotent_producer(bootstrap: str) -> None:
+    run = scenarios.run_detailed("producer", "at_least_once", fault="drop-ack:produce:1",
+                                 records=20, bootstrap=bootstrap, options={"idempotent": True})
+    frame = describe_topic(bootstrap, run.topics["output"]).records_frame(
+        lambda v: topics.decode(v)["id"])
+    assert run.fault_stats["responses_dropped"] == 1
+    assert list(frame["sequence"]) == list(range(20)) == list(frame["offset"])
+    assert frame["producer_id"].nunique() == 1 and (frame["producer_id"] >= 0).all()
+    assert list(frame["value"]) == [f"r-{i:06d}" for i in range(1, 21)]
+
+
+def test_acks0_reset_loses_only_the_request_it_cuts(bootstrap: str, topic_name: str) -> None:
+    """Requests forwarded before the reset reach the log even when pipelined (acks=0)."""
+    topics.create(bootstrap, topic_name)
+    with FaultProxy(bootstrap, "reset:produce:8") as proxy:
+        producer = Producer({"bootstrap.servers": proxy.bootstrap, "acks": 0, "retries": 0,
+                             "linger.ms": 0, "enable.idempotence": False})
+        for i in range(8):  # one request each, sent back to back without waiting
+            producer.produce(topic_name, value=topics.encode(i))
+            producer.flush(10)
+        stats = proxy.stats()
+    assert stats["requests"]["Produce"] == 8 and stats["connections_reset"] == 1
+    assert [r.value for r in topics.read(bootstrap, topic_name, "read_uncommitted")] == list(range(7))
