@@ -16,7 +16,7 @@ from labkit.spark.runner import Run
 
 COLOURS = {
     "committed": "#2e7d32",
-    "committed, then crashed": "#2e7d32",
+    "committed, then crashed": "#1b4d1e",
     "sink done, crashed before commit": "#ef6c00",
     "crashed in the sink": "#c62828",
     "planned, not committed": "#9e9e9e",
@@ -47,7 +47,7 @@ def batch_spans(run: Run) -> pd.DataFrame:
 def plot_run(run: Run, path: str | Path | None = None, title: str | None = None):
     """Draw the run (and save it as PNG when ``path`` is given); returns the Figure."""
     spans = batch_spans(run)
-    fig = Figure(figsize=(8, 0.9 + 0.7 * len(run.attempts)))
+    fig = Figure(figsize=(8, 1.3 + 0.7 * len(run.attempts)))
     ax = fig.subplots()
     for s in spans.itertuples():
         y = len(run.attempts) - s.attempt
@@ -62,10 +62,9 @@ def plot_run(run: Run, path: str | Path | None = None, title: str | None = None)
     crash = next((a.crash_at for a in run.attempts if a.crashed), None)
     ax.set_title(title or f"{run.job.query} [{run.job.sink.kind} sink], crash: {crash}", fontsize=10)
     used = [o for o in COLOURS if o in set(spans["outcome"])]
-    ax.legend([Rectangle((0, 0), 1, 1, color=COLOURS[o]) for o in used], used, fontsize=7,
-              loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(run.attempts) < 3 else -0.2),
-              ncol=min(len(used), 3), frameon=False)
-    fig.tight_layout()
+    fig.legend([Rectangle((0, 0), 1, 1, color=COLOURS[o]) for o in used], used, fontsize=7,
+               loc="lower center", ncol=min(len(used), 4), frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
