@@ -83,6 +83,28 @@ def counter(page, name: str) -> int:
     return int(page.locator(f'[data-counter="{name}"]').get_attribute("data-value"))
 
 
+def take_screenshot_mid_transaction(page, attempts: int = 4) -> bool:
+    """The README picture, caught while a transaction is open (amber cells, LSO < HW).
+    The page refreshes while Chromium paints, so retry until the same transaction was open
+    before and after the shot (no new COMMIT/ABORT marker in between)."""
+    def open_and_markers() -> tuple[int, int]:
+        return (page.locator('.lk-cell[data-state="open"]').count(),
+                page.locator('.lk-cell[data-state="commit"], .lk-cell[data-state="abort"]').count())
+
+    page.locator(".lk-dashboard").screenshot(path=str(SCREENSHOT))  # a picture in any case
+    for _ in range(attempts):
+        page.wait_for_selector('.lk-cell[data-state="open"]', timeout=60_000)
+        before = open_and_markers()
+        shot = page.locator(".lk-dashboard").screenshot()
+        after = open_and_markers()
+        if before[0] and after[0] and before[1] == after[1]:
+            SCREENSHOT.write_bytes(shot)
+            return True
+        page.wait_for_function("() => !document.querySelector('.lk-cell[data-state=open]')",
+                               timeout=60_000)
+    return False
+
+
 def test_dashboard_updates_live_in_jupyterlab(jupyterlab) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -113,15 +135,11 @@ def test_dashboard_updates_live_in_jupyterlab(jupyterlab) -> None:
             page.wait_for_selector('.lk-cell[data-state="commit"]', timeout=60_000)
             page.wait_for_selector('.lk-cell[data-state="abort"]', timeout=60_000)
             page.wait_for_selector('.lk-cell[data-state="duplicate"]', timeout=60_000)
-            # the picture for the README: caught while a transaction is open
-            page.wait_for_selector('.lk-cell[data-state="open"]', timeout=60_000)
             assert counter(page, "delivered") > 0
             assert page.locator('[data-mark="hw"]').count() == 1
-            dashboard = page.locator(".lk-dashboard")
-            dashboard.scroll_into_view_if_needed()
             SCREENSHOT.parent.mkdir(exist_ok=True)
-            dashboard.screenshot(path=str(SCREENSHOT))
-            assert page.locator(".lk-dashboard").count() == 1, "experiment ended before the screenshot"
+            if not take_screenshot_mid_transaction(page):
+                print("note: docs/dashboard.png shows no open transaction this time")
 
             # When the experiment ends the live widget becomes the static picture.
             page.wait_for_selector(".lk-dashboard", state="detached", timeout=120_000)
@@ -138,5 +156,5 @@ def test_dashboard_updates_live_in_jupyterlab(jupyterlab) -> None:
             context.close()
     stats = json.loads(stats_file.read_text())
     print("\ndashboard measurement:", json.dumps(stats))
-    assert stats["loop"]["refreshes"] >= 2 and stats["loop"]["errors"] == 0
+    assert stats["loop"]["refreshes"] >= 2 and stats["loop"]["errors"] == 0, stats["loop"]
     assert SCREENSHOT.stat().st_size > 10_000

@@ -120,6 +120,10 @@ class Inspector:
         if found.error_code == ErrorCode.unknown_topic_or_partition:
             raise UnknownTopicError(topic, self.bootstrap)
         _check(found.error_code, f"Metadata for {topic!r}")
+        leaderless = [int(p.partition_index) for p in found.partitions if int(p.leader_id) not in self._brokers]
+        if leaderless:
+            raise InspectError(f"{topic} partition(s) {sorted(leaderless)} have no leader right now "
+                               "(a broker is down or an election is running); try again shortly")
         return {int(p.partition_index): self._brokers[int(p.leader_id)]
                 for p in sorted(found.partitions, key=lambda p: p.partition_index)}
 
@@ -217,6 +221,8 @@ class Inspector:
         request = list_txns.ListTransactionsRequest(state_filters=states)
         for address in self._brokers.values():
             response = self._send(address, request)
+            if response.error_code in _NOT_READY:
+                continue  # this broker's transaction log is still loading: nothing to list yet
             _check(response.error_code, "ListTransactions")
             ids.update(str(t.transactional_id) for t in response.transaction_states)
         # States move on between the two requests: keep only what still matches.
@@ -248,8 +254,8 @@ class Inspector:
             response = self._send(address, describe_txns.DescribeTransactionsRequest(
                 transactional_ids=tuple(TransactionalId(k) for k in keys)))
             for state in response.transaction_states:
-                if state.error_code == ErrorCode.transactional_id_not_found:
-                    continue  # expired between the two requests
+                if state.error_code in (ErrorCode.transactional_id_not_found, *_NOT_READY):
+                    continue  # expired, or its coordinator moved, between the two requests
                 _check(state.error_code, f"DescribeTransactions {state.transactional_id!r}")
                 out.append(Transaction.from_kio(state))
         return sorted(out, key=lambda t: t.transactional_id)
@@ -268,6 +274,8 @@ class Inspector:
         found: set[str] = set()
         for address in self.brokers().values():
             response = self._send(address, list_groups.ListGroupsRequest())
+            if response.error_code in _NOT_READY:
+                continue
             _check(response.error_code, "ListGroups")
             found.update(str(g.group_id) for g in response.groups)
         return sorted(found)

@@ -39,6 +39,7 @@ class LoopStats:
     started: float = 0.0
     stopped: float = 0.0
     cpu_s: float = 0.0
+    last_error: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -57,7 +58,8 @@ class LoopStats:
 
     def to_dict(self) -> dict:
         return {"refreshes": self.refreshes, "errors": self.errors, "seconds": round(self.seconds, 2),
-                "rate_hz": round(self.rate_hz, 2), "cpu_share": round(self.cpu_share, 4)}
+                "rate_hz": round(self.rate_hz, 2), "cpu_share": round(self.cpu_share, 4),
+                "last_error": self.last_error}
 
 
 class Loop:
@@ -88,6 +90,7 @@ class Loop:
                 self.stats.refreshes += 1
             except Exception as exc:  # a broker restarting mid-lesson: show it, keep going
                 self.stats.errors += 1
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
                 self.on_error(exc)
             self.stats.cpu_s += time.thread_time() - cpu
             if self.until is not None and self.until():
