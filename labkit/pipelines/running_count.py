@@ -89,12 +89,17 @@ def changelog_end(consumer: Consumer, changelog_topic: str) -> int:
 
 def run(bootstrap: str, input_topic: str, output_topic: str, changelog_topic: str,
         group_id: str, transactional_id: str, state_dir: str, guarantee: str,
-        batch_size: int = 10) -> None:
-    """Count ``input_topic`` per key until its end; counts go to ``output_topic``."""
+        batch_size: int = 10, restore_isolation: str | None = None) -> None:
+    """Count ``input_topic`` per key until its end; counts go to ``output_topic``.
+
+    ``restore_isolation`` overrides how the changelog is read on restore (by default as the
+    input is read); "read_uncommitted" under exactly_once is the mistake of restoring the
+    counts of aborted transactions.
+    """
     check_guarantee(guarantee)
     with closing(StateStore(state_dir)) as store:
         out, isolation = output_for(bootstrap, guarantee, transactional_id)  # fences first
-        restore(store, bootstrap, changelog_topic, isolation)
+        restore(store, bootstrap, changelog_topic, restore_isolation or isolation)
         if guarantee == "exactly_once":
             store.delete_checkpoint()  # a crash from here on means: rebuild from the changelog
         consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)

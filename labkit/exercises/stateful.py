@@ -1,0 +1,61 @@
+"""07 · stateful exactly-once: the exercise check.
+
+The learner predicts, for each crash point a running count under at_least_once passes,
+whether the final counts drift. The check runs the real pipeline, crashed at each point,
+and compares the prediction with what the audit measured.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from labkit import scenarios
+from labkit.exercises import Verdict, check, unanswered
+
+SCENARIO = "running-count"
+GUARANTEE = "at_least_once"
+RECORDS = 40
+# The main experiment already showed this one; the exercise asks about the others.
+SHOWN = "after-state-update-before-commit"
+
+
+def exercise_points() -> tuple[str, ...]:
+    return tuple(p for p in scenarios.crash_points(SCENARIO, GUARANTEE) if p != SHOWN)
+
+
+def measure_drift(points: tuple[str, ...], bootstrap: str | None = None,
+                  records: int = RECORDS) -> pd.DataFrame:
+    """Run the running count under at_least_once, crashed at each point; one audited row each."""
+    rows = []
+    for point in points:
+        report = scenarios.run(SCENARIO, GUARANTEE, crash_at=point, records=records,
+                               bootstrap=bootstrap)
+        over = sum(max(0, report.state_actual.get(k, 0) - n)
+                   for k, n in report.state_expected.items())
+        rows.append({"crash_at": point, "duplicated": report.duplicated,
+                     "drifted": not report.state_matches, "over_counted": over})
+    return pd.DataFrame(rows)
+
+
+def check_drift(prediction: dict[str, bool | None], bootstrap: str | None = None) -> Verdict:
+    """07 · predict, per crash point, whether at_least_once's counts drift (True) or not."""
+    points = exercise_points()
+    if not isinstance(prediction, dict):
+        return check(False, "", "my_prediction must be a dict: crash point -> True / False.")
+    unknown = sorted(set(prediction) - set(points))
+    if unknown:
+        return check(False, "", f"{unknown} are not crash points of this exercise; use "
+                                f"{', '.join(points)}.")
+    missing = [p for p in points if unanswered(prediction.get(p))]
+    if missing:
+        return check(False, "", f"fill in True (the counts drift) or False (they stay right) "
+                                f"for: {', '.join(missing)}; then run this cell again.")
+    measured = measure_drift(points, bootstrap).set_index("crash_at")
+    wrong = [p for p in points if bool(prediction[p]) != bool(measured.loc[p, "drifted"])]
+    facts = "; ".join(f"{p}: {'drifted' if measured.loc[p, 'drifted'] else 'right'}"
+                      for p in points)
+    return check(not wrong,
+                 f"measured {facts}. The counts drift exactly when the store was updated "
+                 "but the input offsets were not committed yet.",
+                 f"{len(wrong)} of {len(points)} predictions differ from the measurement "
+                 f"({', '.join(wrong)}). Ask for each point: was the store already updated, "
+                 "and were the offsets not yet committed?")
