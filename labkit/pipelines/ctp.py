@@ -11,7 +11,9 @@ Two knobs reproduce well-known mistakes (the pitfalls notebook 05 shows):
 ``offsets="outside-before-commit" | "outside-after-commit"`` commits the offsets with the
 consumer instead of in the transaction; ``offset_delta=0`` sends the last record's offset
 instead of the next one to read. ``idempotent=True`` turns on the idempotent producer for
-at_least_once (it dedupes retries, not reprocessing after a crash).
+at_least_once (it dedupes retries, not reprocessing after a crash). ``side_effect_db=path``
+also writes each payment to a SQLite ledger *outside* Kafka (like calling a card API): the
+Kafka transaction cannot take that write back, so a crash before the commit repeats it.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from confluent_kafka import Message
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import (check_guarantee, commit, next_offsets, open_input, output_for,
                                      produce_in_halves, record_of, run_batches, with_offsets)
+from labkit.pipelines import consumer as ledger
 from labkit.pipelines.txn import Transactions
 
 OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
@@ -39,16 +42,20 @@ def emit(out, topic: str, batch: list[Message]) -> None:
 def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
         transactional_id: str, guarantee: str, batch_size: int = 10,
         idempotent: bool | None = None, offsets: str = "in-transaction",
-        offset_delta: int = 1) -> None:
+        offset_delta: int = 1, side_effect_db: str | None = None) -> None:
     """Transform ``input_topic`` into ``output_topic`` until the input's end."""
     check_guarantee(guarantee)
     if offsets not in OFFSET_MODES:
         raise ValueError(f"offsets must be one of {OFFSET_MODES}, not {offsets!r}")
     out, isolation = output_for(bootstrap, guarantee, transactional_id, idempotent)
     consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)
+    side_db = ledger.connect(side_effect_db) if side_effect_db else None
 
     def process(batch: list[Message]) -> None:
         positions = next_offsets(batch, offset_delta)
+        if side_db is not None:
+            for msg in batch:  # autocommit: each write is final at once, whatever Kafka does
+                ledger.insert(side_db, msg)
         if guarantee == "exactly_once":
             _transaction(out, consumer, output_topic, batch, positions, offsets)
         else:
@@ -56,6 +63,8 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
 
     with closing(consumer):
         run_batches(consumer, batch_size, process)
+    if side_db is not None:
+        side_db.close()
 
 
 def _transaction(txn: Transactions, consumer, output_topic: str, batch: list[Message],

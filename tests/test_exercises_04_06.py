@@ -1,0 +1,50 @@
+"""The exercise checks of notebooks 04-06 pass the right answer and refuse a wrong one,
+measured on the real broker; plus the side-effect ledger notebook 05 audits."""
+from __future__ import annotations
+
+from labkit import audit, scenarios
+from labkit.exercises.ctp import check_ctp_settings
+from labkit.exercises.transactions import check_transactions
+from labkit.exercises.zombies import check_next_epoch
+from labkit.pipelines import consumer
+from labkit.pipelines.txn import Transactions
+
+CTP = "consume-transform-produce"
+
+
+def test_transactions_check_counts_markers(bootstrap):
+    assert not check_transactions(bootstrap, None, None).passed
+    # 3 data + COMMIT, 2 data + ABORT, 1 data + COMMIT: the last record at 7, HW 9.
+    assert check_transactions(bootstrap, 9, 7).passed
+    wrong = check_transactions(bootstrap, 6, 5)  # data only, markers forgotten
+    assert not wrong.passed and "high watermark 9, last record at offset 7" in wrong.message
+
+
+def test_ctp_check_runs_the_pipeline_at_each_probe(bootstrap):
+    assert check_ctp_settings(bootstrap, "in-transaction", 1).passed
+    wrong = check_ctp_settings(bootstrap, "in-transaction", 0)  # the off-by-one
+    assert not wrong.passed and "after-poll-before-process: lost=0 duplicated=1" in wrong.message
+
+
+def test_zombie_check_measures_the_next_epoch(bootstrap, topic_name):
+    tid = f"{topic_name}-app"
+    zombie = Transactions(bootstrap, tid)
+    zombie.begin()
+    zombie.produce(topic_name, "k", {"id": "a-0", "key": "k"})
+    zombie.flush()
+    successor = Transactions(bootstrap, tid)  # epoch 0 -> 1 (abort the zombie's) -> 2
+    successor.begin()
+    successor.produce(topic_name, "k", {"id": "b-0", "key": "k"})
+    successor.commit()
+    assert check_next_epoch(bootstrap, topic_name, tid, 3).passed
+    assert not check_next_epoch(bootstrap, topic_name, tid, 4 + 1).passed  # got 4
+
+
+def test_a_side_effect_outside_the_transaction_repeats_after_a_crash(bootstrap, tmp_path):
+    ledger = str(tmp_path / "ledger.db")
+    run = scenarios.run_detailed(CTP, "exactly_once", "after-send-offsets-before-commit",
+                                 records=40, bootstrap=bootstrap,
+                                 options={"side_effect_db": ledger})
+    assert run.report.exactly_once  # the Kafka output is exactly once ...
+    side = audit.audit_table(ledger, consumer.SINK_TABLE, run.inputs, "ledger", "exactly_once")
+    assert (side.lost, side.duplicated) == (0, scenarios.batch_size(40))  # ... the ledger is not
