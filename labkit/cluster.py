@@ -99,7 +99,12 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a base64url UUID that does not start with '-' (the storage tool
+    would read that as an option; Kafka's own Uuid.randomUuid() avoids it the same way)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int = 1) -> dict[int, str]:

@@ -115,3 +115,10 @@ def test_three_brokers_replicate_and_survive_leader_kill(three_brokers):
 def test_unknown_broker_id_is_a_clear_error(three_brokers):
     with pytest.raises(ClusterError, match="no broker 7"):
         three_brokers.kill(7)
+
+
+def test_cluster_ids_never_look_like_an_option():
+    from labkit.cluster import new_cluster_id
+    ids = [new_cluster_id() for _ in range(3000)]  # ~1 in 64 raw ids starts with '-'
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)
