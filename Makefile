@@ -21,7 +21,7 @@ setup: $(STAMP)
 # System packages only the tests need: Debian's chromium for the browser test (Playwright
 # drives it; no browser download).
 test-deps:
-	sh tests/browser/install.sh
+	sh scripts/install-test-deps.sh
 
 lab: setup
 	$(BIN)/labkit up

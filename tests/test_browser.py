@@ -1,6 +1,6 @@
 """The live dashboard in a real browser: JupyterLab (headless, 127.0.0.1, no token) runs
 tests/browser/dashboard_demo.ipynb against the test broker while Chromium (Debian's, driven
-by Playwright; install it with tests/browser/install.sh) watches the page.
+by Playwright; install it with scripts/install-test-deps.sh) watches the page.
 
 Saves docs/dashboard.png (a mid-experiment screenshot, used in the README) and prints the
 dashboard's measured refresh rate and CPU cost (docs/measurements-widgets.md):
@@ -34,7 +34,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 def jupyterlab(tmp_path: Path, bootstrap: str):
     """A JupyterLab of our own on 127.0.0.1 serving a temp dir with the demo notebook."""
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run tests/browser/install.sh (apt-get install chromium)")
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (apt-get install chromium)")
     root = tmp_path / "lab"
     root.mkdir()
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
