@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 	$(BIN)/labkit setup
 
-# System packages only the tests need: Debian's chromium for the browser test (Playwright
-# drives it; no browser download).
+# System packages only the tests need (Debian's chromium for the browser test, postgresql
+# for the PostgreSQL sink test): see the script.
 test-deps:
 	sh scripts/install-test-deps.sh
 

@@ -23,8 +23,8 @@ def pg_dsn(tmp_path_factory):
         yield os.environ[ENV_DSN]
         return
     if not (shutil.which("pg_config") or list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))):
-        pytest.skip("PostgreSQL server binaries are not installed (apt-get install -y postgresql) "
-                    "and LABKIT_PG_DSN is not set")
+        pytest.fail("PostgreSQL server binaries are not installed: run scripts/install-test-deps.sh "
+                    "(apt-get install -y postgresql) or set LABKIT_PG_DSN")
     where = tmp_path_factory.mktemp("pg")
     dsn = subprocess.run([str(SCRIPT), "start", str(where)], check=True, capture_output=True,
                          text=True).stdout.strip()
