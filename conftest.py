@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -21,12 +22,14 @@ _shared: dict[str, object] = {}
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    # Notebook kernels inherit this home: they attach to the same broker, and the processes
+    # they start are recognisable as this run's (see lab_processes).
+    home = tempfile.mkdtemp(prefix="labkit-test-")
+    os.environ["LABKIT_HOME"] = home
     external = lab.external_from_env()
     if external is not None:
         _shared["cluster"] = external
         return
-    home = tempfile.mkdtemp(prefix="labkit-test-")
-    os.environ["LABKIT_HOME"] = home  # notebook kernels attach to the same broker
     _shared["cluster"] = lab.LocalCluster(brokers=1, home=home).start()
 
 
@@ -60,3 +63,67 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         skip = getattr(parent, "skip_compare", None)
         if skip is not None and "stderr" not in skip:
             parent.skip_compare = (*skip, "stderr")
+
+
+# ---------------------------------------------------------------- no notebook leaves processes behind
+# Around each notebook run by nbval: the lab processes alive after its kernel has shut down
+# that were not there before it started are leaks (brokers, Spark JVMs, crash-test workers).
+LAB_PROCESS_MARKS = (b"kafka.Kafka", b"org.apache.spark", b"pyspark", b"labkit.faults.runner",
+                     b"labkit.spark")
+_before_notebook: dict[str, set[int]] = {}
+
+
+def lab_processes() -> dict[int, str]:
+    """Lab processes started by this test run: they inherited its LABKIT_HOME (kernels get
+    it from pytest), which tells them apart from anything else running on the machine."""
+    mine = f"LABKIT_HOME={os.environ.get('LABKIT_HOME', '')}".encode()
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                environ = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if mine in environ and any(mark in cmdline for mark in LAB_PROCESS_MARKS):
+            found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")[:160]
+    return found
+
+
+def _notebook_of(item) -> str | None:
+    path = str(getattr(item, "fspath", ""))
+    return path if path.endswith(".ipynb") else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    notebook = _notebook_of(item)
+    if notebook and notebook not in _before_notebook:
+        _before_notebook[notebook] = set(lab_processes())
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the notebook's kernel is shut down inside this teardown when it is the last cell
+    notebook = _notebook_of(item)
+    if not notebook or (nextitem is not None and _notebook_of(nextitem) == notebook):
+        return
+    before = _before_notebook.pop(notebook, set())
+    deadline = time.monotonic() + 15  # JVMs exit when their pipe closes: give them a moment
+    while True:
+        leaked = {pid: cmd for pid, cmd in lab_processes().items() if pid not in before}
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if leaked:
+        for pid in leaked:  # clean up so one leak does not cascade into the next notebook
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        raise AssertionError(f"{os.path.basename(notebook)} left lab processes behind: "
+                             + "; ".join(f"{pid}: {cmd}" for pid, cmd in leaked.items()))
