@@ -141,15 +141,21 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
                  records: int = 200, bootstrap: str | None = None, *, seed: int = 0,
                  hit: int = CRASH_HIT, isolation: str = "read_committed", keep_workdir: bool = False,
                  options: dict | None = None,
-                 watch: Callable[[dict[str, str]], AbstractContextManager] | None = None) -> ScenarioRun:
+                 watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
+                 inputs: list[dict] | None = None) -> ScenarioRun:
     """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
     ``isolation`` is how the audited downstream consumer reads the output.
 
     ``watch(topics)`` is called with the topic names once they exist and its context is held
     while the worker runs: a notebook passes a live dashboard factory here, e.g.
-    ``watch=lambda t: Dashboard(bootstrap, t["output"])``."""
+    ``watch=lambda t: Dashboard(bootstrap, t["output"])``.
+
+    ``inputs`` replaces the generated records (e.g. ``data.load_csv("payments")``: each
+    needs a unique ``id`` and a ``key``); ``records`` is then their number."""
     scenario = _scenario(name)
     _guarantee(guarantee)
+    if inputs is not None:
+        records = len(inputs)
     _records(records)
     _crash_point(scenario, guarantee, crash_at)
     spec = _fault(fault)
@@ -164,7 +170,7 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
               "progress": f"{base}-progress"}
     workdir = lab_home() / "runs" / base
     workdir.mkdir(parents=True, exist_ok=True)
-    inputs = data.generate(records, seed=seed)
+    inputs = list(inputs) if inputs is not None else data.generate(records, seed=seed)
     kwargs = _worker_kwargs(scenario, guarantee, names_, base, workdir, inputs, records)
     kwargs.update(options)
     topics.create(bootstrap, names_["output"])
