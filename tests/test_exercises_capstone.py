@@ -1,21 +1,14 @@
 """10 · capstone: the documented solution passes the audit, the starting settings fail it."""
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
 from labkit.exercises import capstone
-
-SOLUTION = Path(__file__).parents[1] / "notebooks" / "solutions" / "10_capstone.md"
+from tests.solution_code import solution_scope
 
 
 def solution_settings() -> dict:
-    code = re.search(r"```python\n(.*?)```", SOLUTION.read_text(), re.S).group(1)
-    scope: dict = {}
-    exec(code, scope)
-    return scope["settings"]
+    return solution_scope("10_capstone")["settings"]
 
 
 def test_the_documented_solution_passes(bootstrap):

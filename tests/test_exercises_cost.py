@@ -1,12 +1,8 @@
 """09 · the cost: the exercise check against the real broker."""
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from labkit.exercises.cost import RECORDS, RECORDS_PER_TXN, check_offsets, measured_high_watermark
-
-SOLUTION = Path(__file__).parents[1] / "notebooks" / "solutions" / "09_cost.md"
+from tests.solution_code import solution_scope
 
 
 def test_one_commit_marker_per_transaction_takes_an_offset(bootstrap):
@@ -15,9 +11,7 @@ def test_one_commit_marker_per_transaction_takes_an_offset(bootstrap):
 
 
 def test_the_documented_solution_passes_and_the_records_alone_do_not(bootstrap):
-    code = re.search(r"```python\n(.*?)```", SOLUTION.read_text(), re.S).group(1)
-    scope: dict = {}
-    exec(code, scope)
+    scope = solution_scope("09_cost")
     assert scope["my_high_watermark"] == RECORDS + RECORDS // RECORDS_PER_TXN
     verdict = check_offsets(bootstrap, scope["my_high_watermark"])
     assert verdict.passed, verdict.message

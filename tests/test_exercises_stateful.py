@@ -1,20 +1,13 @@
 """07 · stateful exactly-once: the exercise check and the restore-isolation knob, on real runs."""
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from labkit import scenarios
 from labkit.exercises.stateful import check_drift, exercise_points
-
-SOLUTION = Path(__file__).parents[1] / "notebooks" / "solutions" / "07_stateful_exactly_once.md"
+from tests.solution_code import solution_scope
 
 
 def solution_prediction() -> dict:
-    code = re.search(r"```python\n(.*?)```", SOLUTION.read_text(), re.S).group(1)
-    scope: dict = {}
-    exec(code, scope)
-    return scope["my_prediction"]
+    return solution_scope("07_stateful_exactly_once")["my_prediction"]
 
 
 def test_the_documented_solution_passes_and_a_wrong_one_does_not(bootstrap):

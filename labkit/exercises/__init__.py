@@ -29,3 +29,19 @@ def check(passed: bool, success: str, hint: str) -> Verdict:
 def unanswered(answer: object) -> bool:
     return answer is None or answer is ...
 
+
+def prediction_gaps(prediction: object, points: tuple[str, ...], fill_in: str) -> Verdict | None:
+    """A "Not yet" for a prediction dict (crash point -> answer) that is not a dict, names
+    unknown points or leaves some unanswered; None when it is complete. ``fill_in`` says
+    what to write, e.g. "True (the counts drift) or False (they stay right)"."""
+    if not isinstance(prediction, dict):
+        return check(False, "", f"my_prediction must be a dict: crash point -> {fill_in}.")
+    unknown = sorted(set(prediction) - set(points))
+    if unknown:
+        return check(False, "", f"{unknown} are not crash points of this exercise; use "
+                                f"{', '.join(points)}.")
+    missing = [p for p in points if unanswered(prediction.get(p))]
+    if missing:
+        return check(False, "", f"fill in {fill_in} for: {', '.join(missing)}; then run this "
+                                "cell again.")
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from labkit import scenarios
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, prediction_gaps
 
 SCENARIO = "running-count"
 GUARANTEE = "at_least_once"
@@ -39,16 +39,9 @@ def measure_drift(points: tuple[str, ...], bootstrap: str | None = None,
 def check_drift(prediction: dict[str, bool | None], bootstrap: str | None = None) -> Verdict:
     """07 · predict, per crash point, whether at_least_once's counts drift (True) or not."""
     points = exercise_points()
-    if not isinstance(prediction, dict):
-        return check(False, "", "my_prediction must be a dict: crash point -> True / False.")
-    unknown = sorted(set(prediction) - set(points))
-    if unknown:
-        return check(False, "", f"{unknown} are not crash points of this exercise; use "
-                                f"{', '.join(points)}.")
-    missing = [p for p in points if unanswered(prediction.get(p))]
-    if missing:
-        return check(False, "", f"fill in True (the counts drift) or False (they stay right) "
-                                f"for: {', '.join(missing)}; then run this cell again.")
+    gaps = prediction_gaps(prediction, points, "True (the counts drift) or False (they stay right)")
+    if gaps is not None:
+        return gaps
     measured = measure_drift(points, bootstrap).set_index("crash_at")
     wrong = [p for p in points if bool(prediction[p]) != bool(measured.loc[p, "drifted"])]
     facts = "; ".join(f"{p}: {'drifted' if measured.loc[p, 'drifted'] else 'right'}"
