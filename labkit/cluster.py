@@ -20,6 +20,7 @@ import base64
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -51,8 +52,19 @@ class PortInUseError(ClusterError):
 # --------------------------------------------------------------------------- helpers
 
 
+# Brokers take ports below Linux's ephemeral range (32768-60999 by default): a port there is
+# never handed to a client connection as its source port or to a port-0 listener (a proxy,
+# JupyterLab), so a broker killed and restarted finds its port still free.
+BROKER_PORT_RANGE = (20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(*BROKER_PORT_RANGE)
+        if port_is_free(port):
+            return port
+    with socket.socket() as s:  # that whole range busy: any free port will do
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
