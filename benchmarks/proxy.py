@@ -1,7 +1,7 @@
 """Throughput through the fault proxy vs straight to the broker (a measurement, not a test).
 
-    .venv/bin/python tests/bench_proxy.py                 # starts its own broker, then stops it
-    .venv/bin/python tests/bench_proxy.py --bootstrap HOST:PORT --records 10000 --rounds 3
+    .venv/bin/python benchmarks/proxy.py                 # starts its own broker, then stops it
+    .venv/bin/python benchmarks/proxy.py --bootstrap HOST:PORT --records 10000 --rounds 3
 
 Per round and path: produce N ~100-byte records (acks=all, flush), consume them back from
 offset 0 with an assigned consumer, and time 200 produce+flush round trips one by one.

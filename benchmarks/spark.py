@@ -1,6 +1,6 @@
 """Measure the Spark lesson's costs: worker start, micro-batch latency, a crash cycle, JVM RSS.
 
-    LABKIT_BOOTSTRAP=127.0.0.1:9092 python docs/measure_spark.py   # or with a `labkit up` lab
+    LABKIT_BOOTSTRAP=127.0.0.1:9092 python benchmarks/spark.py   # or with a `labkit up` lab
 
 Prints markdown rows for docs/measurements-spark.md. Small scale on purpose (60 records,
 20 per micro-batch): the lesson's numbers, not a benchmark of Spark.

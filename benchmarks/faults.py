@@ -1,6 +1,6 @@
 """Measure one crash-and-restart cycle per scenario and guarantee (broker start excluded).
 
-    LABKIT_BOOTSTRAP=127.0.0.1:9092 python docs/measure_faults.py   # or with a `labkit up` lab
+    LABKIT_BOOTSTRAP=127.0.0.1:9092 python benchmarks/faults.py   # or with a `labkit up` lab
 
 The crash is armed on the *last* batch, so the restarted attempt does nothing but recover
 (new process, imports, fence/abort, offsets, state restore) and finish that batch: its wall
