@@ -175,3 +175,25 @@ def test_cli_inspect_json(bootstrap: str, txn_topic, monkeypatch) -> None:
     assert "ABORT marker" in text.stdout and "LSO 7" in text.stdout
     missing = CliRunner().invoke(app, ["inspect", topic + "-missing"])
     assert missing.exit_code == 2 and "does not exist" in missing.stderr
+
+
+def test_describing_a_transactional_id_without_a_transaction_does_not_fail(bootstrap, topic_name):
+    """Empty or finished transactional ids carry start time -1, which kio cannot read as a
+    timestamp; the inspector leaves them out instead of failing (they hold nothing open)."""
+    from confluent_kafka import Producer
+    from labkit.inspect import Inspector
+
+    idle = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"idle-{topic_name}"})
+    idle.init_transactions(30)  # Empty: no transaction yet
+    busy = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"busy-{topic_name}"})
+    busy.init_transactions(30)
+    busy.begin_transaction()
+    busy.produce(topic_name, value=b"open")
+    busy.flush(10)
+    try:
+        with Inspector(bootstrap) as inspector:
+            described = inspector.describe_transactions([f"idle-{topic_name}", f"busy-{topic_name}"])
+            assert [t.transactional_id for t in described] == [f"busy-{topic_name}"]
+            assert described[0].state == "Ongoing"
+    finally:
+        busy.abort_transaction(30)

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from kio.schema.describe_producers.v0 import request as describe_producers
 from kio.schema.describe_transactions.v0 import request as describe_txns
 from kio.schema.errors import ErrorCode
+from kio.serial.errors import OutOfBoundValue
 from kio.schema.fetch.v12 import request as fetch
 from kio.schema.find_coordinator.v4 import request as find_coordinator
 from kio.schema.list_groups.v4 import request as list_groups
@@ -251,14 +252,30 @@ class Inspector:
         if not ids:
             return out
         for address, keys in self._coordinators(TRANSACTION_KEY_TYPE, ids).items():
-            response = self._send(address, describe_txns.DescribeTransactionsRequest(
-                transactional_ids=tuple(TransactionalId(k) for k in keys)))
-            for state in response.transaction_states:
+            for state in self._describe_at(address, keys):
                 if state.error_code in (ErrorCode.transactional_id_not_found, *_NOT_READY):
                     continue  # expired, or its coordinator moved, between the two requests
                 _check(state.error_code, f"DescribeTransactions {state.transactional_id!r}")
                 out.append(Transaction.from_kio(state))
         return sorted(out, key=lambda t: t.transactional_id)
+
+    def _describe_at(self, address: str, keys: list[str]) -> list:
+        """DescribeTransactions states from one coordinator. An id with no transaction (Empty,
+        or finished) has start time -1, which kio cannot read as a timestamp: then the ids are
+        asked one by one and those are left out (they are not open, so there is nothing to show)."""
+        def ask(batch: list[str]) -> list:
+            return list(self._send(address, describe_txns.DescribeTransactionsRequest(
+                transactional_ids=tuple(TransactionalId(k) for k in batch))).transaction_states)
+        try:
+            return ask(keys)
+        except OutOfBoundValue:
+            found = []
+            for key in keys:
+                try:
+                    found += ask([key])
+                except OutOfBoundValue:
+                    continue
+            return found
 
     def brokers(self) -> dict[int, str]:
         """The brokers of the cluster (node id -> address), from a topic-less Metadata."""
