@@ -263,12 +263,13 @@ def shared_worker(log_dir: str | Path | None = None) -> SparkWorker:
     return _shared
 
 
-def fresh_worker(log_dir: str | Path | None = None) -> SparkWorker:
+def fresh_worker(log_dir: str | Path | None = None, spare: bool = True) -> SparkWorker:
     """A worker that never ran an armed job, for the next crash; a spare one is kept starting
-    in the background so a series of crash experiments does not wait for Spark each time."""
+    in the background so a series of crash experiments does not wait for Spark each time
+    (``spare=False`` for the last one: a spare nobody uses costs a Spark start of CPU)."""
     global _spare
     worker = _spare if _spare is not None and _spare.alive else SparkWorker(log_dir).spawn()
-    _spare = SparkWorker(log_dir).spawn()
+    _spare = SparkWorker(log_dir).spawn() if spare else None
     return worker.wait_ready()
 
 
@@ -376,13 +377,14 @@ def _start_of(job: StreamJob) -> dict[str, dict[int, int]] | None:
 def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
                    resume: str = "checkpoint", max_attempts: int = 3,
                    worker: SparkWorker | None = None, log_dir: str | Path | None = None,
-                   on_event: Callable[[dict], None] | None = None) -> Run:
+                   on_event: Callable[[dict], None] | None = None, spare: bool = True) -> Run:
     """Run ``job``, SIGKILLed at ``crash_at`` on its ``hit``-th visit, restarted until done.
 
     ``resume="checkpoint"``: every attempt uses ``job.checkpoint`` (Spark replays an
     uncommitted batch). ``resume="database"`` (transactional sink): each attempt starts a
     fresh checkpoint at the offsets stored in the sink's database. ``on_event`` sees every
-    batch event as it happens, with its attempt number (for a live view).
+    batch event as it happens, with its attempt number (for a live view). ``spare=False``:
+    start no spare worker for a next crash experiment (see ``fresh_worker``).
     """
     if crash_at is not None and crash_at not in SPARK_CRASH_POINTS:
         raise ValueError(f"crash point {crash_at!r} is not a Spark one; valid: "
@@ -402,7 +404,7 @@ def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
         armed = crash_at if number == 1 else None
         tell = (lambda e, n=number: on_event({**e, "attempt": n})) if on_event else None
         if armed:
-            with fresh_worker(log_dir) as fresh:
+            with fresh_worker(log_dir, spare) as fresh:
                 result = fresh.run(current.message(), armed, hit, on_event=tell)
             jvm_exit, jvm_pid = (fresh.jvm_exit_s if result.crashed else None), fresh.jvm_pid
             if result.crashed and tell:

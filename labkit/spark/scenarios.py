@@ -31,6 +31,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,8 +88,22 @@ def validate(name: str, guarantee: str, crash_at: str | None, records: int) -> s
 
 
 def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None = None,
-               records: int = 60, *, workdir: str | Path | None = None) -> SparkExperiment:
-    """Run scenario ``name`` and audit it; keeps the checkpoint and database in ``workdir``."""
+               records: int = 60, *, workdir: str | Path | None = None,
+               resume: str | None = None,
+               on_event: Callable[[dict], None] | None = None,
+               watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
+               spare: bool = True) -> SparkExperiment:
+    """Run scenario ``name`` and audit it; keeps the checkpoint and database in ``workdir``.
+
+    ``resume`` overrides where a restart starts: the transactional sink resumes from the
+    offsets in its database by default; ``resume="checkpoint"`` makes Spark replay the
+    uncommitted batch instead, so the sink's optimistic offset check has to skip it.
+    ``on_event`` sees every batch event (e.g. ``labkit.spark.view.live_log``); ``watch(topics)``
+    gets the topic names ({"input", and "output" for the Kafka sink}) and its context is held
+    while the query runs (e.g. ``lambda t: Dashboard(bootstrap, t["output"])``).
+    ``spare=False`` for the last crash experiment of a series: no spare Spark worker is
+    started for a next one.
+    """
     kind = validate(name, guarantee, crash_at, records)
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"labkit-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -104,8 +119,11 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     job = StreamJob(query=name, topic=topic, bootstrap=bootstrap,
                     checkpoint=str(workdir / "checkpoint"), sink=sink,
                     max_offsets_per_trigger=math.ceil(records / BATCHES))
-    run = run_until_done(job, crash_at, CRASH_HIT, log_dir=workdir,
-                         resume="database" if kind == "transactional" else "checkpoint")
+    names = {"input": topic, **({"output": out_topic} if kind == "kafka" else {})}
+    with watch(names) if watch else nullcontext():
+        run = run_until_done(job, crash_at, CRASH_HIT, log_dir=workdir, on_event=on_event,
+                             spare=spare, resume=resume or (
+                                 "database" if kind == "transactional" else "checkpoint"))
     expected = recount(bootstrap, topic)  # ground truth: a batch query over the same input
     if kind in ("running-count", "increment-count"):
         counts = check.table_counts(sink.db_url, sink.table)

@@ -6,6 +6,7 @@ attempt 1 and run again in attempt 2 is the replay the lesson is about.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -95,3 +96,18 @@ def live_log():
                      + "".join(rows) + "</table>")
 
     return out, on_event
+
+
+def show_live_log() -> Callable[[dict], None]:
+    """``live_log`` shown where widgets render (JupyterLab); returns its ``on_event``.
+
+    Executed notebooks (nbconvert, nbval) render no widgets: nothing is displayed there, and
+    the run is shown afterwards by ``plot_run`` and the run's timeline."""
+    from labkit.widgets.live import live_frontend
+
+    widget, on_event = live_log()
+    if live_frontend():
+        from IPython.display import display
+
+        display(widget)
+    return on_event

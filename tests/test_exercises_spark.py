@@ -1,0 +1,70 @@
+"""08 · Spark Structured Streaming: the exercise check and the experiment hooks the notebook
+uses, on real Spark and the real broker."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+
+from labkit.exercises.spark import (check_naive_duplicates, exercise_points, judge,
+                                    measure_duplicates)
+from labkit.spark import runner
+from labkit.spark.scenarios import experiment
+from tests.solution_code import solution_scope
+
+
+def solution_prediction() -> dict:
+    return solution_scope("08_spark_structured_streaming")["my_prediction"]
+
+
+@pytest.mark.spark
+def test_measured_duplicates_match_the_documented_solution(bootstrap):
+    right = solution_prediction()
+    assert set(right) == set(exercise_points())
+    measured = measure_duplicates(exercise_points(), bootstrap)
+    rows = measured.set_index("crash_at")
+    # half a batch replayed after a crash mid-sink, nothing once commits/1 was written
+    assert rows.loc["spark-mid-sink", "replayed_batches"] == [1]
+    assert rows.loc["spark-after-commit", "replayed_batches"] == []
+    assert (rows["lost"] == 0).all()
+    verdict = judge(right, measured)
+    assert verdict.passed, verdict.message
+    verdict = judge({**right, "spark-mid-sink": 20}, measured)
+    assert not verdict.passed and "spark-mid-sink" in verdict.message
+
+
+def test_unanswered_unknown_and_bad_answers_get_a_hint_without_running():
+    unanswered = {p: None for p in exercise_points()}
+    verdict = check_naive_duplicates(unanswered, "127.0.0.1:1")
+    assert not verdict.passed and "fill in" in verdict.message
+    verdict = check_naive_duplicates({"spark-after-lunch": 3}, "127.0.0.1:1")
+    assert not verdict.passed and "spark-after-lunch" in verdict.message
+    verdict = check_naive_duplicates({p: -1 for p in exercise_points()}, "127.0.0.1:1")
+    assert not verdict.passed and "whole number" in verdict.message
+    assert "must be a dict" in check_naive_duplicates([10, 0], "127.0.0.1:1").message
+
+
+@pytest.mark.spark
+def test_transactional_sink_restarted_from_the_checkpoint_skips_the_replay(bootstrap, tmp_path):
+    """The notebook's hooks: resume="checkpoint", on_event, watch and spare=False."""
+    events, watched = [], []
+
+    @contextmanager
+    def watch(names):
+        watched.append(names)
+        yield
+
+    exp = experiment("spark-transactional", bootstrap, "exactly_once",
+                     "spark-after-sink-before-commit", 60, workdir=tmp_path,
+                     resume="checkpoint", on_event=events.append, watch=watch, spare=False)
+    assert watched == [{"input": exp.job.topic}]
+    assert {e["attempt"] for e in events} == {1, 2}
+    assert [e["event"] for e in events if e["attempt"] == 1][-1] == "crashed"
+    # both attempts used the one checkpoint, so Spark replayed batch 1 into the sink ...
+    assert {a.checkpoint_dir for a in exp.run.attempts} == {exp.job.checkpoint}
+    replay = exp.run.timeline.query("replay")
+    assert list(replay["batch_id"]) == [1]
+    # ... and the optimistic offset check skipped it: nothing written, nothing duplicated
+    assert replay["skipped"].iloc[0].startswith(exp.job.topic)
+    assert (exp.report.lost, exp.report.duplicated) == (0, 0) and exp.report.exactly_once
+    assert runner._spare is None  # spare=False: no Spark worker left starting for a next crash
