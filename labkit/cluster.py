@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -108,6 +109,16 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass  # not Linux: atexit and the stale-lab check still clean up
+
+
+def die_with_owner():
+    """A Popen ``preexec_fn`` that makes the child die with this process (SIGKILL).
+
+    The kernel sends PR_SET_PDEATHSIG when the *thread* that forked the child ends, so it
+    is only armed from the main thread: a child started in a background thread (a
+    dashboard's experiment, a spare Spark worker) would otherwise be killed as soon as that
+    thread finished. Such children are still stopped by their owner's cleanup and atexit."""
+    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
 
 
 def new_cluster_id() -> str:
@@ -337,7 +348,7 @@ class LocalCluster:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in a notebook or terminal must not hit the broker
-            preexec_fn=None if self.detached else _die_with_parent,
+            preexec_fn=None if self.detached else die_with_owner(),
         )
         out.close()
         self._procs[b.node_id] = proc

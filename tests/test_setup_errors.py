@@ -153,3 +153,24 @@ def test_owned_broker_is_stopped_when_its_python_process_exits(tmp_path):
     from labkit.cluster import pid_alive
     assert not pid_alive(broker_pid)
     assert not (tmp_path / "cluster.json").exists()
+
+
+def test_a_child_started_from_a_background_thread_outlives_that_thread():
+    """PR_SET_PDEATHSIG fires when the forking *thread* ends: children started by a
+    dashboard's experiment thread must not be killed when that thread finishes."""
+    import threading
+    from labkit.cluster import die_with_owner, pid_alive
+
+    procs = []
+    worker = threading.Thread(target=lambda: procs.append(subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(3)"], preexec_fn=die_with_owner())))
+    worker.start()
+    worker.join()
+    import time
+    time.sleep(0.5)
+    try:
+        assert pid_alive(procs[0].pid)
+    finally:
+        procs[0].kill()
+        procs[0].wait()
+    assert die_with_owner() is not None  # from the main thread it is armed

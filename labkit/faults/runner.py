@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.cluster import _die_with_parent
+from labkit.cluster import die_with_owner
 from labkit.faults import crashpoints
 from labkit.progress import status
 
@@ -101,7 +101,7 @@ def run_worker(worker: Callable | str, kwargs: dict, crash_at: str | None = None
             with open(log, "wb") as out:
                 proc = subprocess.Popen([sys.executable, "-m", "labkit.faults.runner", target],
                                         stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, preexec_fn=_die_with_parent)
+                                        env=env, preexec_fn=die_with_owner())
             proc.stdin.write(payload.encode())
             proc.stdin.close()
             try:

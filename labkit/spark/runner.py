@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import topics
-from labkit.cluster import _die_with_parent, pid_alive
+from labkit.cluster import die_with_owner, pid_alive
 from labkit.faults.crashpoints import CRASH_POINTS, arm
 from labkit.progress import status
 from labkit.spark import checkpoint as ckpt
@@ -102,7 +102,7 @@ class SparkWorker:
             [sys.executable, "-m", "labkit.spark.child", str(jobs_r), str(replies_w), self.tag],
             pass_fds=(jobs_r, replies_w), stdin=subprocess.DEVNULL,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent)  # the worker dies with its owner (e.g. a kernel)
+            preexec_fn=die_with_owner())  # the worker dies with its owner (e.g. a kernel)
         os.close(jobs_r)
         os.close(replies_w)
         if log is not subprocess.DEVNULL:
