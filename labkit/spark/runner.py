@@ -18,9 +18,11 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -87,6 +89,7 @@ class SparkWorker:
         self.jvm_exit_s: float | None = None  # how long the JVM lived on after the worker
         self.spent = False  # ran an armed job: its crash-point counters are used, never reuse
         self._buf = b""
+        self._cwd: str | None = None
 
     # -- lifecycle ----------------------------------------------------------
     def spawn(self) -> "SparkWorker":
@@ -98,8 +101,12 @@ class SparkWorker:
         jobs_r, jobs_w = os.pipe()
         replies_r, replies_w = os.pipe()
         log = open(self.log_dir / f"worker-{self.tag}.log", "ab") if self.log_dir else subprocess.DEVNULL
+        # Its own working dir: Spark 4 writes an artifacts/ dir into the cwd, which would
+        # otherwise litter the learner's notebooks/ folder.
+        self._cwd = tempfile.mkdtemp(prefix="labkit-spark-")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "labkit.spark.child", str(jobs_r), str(replies_w), self.tag],
+            cwd=self._cwd,
             pass_fds=(jobs_r, replies_w), stdin=subprocess.DEVNULL,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=die_with_owner())  # the worker dies with its owner (e.g. a kernel)
@@ -157,6 +164,8 @@ class SparkWorker:
                 pass
         self.jvm_exit_s = self.wait_jvm_gone()
         self.proc = None
+        if self._cwd:
+            shutil.rmtree(self._cwd, ignore_errors=True)
 
     def wait_jvm_gone(self, timeout_s: float = JVM_EXIT_TIMEOUT_S) -> float:
         """Seconds the JVM took to exit after its driver; OrphanJvm if it would not."""
