@@ -384,8 +384,12 @@ def test_three_brokers_leader_moves_and_the_producer_still_only_knows_proxy_addr
         sent, deadline = 0, time.monotonic() + 30
         try:
             while time.monotonic() < deadline:
-                producer.produce(topic, value=f"id-{sent}", partition=sent % 3,
-                                 on_delivery=lambda err, m: err and errors.append(err))
+                try:
+                    producer.produce(topic, value=f"id-{sent}", partition=sent % 3,
+                                     on_delivery=lambda err, m: err and errors.append(err))
+                except BufferError:  # the client's queue is full while leadership moves: wait
+                    producer.poll(0.05)
+                    continue
                 sent += 1
                 producer.poll(0.0005)
                 if sent == 2000:

@@ -74,6 +74,7 @@ class DeliveryTracker:
         self.strict = strict
         self.errors: list[str] = []
         self.last_offset: dict[tuple[str, int], int] = {}
+        self._known_topics: set[str] = set()
 
     def __call__(self, err, msg: Message) -> None:
         if err is not None:
@@ -82,6 +83,16 @@ class DeliveryTracker:
             self.last_offset[(msg.topic(), msg.partition())] = msg.offset()
 
     def produce(self, topic: str, key: str | None, value: object) -> None:
+        if topic not in self._known_topics:
+            # Learn the topic's leaders *before* the first record. Otherwise records wait for
+            # metadata longer than linger.ms and go out as soon as it arrives, splitting what
+            # the pipeline produced together over several requests, so a lost ack would
+            # duplicate a varying number of records.
+            try:
+                self.producer.list_topics(topic, timeout=10)
+            except KafkaException:
+                pass  # a fault on the line right now: produce() fetches metadata itself
+            self._known_topics.add(topic)
         self.producer.produce(topic, key=None if key is None else key.encode(),
                               value=topics.encode(value), on_delivery=self)
         self.producer.poll(0)
