@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# Jupyter refuses to run as root unless told to (containers, CI-like machines).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: setup test-deps lab test down clean
 
@@ -25,7 +27,7 @@ test-deps:
 
 lab: setup
 	$(BIN)/labkit up
-	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks
+	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks $(ALLOW_ROOT)
 
 test: setup test-deps
 	$(BIN)/pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
