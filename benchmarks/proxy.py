@@ -16,8 +16,8 @@ import uuid
 
 import typer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from labkit import topics
 from labkit.cluster import LocalCluster
 from labkit.faults.proxy import FaultProxy
 
@@ -63,8 +63,7 @@ def round_trips(bootstrap: str, topic: str, n: int = 200) -> float:
 
 def measure(bootstrap: str, records: int) -> dict[str, float]:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    topics.create(bootstrap, topic)
     p = produce(bootstrap, topic, records)
     c = consume(bootstrap, topic, records)
     return {"produce/s": records / p, "consume/s": records / c, "both/s": records / (p + c),

@@ -29,7 +29,7 @@ import uuid
 from dataclasses import asdict, dataclass
 
 import pandas as pd
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from labkit import topics

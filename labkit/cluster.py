@@ -34,7 +34,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from labkit import jvm
-from labkit.paths import LabkitSetupError, lab_home
+from labkit.paths import lab_home
 from labkit.progress import status
 
 HEAP = os.environ.get("LABKIT_BROKER_HEAP", "512m")

@@ -34,13 +34,16 @@ def decode(raw: bytes | None) -> Any:
     return None if raw is None else json.loads(raw)
 
 
-def create(bootstrap: str, *names: str, partitions: int = 1,
+def create(bootstrap: str, *names: str, partitions: int = 1, replication: int = -1,
            config: dict[str, str] | None = None) -> None:
-    """Create topics (an existing one is fine) and wait until the broker has them."""
+    """Create topics (an existing one is fine) and wait until every partition has a leader.
+
+    ``replication`` -1 takes the cluster's default.replication.factor.
+    """
     # log_level 5: hide librdkafka's info line about purging its background queue on close.
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 5})
     futures = admin.create_topics(
-        [NewTopic(n, num_partitions=partitions, replication_factor=-1, config=config or {})
+        [NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config or {})
          for n in names], operation_timeout=30)
     for future in futures.values():
         try:
@@ -48,6 +51,28 @@ def create(bootstrap: str, *names: str, partitions: int = 1,
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    wait_for_leaders(bootstrap, *names)
+
+
+def wait_for_leaders(bootstrap: str, *names: str, timeout_s: float = 30.0) -> None:
+    """Wait until metadata shows every partition of ``names`` with a leader.
+
+    The controller acknowledges CreateTopics before every broker has the new metadata; with
+    three brokers, the one a client asks next may not know the topic for a moment.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 5})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
+        pending = [n for n in names
+                   if (t := md.topics.get(n)) is None or t.error is not None or not t.partitions
+                   or any(p.leader < 0 for p in t.partitions.values())]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topics {pending} have no leader after {timeout_s:.0f} s on "
+                               f"{bootstrap}; is every broker up? (labkit status)")
+        time.sleep(0.1)
 
 
 def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:

@@ -5,8 +5,9 @@ import time
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
+from labkit import topics
 from labkit.cluster import ClusterError, LocalCluster, pid_alive
 from tests.kafka_helpers import consume_all
 
@@ -74,9 +75,8 @@ def three_brokers(tmp_path_factory):
 def test_three_brokers_replicate_and_survive_leader_kill(three_brokers):
     cluster = three_brokers
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics([NewTopic("replicated", num_partitions=1, replication_factor=3,
-                                            config={"min.insync.replicas": "2"})])
-    futures["replicated"].result(30)
+    topics.create(cluster.bootstrap, "replicated", replication=3,
+                  config={"min.insync.replicas": "2"})
     md = admin.list_topics("replicated", timeout=10).topics["replicated"].partitions[0]
     assert len(md.replicas) == 3
 
@@ -110,6 +110,11 @@ def test_three_brokers_replicate_and_survive_leader_kill(three_brokers):
     values = consume_all(cluster.bootstrap, "replicated", 200)
     assert sorted(values) == sorted([f"before-{i}".encode() for i in range(100)] + acked)
     cluster.restart(old_leader)
+
+
+def test_waiting_for_a_topic_that_never_comes_is_a_clear_error(bootstrap):
+    with pytest.raises(TimeoutError, match="never-created.*labkit status"):
+        topics.wait_for_leaders(bootstrap, "never-created", timeout_s=1)
 
 
 def test_unknown_broker_id_is_a_clear_error(three_brokers):

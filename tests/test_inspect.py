@@ -7,17 +7,16 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
+from labkit import topics
 from labkit.cli import app
 from labkit.inspect import (Batch, Inspector, UnknownTopicError, count_states, describe_topic,
                             offset_states)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    topics.create(bootstrap, topic, partitions=partitions)
 
 
 def transactional_producer(bootstrap: str, txn_id: str) -> Producer:

@@ -11,13 +11,13 @@ import uuid
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest as DescribeClusterV1
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindCoordinatorV3
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 
-from labkit import protocol
+from labkit import protocol, topics
 from labkit.cluster import LocalCluster
 from labkit.faults.proxy import (
     VALID_FAULT_FORMS,
@@ -33,8 +33,7 @@ QUIET = {"log_level": 0}  # the faults make librdkafka log disconnects; they are
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, replication: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(30)
+    topics.create(bootstrap, topic, partitions=partitions, replication=replication)
 
 
 def read_log(bootstrap: str, topic: str) -> list[str]:
