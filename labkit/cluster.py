@@ -394,32 +394,28 @@ class LocalCluster:
 
     def stop_broker(self, node_id: int, timeout_s: float = 30.0) -> None:
         """Controlled shutdown of one broker (SIGTERM, as kafka-server-stop.sh does)."""
-        for b in self._select(node_id):
-            self._terminate(b, timeout_s)
+        self._terminate(self._select(node_id), timeout_s)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop every broker (SIGTERM, then SIGKILL) and remove the lab's data.
 
         All brokers get SIGTERM at once: stopped one by one, the last ones wait in vain for
         a controller quorum that has already gone, and the data is removed anyway."""
-        running = [b for b in self.brokers if b.pid and pid_alive(b.pid) and _is_broker(b.pid)]
-        for b in running:
-            os.kill(b.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for b in running:
-            if not self._reap(b, max(0.1, deadline - time.monotonic())):
-                os.kill(b.pid, signal.SIGKILL)
-                self._reap(b, 10)
+        self._terminate(self.brokers, timeout_s)
         state = self.home / STATE_FILE
         if state.exists():
             state.unlink()
         for b in self.brokers:
             shutil.rmtree(b.dir, ignore_errors=True)
 
-    def _terminate(self, b: Broker, timeout_s: float) -> None:
-        if b.pid and pid_alive(b.pid) and _is_broker(b.pid):
+    def _terminate(self, brokers: list[Broker], timeout_s: float) -> None:
+        """SIGTERM the running ones together; SIGKILL whoever is still up after timeout_s."""
+        running = [b for b in brokers if b.pid and pid_alive(b.pid) and _is_broker(b.pid)]
+        for b in running:
             os.kill(b.pid, signal.SIGTERM)
-            if not self._reap(b, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        for b in running:
+            if not self._reap(b, max(0.1, deadline - time.monotonic())):
                 os.kill(b.pid, signal.SIGKILL)
                 self._reap(b, 10)
 
