@@ -14,7 +14,15 @@ def spark():
     from labkit.spark import session
     s = session("test-session")
     yield s
-    s.stop()  # before the shared broker stops, so its Kafka clients don't retry noisily
+    s.stop()
+    # pyspark keeps its JVM until Python exits, and in it Spark's pooled Kafka producer, which
+    # logs retries once the shared broker stops: end the JVM now (it exits when its stdin closes).
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    gateway.shutdown()
+    gateway.proc.stdin.close()
+    gateway.proc.wait(30)
+    SparkContext._gateway = SparkContext._jvm = None
 
 
 def test_workers_use_the_driver_interpreter(spark):
