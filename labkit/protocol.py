@@ -16,6 +16,8 @@ import struct
 from dataclasses import dataclass
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -187,15 +189,41 @@ def encode_response(header_and_body: tuple[int, object], api_key: int, api_versi
 
 
 class Connection:
-    """One connection to one broker; ``send(request)`` returns the decoded response."""
+    """One connection to one broker; ``send(request)`` returns the decoded response.
+
+    The first request asks the broker which versions it speaks (ApiVersions), so a request
+    the broker cannot read fails with a clear message instead of a closed socket.
+    """
 
     def __init__(self, address: str, timeout_s: float = 10.0):
         host, port = address.rsplit(":", 1)
         self.address = address
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self._ids = itertools.count(1)
+        self._versions: dict[int, tuple[int, int]] | None = None
+
+    def supported_versions(self) -> dict[int, tuple[int, int]]:
+        """api key -> (lowest, highest) version the broker speaks."""
+        if self._versions is None:
+            response = self._round_trip(ApiVersionsRequest(client_software_name=CLIENT_ID,
+                                                           client_software_version="1"))
+            if response.error_code != ErrorCode.none:
+                raise ProtocolError(f"{self.address} refused ApiVersions: {response.error_code.name}")
+            self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
+                              for k in response.api_keys}
+        return self._versions
 
     def send(self, request):
+        api_key, version = int(request.__api_key__), int(request.__version__)
+        low, high = self.supported_versions().get(api_key, (None, None))
+        if low is None or not low <= version <= high:
+            speaks = "does not speak it" if low is None else f"speaks v{low} to v{high}"
+            raise ProtocolError(
+                f"labkit sends {api_name(api_key)} v{version}, but the broker at {self.address} "
+                f"{speaks}; point LABKIT_BOOTSTRAP at a newer Apache Kafka (the lab runs 4.x)")
+        return self._round_trip(request)
+
+    def _round_trip(self, request):
         correlation_id = next(self._ids)
         self.sock.sendall(frame(encode_request(request, correlation_id)))
         payload = read_frame(self.sock)

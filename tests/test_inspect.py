@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from typer.testing import CliRunner
 
-from labkit import topics
+from labkit import protocol, topics
 from labkit.cli import app
 from labkit.inspect import (Batch, Inspector, UnknownTopicError, count_states, describe_topic,
                             offset_states)
@@ -196,3 +196,22 @@ def test_describing_a_transactional_id_without_a_transaction_does_not_fail(boots
             assert described[0].state == "Ongoing"
     finally:
         busy.abort_transaction(30)
+
+
+def test_a_request_the_broker_does_not_speak_is_a_clear_error(bootstrap: str) -> None:
+    from kio.schema.broker_heartbeat.v0.request import BrokerHeartbeatRequest
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.schema.types import BrokerId
+    from kio.static.primitive import i64
+
+    # BrokerHeartbeat exists only on the controller listener, never on the one clients use.
+    heartbeat = BrokerHeartbeatRequest(broker_id=BrokerId(1), broker_epoch=i64(0),
+                                       current_metadata_offset=i64(0), want_fence=False,
+                                       want_shut_down=False)
+    with protocol.Connection(bootstrap.split(",")[0]) as conn:
+        low, high = conn.supported_versions()[1]  # Fetch
+        assert low <= 12 <= high  # the version the inspector sends
+        with pytest.raises(protocol.ProtocolError, match="BrokerHeartbeat v0.*does not speak it"):
+            conn.send(heartbeat)
+        # Refused before it went out, so the connection still works.
+        assert conn.send(MetadataRequest(topics=None, include_topic_authorized_operations=False)).brokers
