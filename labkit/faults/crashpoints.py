@@ -74,3 +74,9 @@ def crash_point(name: str) -> None:
     _visits[name] = _visits.get(name, 0) + 1
     if _visits[name] >= int(os.environ.get(ENV_HIT, "1")):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def halves(items: list) -> tuple[list, list]:
+    """Split a batch for a mid-batch crash point: the first half is done, then crash."""
+    mid = len(items) // 2
+    return items[:mid], items[mid:]

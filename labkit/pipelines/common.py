@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message,
                              Producer, TopicPartition)
 
 from labkit import topics
-from labkit.faults.crashpoints import crash_point
+from labkit.faults.crashpoints import crash_point, halves
+
+if TYPE_CHECKING:
+    from labkit.pipelines.txn import Transactions
 
 GUARANTEES: tuple[str, ...] = ("at_most_once", "at_least_once", "exactly_once")
 # A dropped produce ack is retried after this long; Kafka's default (30 s) would make a
@@ -73,14 +77,11 @@ class DeliveryTracker:
         self.producer = producer
         self.strict = strict
         self.errors: list[str] = []
-        self.last_offset: dict[tuple[str, int], int] = {}
         self._known_topics: set[str] = set()
 
     def __call__(self, err, msg: Message) -> None:
         if err is not None:
             self.errors.append(str(err))
-        elif msg.offset() is not None and msg.offset() >= 0:
-            self.last_offset[(msg.topic(), msg.partition())] = msg.offset()
 
     def produce(self, topic: str, key: str | None, value: object) -> None:
         if topic not in self._known_topics:
@@ -233,14 +234,32 @@ def with_offsets(guarantee: str, consumer: Consumer, offsets: list[TopicPartitio
         raise ValueError(f"with_offsets is for at_most_once / at_least_once, not {guarantee}")
 
 
+OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
+
+
+def in_transaction(txn: "Transactions", consumer: Consumer, offsets: list[TopicPartition],
+                   work: Callable[[], None], offsets_mode: str = "in-transaction") -> None:
+    """exactly_once: the work and the input offsets commit together, in one transaction.
+
+    The other ``offsets_mode`` values are the classic mistake, for the pitfalls lesson:
+    offsets committed by the consumer, outside the transaction, before or after its commit.
+    """
+    txn.begin()
+    work()
+    crash_point("in-transaction-before-commit")
+    if offsets_mode == "in-transaction":
+        txn.send_offsets(consumer, offsets)
+    elif offsets_mode == "outside-before-commit":
+        commit(consumer, offsets)  # the mistake: these offsets survive an abort
+    crash_point("after-send-offsets-before-commit")
+    txn.commit()
+    crash_point("after-commit")
+    if offsets_mode == "outside-after-commit":
+        commit(consumer, offsets)  # the mistake: a crash just before this repeats the batch
+
+
 def record_of(msg: Message) -> dict:
     return topics.decode(msg.value())
-
-
-def halves(items: list) -> tuple[list, list]:
-    """Split a batch for the ``mid-batch`` crash point: the first half is done, then crash."""
-    mid = len(items) // 2
-    return items[:mid], items[mid:]
 
 
 def produce_in_halves(out, topic: str, items: list[tuple[str, object]]) -> None:

@@ -15,8 +15,8 @@ from contextlib import closing
 
 from confluent_kafka import Message
 
-from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import (check_guarantee, halves, next_offsets, open_input,
+from labkit.faults.crashpoints import crash_point, halves
+from labkit.pipelines.common import (check_guarantee, next_offsets, open_input,
                                      record_of, run_batches, with_offsets)
 
 SINK_TABLE = "payments"
@@ -64,13 +64,8 @@ def _process(db, consumer, batch: list[Message], guarantee: str) -> None:
     if guarantee != "exactly_once":
         with_offsets(guarantee, consumer, offsets, lambda: _insert_each(db, batch))
         return
-    first, rest = halves(batch)
     db.execute("BEGIN")
-    for msg in first:
-        insert(db, msg)
-    crash_point("mid-batch")
-    for msg in rest:
-        insert(db, msg)
+    _insert_each(db, batch)
     crash_point("after-process-before-commit")
     db.executemany("INSERT OR REPLACE INTO kafka_offsets VALUES (?, ?, ?)",
                    [(tp.topic, tp.partition, tp.offset) for tp in offsets])
@@ -79,7 +74,8 @@ def _process(db, consumer, batch: list[Message], guarantee: str) -> None:
 
 
 def _insert_each(db, batch: list[Message]) -> None:
-    """A naive sink: one DB commit per row, so a crash leaves half a batch behind."""
+    """Insert row by row with the mid-batch crash point halfway. Outside BEGIN each row
+    commits on its own (a crash leaves half a batch behind); inside, nothing is kept."""
     first, rest = halves(batch)
     for msg in first:
         insert(db, msg)

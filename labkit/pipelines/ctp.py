@@ -21,13 +21,11 @@ from contextlib import closing
 
 from confluent_kafka import Message
 
-from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import (check_guarantee, commit, next_offsets, open_input, output_for,
-                                     produce_in_halves, record_of, run_batches, with_offsets)
+from labkit.pipelines.common import (OFFSET_MODES, check_guarantee, in_transaction, next_offsets,
+                                     open_input, output_for, produce_in_halves, record_of,
+                                     run_batches, with_offsets)
 from labkit.pipelines import consumer as ledger
-from labkit.pipelines.txn import Transactions
 
-OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
 
 
 def transform(record: dict) -> dict:
@@ -57,7 +55,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
             for msg in batch:  # autocommit: each write is final at once, whatever Kafka does
                 ledger.insert(side_db, msg)
         if guarantee == "exactly_once":
-            _transaction(out, consumer, output_topic, batch, positions, offsets)
+            in_transaction(out, consumer, positions, lambda: emit(out, output_topic, batch), offsets)
         else:
             with_offsets(guarantee, consumer, positions, lambda: emit(out, output_topic, batch))
 
@@ -66,18 +64,3 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
     if side_db is not None:
         side_db.close()
 
-
-def _transaction(txn: Transactions, consumer, output_topic: str, batch: list[Message],
-                 positions, offsets: str) -> None:
-    txn.begin()
-    emit(txn, output_topic, batch)
-    crash_point("in-transaction-before-commit")
-    if offsets == "in-transaction":
-        txn.send_offsets(consumer, positions)
-    elif offsets == "outside-before-commit":
-        commit(consumer, positions)  # the mistake: these offsets survive an abort
-    crash_point("after-send-offsets-before-commit")
-    txn.commit()
-    crash_point("after-commit")
-    if offsets == "outside-after-commit":
-        commit(consumer, positions)  # the mistake: a crash just before this repeats the batch

@@ -27,8 +27,9 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from labkit import topics
 from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import (check_guarantee, next_offsets, open_input, output_for,
-                                     produce_in_halves, record_of, run_batches, with_offsets)
+from labkit.pipelines.common import (check_guarantee, in_transaction, next_offsets, open_input,
+                                     output_for, produce_in_halves, record_of, run_batches,
+                                     with_offsets)
 
 
 class StateStore:
@@ -111,13 +112,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, changelog_topic: st
                 _count(store, out, batch, output_topic, changelog_topic)
 
             if guarantee == "exactly_once":
-                out.begin()
-                work()
-                crash_point("in-transaction-before-commit")
-                out.send_offsets(consumer, positions)
-                crash_point("after-send-offsets-before-commit")
-                out.commit()
-                crash_point("after-commit")
+                in_transaction(out, consumer, positions, work)
             else:
                 with_offsets(guarantee, consumer, positions, work)
                 store.write_checkpoint(changelog_end(consumer, changelog_topic))

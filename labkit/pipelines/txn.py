@@ -66,7 +66,7 @@ class Transactions:
         self.producer = Producer(producer_config(bootstrap, "exactly_once", transactional_id))
         self.delivery = DeliveryTracker(self.producer, strict=True)
         if init:
-            self._call("init_transactions", self.producer.init_transactions, timeout_s)
+            self.init(timeout_s)
 
     def _call(self, op: str, fn, *args):
         try:
