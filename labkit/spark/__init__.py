@@ -2,6 +2,6 @@
 
 ``session()`` builds the lab's local SparkSession with spark-sql-kafka-0-10 on the classpath.
 """
-from labkit.spark.session import session, stop_session
+from labkit.spark.session import session
 
-__all__ = ["session", "stop_session"]
+__all__ = ["session"]

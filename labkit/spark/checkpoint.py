@@ -106,15 +106,3 @@ def state_versions(checkpoint: str | Path) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["operator", "partition", "version", "kind", "bytes"])
     return frame.sort_values(["operator", "partition", "version"], ignore_index=True)
 
-
-def summary(checkpoint: str | Path) -> pd.DataFrame:
-    """One row per batch: planned, committed, records, state versions written for it."""
-    per_batch = batches(checkpoint)
-    if per_batch.empty:
-        return pd.DataFrame(columns=["batch_id", "records", "committed", "state_version"])
-    out = per_batch.groupby("batch_id").agg(records=("records", "sum"),
-                                            committed=("committed", "all")).reset_index()
-    # state version v holds the state after batch v-1 (Spark numbers versions from 1)
-    versions = set(state_versions(checkpoint)["version"])
-    out["state_version"] = [b + 1 if b + 1 in versions else None for b in out["batch_id"]]
-    return out

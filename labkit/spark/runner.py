@@ -65,7 +65,7 @@ class StreamJob:
     max_offsets_per_trigger: int = 20
 
     def message(self) -> dict:
-        return {"op": "stream", **asdict(self), "sink": self.sink.to_dict()}
+        return {"op": "stream", **asdict(self)}  # asdict turns the nested SinkSpec into a dict too
 
 
 @dataclass

@@ -45,10 +45,3 @@ def session(app_name: str = "labkit", **conf: str):
         spark.sparkContext.setLogLevel("WARN")
     return spark
 
-
-def stop_session() -> None:
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()

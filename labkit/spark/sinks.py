@@ -19,9 +19,9 @@ an open transaction that the database rolls back).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from labkit.faults.crashpoints import crash_point
+from labkit.faults.crashpoints import crash_point, halves
 from labkit.spark.db import Database
 
 SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count")
@@ -48,9 +48,6 @@ class SinkSpec:
             raise ValueError(f"the {self.kind} sink needs db_url (sqlite:///file.db or a PostgreSQL DSN)")
         if not self.table.replace("_", "").isalnum():
             raise ValueError(f"table name {self.table!r}: use letters, digits and _ only")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class OffsetGap(RuntimeError):
@@ -82,14 +79,9 @@ def stored_offsets(spec: SinkSpec) -> dict[tuple[str, int], int]:
     return {(t, int(p)): int(o) for t, p, o in rows}
 
 
-def _halves(items: list) -> tuple[list, list]:
-    half = len(items) // 2
-    return items[:half], items[half:]
-
-
-def _write_in_halves(db: Database, sql: str, items: list) -> None:
+def _write_inhalves(db: Database, sql: str, items: list) -> None:
     """Two transactions with the mid-sink crash point between: a crash leaves half."""
-    first, second = _halves(items)
+    first, second = halves(items)
     with db.transaction():
         db.executemany(sql, first)
     crash_point("spark-mid-sink")
@@ -120,7 +112,7 @@ def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str) -
         if spec.kind in ("running-count", "increment-count"):
             return _write_counts(spec, db, rows)
         sql = (_INSERT if spec.kind == "naive" else _UPSERT).format(table=spec.table)
-        _write_in_halves(db, sql, _record_tuples(rows, batch_id))
+        _write_inhalves(db, sql, _record_tuples(rows, batch_id))
         return {"written": len(rows)}
 
 
@@ -131,7 +123,7 @@ def _write_counts(spec: SinkSpec, db: Database, rows: list) -> dict:
     else:  # rows are input records: add this batch's counts to what is there
         items = sorted(Counter(r["key"] for r in rows).items())
         sql = f"INSERT INTO {spec.table} (key, total) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET total = {spec.table}.total + excluded.total"
-    _write_in_halves(db, sql, items)
+    _write_inhalves(db, sql, items)
     return {"written": len(items)}
 
 
@@ -159,7 +151,7 @@ def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int
                 raise OffsetGap(f"{tp[0]}/{tp[1]}: the database is at offset {have} but the batch "
                                 f"covers {first}-{end - 1}; applying it would lose or repeat records")
         records = [r for _, recs, _, _ in todo for r in recs]
-        first_half, second_half = _halves(_record_tuples(records, batch_id))
+        first_half, second_half = halves(_record_tuples(records, batch_id))
         sql = _INSERT.format(table=spec.table)
         db.executemany(sql, first_half)
         crash_point("spark-mid-sink")  # a crash here: the open transaction is rolled back
@@ -177,7 +169,7 @@ def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int
 def _write_kafka(spec: SinkSpec, df, rows: list, bootstrap: str) -> dict:
     from pyspark.sql import functions as F
 
-    first, _ = _halves([r["id"] for r in rows])
+    first, _ = halves([r["id"] for r in rows])
     out = df.select(F.col("id").alias("key"), F.col("value"))
     in_first = F.col("key").isin(first) if first else F.lit(False)
 
