@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -42,23 +43,16 @@ class RequestInfo:
     correlation_id: int
 
 
+# 'Produce', 'Fetch', 'OffsetCommit', ...: the names of Kafka's protocol docs, by api key.
+API_KEYS: dict[str, int] = {
+    "".join(word.capitalize() for word in snake.split("_")): key for key, snake in api_key_map.items()
+}
+API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
+
+
 def api_name(api_key: int) -> str:
     """'Produce' for 0, 'Fetch' for 1, ... (the names Kafka's docs use)."""
-    try:
-        name = load_request_schema(api_key, _any_version(api_key)).__name__
-    except Exception:
-        return f"api-{api_key}"
-    return name.removesuffix("Request")
-
-
-def _any_version(api_key: int) -> int:
-    for version in range(0, 20):
-        try:
-            load_request_schema(api_key, version)
-            return version
-        except Exception:
-            continue
-    raise ProtocolError(f"unknown api key {api_key}")
+    return API_NAMES.get(api_key, f"api-{api_key}")
 
 
 def request_flexible(api_key: int, api_version: int) -> bool:

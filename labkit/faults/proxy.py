@@ -28,10 +28,10 @@ import threading
 from dataclasses import dataclass, field
 
 from kio.index import load_response_schema
-from kio.schema.index import api_key_map
 from kio.static.primitive import i32
 
 from labkit import protocol
+from labkit.protocol import API_KEYS, API_NAMES, api_name
 from labkit.cluster import check_reachable
 
 log = logging.getLogger(__name__)
@@ -39,12 +39,6 @@ log = logging.getLogger(__name__)
 LOCALHOST = "127.0.0.1"
 STOP_TIMEOUT_S = 10.0
 QUEUE_DEPTH = 64  # requests read ahead per connection while a delay holds them back
-
-# 'Produce', 'Fetch', 'OffsetCommit', ...: the names of Kafka's protocol docs, by api key.
-API_KEYS: dict[str, int] = {
-    "".join(word.capitalize() for word in snake.split("_")): key for key, snake in api_key_map.items()
-}
-API_NAMES: dict[int, str] = {key: name for name, key in API_KEYS.items()}
 
 VALID_FAULT_FORMS: tuple[str, ...] = (
     "drop-ack:produce:N",
@@ -215,7 +209,6 @@ class FaultProxy:
                  seed: int = 0) -> None:
         self.upstream_bootstrap = upstream_bootstrap
         self.bootstrap = ""
-        self._initial = parse_fault_spec(fault) if isinstance(fault, str) else fault
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._rules: list[_Rule] = []
@@ -227,8 +220,8 @@ class FaultProxy:
         self._servers: dict[tuple[str, int], asyncio.Server] = {}  # upstream address -> listener
         self._ports: dict[tuple[str, int], int] = {}
         self._tasks: set[asyncio.Task] = set()
-        if self._initial is not None:
-            self.apply(self._initial)
+        if fault is not None:
+            self.apply(fault)
 
     # -- lifecycle ------------------------------------------------------------
     def start(self) -> "FaultProxy":
@@ -329,7 +322,7 @@ class FaultProxy:
         """(action, delay in s) for a request arriving now; one-shot rules fire on their Nth."""
         action, delay_ms = None, 0
         with self._lock:
-            self._requests[API_NAMES.get(api_key, f"api-{api_key}")] += 1
+            self._requests[api_name(api_key)] += 1
             for rule in list(self._rules):
                 if not rule.matches(api_key):
                     continue
