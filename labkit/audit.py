@@ -151,18 +151,17 @@ def _drifted_keys(expected, actual) -> list:
     return sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
 
 
-def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
-               id_field: str = "id", key_field: str = "key") -> list[Delivered]:
-    """A topic as a downstream consumer with ``isolation`` sees it, in log order."""
+def delivered_of(records: list[topics.Rec], id_field: str = "id",
+                 key_field: str = "key") -> list[Delivered]:
+    """Records read back from a topic, in log order, as the checker's observations."""
     return [Delivered(str(r.value[id_field]), r.value.get(key_field, r.key), r.offset)
-            for r in topics.read(bootstrap, topic, isolation=isolation)]
+            for r in records]
 
 
-def last_value_per_key(bootstrap: str, topic: str, field_name: str = "count",
-                       isolation: str = "read_committed") -> dict[str, int]:
+def last_value_per_key(records: list[topics.Rec], field_name: str = "count") -> dict[str, int]:
     """Final state as a topic shows it: the last ``field_name`` seen for each key."""
     state: dict[str, int] = {}
-    for r in topics.read(bootstrap, topic, isolation=isolation):
+    for r in records:
         state[str(r.value.get("key", r.key))] = r.value[field_name]
     return dict(sorted(state.items()))
 
@@ -176,15 +175,16 @@ def audit_topic(bootstrap: str, topic: str, inputs: list[dict], scenario: str, g
     With ``state_field`` (e.g. "count"), the last value per key is compared to the count of
     input records per key (state drift).
     """
-    seen = read_topic(bootstrap, topic, isolation)
+    records = topics.read(bootstrap, topic, isolation=isolation)
+    seen = delivered_of(records)
     aborted: list[Delivered] = []
     if isolation != "read_committed":
-        committed = {d.offset for d in read_topic(bootstrap, topic, "read_committed")}
+        committed = {r.offset for r in topics.read(bootstrap, topic, "read_committed")}
         aborted = [d for d in seen if d.offset not in committed]
     state_expected = state_actual = None
     if state_field:
         state_expected = expected_counts(inputs)
-        state_actual = last_value_per_key(bootstrap, topic, state_field, isolation)
+        state_actual = last_value_per_key(records, state_field)
     return check(scenario, guarantee, inputs, seen, crash_at=crash_at, fault=fault,
                  aborted=aborted, state_expected=state_expected, state_actual=state_actual)
 

@@ -66,6 +66,16 @@ def test_report_json_has_exactly_the_contract_keys():
     assert list(json.loads(report.to_json())) == list(REPORT_KEYS)
 
 
+def test_report_is_one_dataframe_row_with_the_same_values():
+    report = check("s", "at_least_once", inputs(), seen("x0", "x0", "x1"),
+                   state_expected={"a": 2}, state_actual={"a": 3})
+    frame = report.to_frame()
+    assert list(frame.columns) == list(REPORT_KEYS) and len(frame) == 1
+    row = frame.iloc[0]
+    assert (row["produced"], row["lost"], row["duplicated"]) == (6, 4, 1)
+    assert json.loads(row["state_actual"]) == {"a": 3}  # dicts kept as JSON text in a cell
+
+
 def test_topic_audit_sees_aborted_records_only_when_reading_uncommitted(bootstrap, topic_name):
     records = data.generate(20)
     topics.create(bootstrap, topic_name)
