@@ -166,7 +166,7 @@ def measure(bootstrap: str, guarantee: str, records: int = 20_000, value_bytes: 
         commit_interval_ms = DEFAULT_COMMIT_INTERVAL_MS
     keep = topic is not None
     topic = topic or f"bench-{guarantee.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
-    _create(bootstrap, topic)
+    topics.create(bootstrap, topic)
     try:
         return _measure(bootstrap, topic, guarantee, records, value_bytes, records_per_txn,
                         commit_interval_ms, rate, warmup)
@@ -246,20 +246,6 @@ def _measure(bootstrap: str, topic: str, guarantee: str, records: int, value_byt
 def _percentile(sorted_values: list[int], pct: float) -> float:
     index = min(len(sorted_values) - 1, max(0, round(pct / 100 * (len(sorted_values) - 1))))
     return float(sorted_values[index])
-
-
-def _create(bootstrap: str, topic: str, timeout_s: float = 10.0) -> None:
-    """Create ``topic`` and wait until its metadata is served (it can lag the create)."""
-    topics.create(bootstrap, topic)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            topics.partitions_of(bootstrap, topic)
-            return
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def _delete(bootstrap: str, topic: str) -> None:
