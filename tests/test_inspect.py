@@ -3,55 +3,27 @@ open transactions, group offsets, and the `labkit inspect` CLI."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.schema.broker_heartbeat.v0.request import BrokerHeartbeatRequest
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.types import BrokerId
+from kio.static.primitive import i64
 from typer.testing import CliRunner
 
 from labkit import protocol, topics
 from labkit.cli import app
 from labkit.inspect import (Batch, Inspector, UnknownTopicError, count_states, describe_topic,
-                            offset_states)
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    topics.create(bootstrap, topic, partitions=partitions)
-
-
-def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
-    # linger lets each transaction's records leave in one batch, so offsets are predictable
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                         "compression.type": "none", "linger.ms": 100})
-    producer.init_transactions(30)
-    return producer
-
-
-def produce_txn(producer: Producer, topic: str, keys: list[str]) -> None:
-    producer.begin_transaction()
-    for key in keys:
-        producer.produce(topic, key=key.encode(), value=b"v")
-    producer.flush(30)
-
-
-def end_transaction(producer: Producer, bootstrap: str, topic: str, commit: bool) -> None:
-    """Commit/abort and wait for the marker: the coordinator writes markers *after* it
-    answers EndTxn, so a record produced right away could land before the marker."""
-    (producer.commit_transaction if commit else producer.abort_transaction)(30)
-    with Inspector(bootstrap) as inspector:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if all(o.lso == o.high_watermark for o in inspector.offsets(topic).values()):
-                return
-            time.sleep(0.05)
-    raise AssertionError(f"the transaction marker never reached {topic}")
+                            offset_states, snapshot_topic)
+from tests.kafka_helpers import end_transaction, produce_txn, transactional_producer
 
 
 @pytest.fixture
 def txn_topic(bootstrap: str, topic_name: str):
     """One committed transaction (3 records) then an aborted one (2 records); the view
     taken while the second was still open is returned too."""
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     producer = transactional_producer(bootstrap, f"txn-{topic_name}")
     produce_txn(producer, topic_name, ["a", "b", "c"])
     end_transaction(producer, bootstrap, topic_name, commit=True)
@@ -117,7 +89,7 @@ def test_offset_states_follow_markers(bootstrap: str, txn_topic) -> None:
 
 
 def test_describe_producers_shows_idempotent_producer(bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for i in range(5):  # one batch each: sequences 0..4
         producer.produce(topic_name, key=str(i).encode(), value=b"v")
@@ -132,7 +104,7 @@ def test_describe_producers_shows_idempotent_producer(bootstrap: str, topic_name
 
 
 def test_group_offsets_match_commits(bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name, partitions=2)
+    topics.create(bootstrap, topic_name, partitions=2)
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(6):
         producer.produce(topic_name, value=b"v", partition=i % 2)
@@ -179,8 +151,6 @@ def test_cli_inspect_json(bootstrap: str, txn_topic, monkeypatch) -> None:
 def test_describing_a_transactional_id_without_a_transaction_does_not_fail(bootstrap, topic_name):
     """Empty or finished transactional ids carry start time -1, which kio cannot read as a
     timestamp; the inspector leaves them out instead of failing (they hold nothing open)."""
-    from confluent_kafka import Producer
-    from labkit.inspect import Inspector
 
     idle = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"idle-{topic_name}"})
     idle.init_transactions(30)  # Empty: no transaction yet
@@ -199,11 +169,6 @@ def test_describing_a_transactional_id_without_a_transaction_does_not_fail(boots
 
 
 def test_a_request_the_broker_does_not_speak_is_a_clear_error(bootstrap: str) -> None:
-    from kio.schema.broker_heartbeat.v0.request import BrokerHeartbeatRequest
-    from kio.schema.metadata.v12.request import MetadataRequest
-    from kio.schema.types import BrokerId
-    from kio.static.primitive import i64
-
     # BrokerHeartbeat exists only on the controller listener, never on the one clients use.
     heartbeat = BrokerHeartbeatRequest(broker_id=BrokerId(1), broker_epoch=i64(0),
                                        current_metadata_offset=i64(0), want_fence=False,
@@ -215,3 +180,27 @@ def test_a_request_the_broker_does_not_speak_is_a_clear_error(bootstrap: str) ->
             conn.send(heartbeat)
         # Refused before it went out, so the connection still works.
         assert conn.send(MetadataRequest(topics=None, include_topic_authorized_operations=False)).brokers
+
+
+def test_a_snapshot_asks_for_the_topic_leaders_once(bootstrap: str, topic_name: str,
+                                                    monkeypatch) -> None:
+    topics.create(bootstrap, topic_name, partitions=3)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(3):
+        producer.produce(topic_name, value=b"v", partition=p)
+    assert producer.flush(10) == 0
+    asked: list[str] = []
+    real_send = Inspector._send
+
+    def counting_send(self, address, request):
+        if isinstance(request, MetadataRequest) and request.topics:
+            asked.append(str(request.topics[0].name))
+        return real_send(self, address, request)
+
+    monkeypatch.setattr(Inspector, "_send", counting_send)
+    with Inspector(bootstrap) as inspector:
+        view = snapshot_topic(inspector, topic_name)  # offsets, producers, 3 partitions' batches
+        assert [len(p.batches) for p in view.partitions] == [1, 1, 1]
+        assert asked == [topic_name]
+        inspector.offsets(topic_name)  # outside a snapshot, leaders are asked afresh
+        assert asked == [topic_name, topic_name]

@@ -26,13 +26,14 @@ __all__ = ["Batch", "Record", "Inspector", "InspectError", "UnknownTopicError",
 def snapshot_topic(inspector: Inspector, topic: str, groups: Iterable[str] | None = None) -> TopicView:
     """A TopicView through an open Inspector: offsets first, then batches below the high
     watermark read then, so the numbers and the batches agree."""
-    offsets = inspector.offsets(topic)
-    producers = inspector.producers(topic)
-    partitions = tuple(
-        PartitionView(p, o.log_start, o.lso, o.high_watermark,
-                      batches=tuple(inspector.batches(topic, p, o.log_start, o.high_watermark)),
-                      producers=tuple(s for s in producers if s.partition == p))
-        for p, o in offsets.items())
+    with inspector.one_metadata():
+        offsets = inspector.offsets(topic)
+        producers = inspector.producers(topic)
+        partitions = tuple(
+            PartitionView(p, o.log_start, o.lso, o.high_watermark,
+                          batches=tuple(inspector.batches(topic, p, o.log_start, o.high_watermark)),
+                          producers=tuple(s for s in producers if s.partition == p))
+            for p, o in offsets.items())
     return TopicView(topic, partitions, inspector.group_offsets(topic, groups),
                      tuple(inspector.transactions(topic=topic)))
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from kio.schema.describe_producers.v0 import request as describe_producers
 from kio.schema.describe_transactions.v0 import request as describe_txns
@@ -69,6 +70,7 @@ class Inspector:
         self.timeout_s = timeout_s
         self._connections: dict[str, Connection] = {}
         self._brokers: dict[int, str] = {}
+        self._pinned: dict[str, dict[int, str]] | None = None  # see one_metadata()
 
     # ------------------------------------------------------------ connections
 
@@ -110,8 +112,20 @@ class Inspector:
 
     # ------------------------------------------------------------ metadata
 
+    @contextmanager
+    def one_metadata(self) -> Iterator["Inspector"]:
+        """Within this block each topic's leaders are asked for once: a snapshot reads them
+        for offsets, producers and every partition's batches, one moment's view is enough."""
+        self._pinned = {}
+        try:
+            yield self
+        finally:
+            self._pinned = None
+
     def leaders(self, topic: str) -> dict[int, str]:
         """partition -> leader address. Never creates the topic."""
+        if self._pinned is not None and topic in self._pinned:
+            return self._pinned[topic]
         request = metadata.MetadataRequest(
             topics=(metadata.MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
@@ -125,8 +139,11 @@ class Inspector:
         if leaderless:
             raise InspectError(f"{topic} partition(s) {sorted(leaderless)} have no leader right now "
                                "(a broker is down or an election is running); try again shortly")
-        return {int(p.partition_index): self._brokers[int(p.leader_id)]
-                for p in sorted(found.partitions, key=lambda p: p.partition_index)}
+        found_leaders = {int(p.partition_index): self._brokers[int(p.leader_id)]
+                         for p in sorted(found.partitions, key=lambda p: p.partition_index)}
+        if self._pinned is not None:
+            self._pinned[topic] = found_leaders
+        return found_leaders
 
     def _by_leader(self, topic: str, partitions: Iterable[int] | None) -> dict[str, list[int]]:
         leaders = self.leaders(topic)

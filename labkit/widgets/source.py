@@ -48,21 +48,22 @@ class Source:
         return {0: int(got)}
 
     def collect(self, finished: bool = False) -> Snapshot:
-        offsets = self.inspector.offsets(self.topic)
-        groups = self.inspector.group_offsets(self.topic, self.groups)
-        positions = self._positions()
-        tracks, cells = [], []
-        for p, o in offsets.items():
-            tracks.append(Track(p, o.log_start, o.lso, o.high_watermark,
-                                {g: offs[p] for g, offs in groups.items() if p in offs},
-                                positions.get(p)))
-            states = offset_states(self._follow(p, o.log_start, o.high_watermark), self.id_of)
-            cells.extend(states[-self.window:])
-        txn_ids = {t.producer_id: t.transactional_id
-                   for t in self.inspector.transactions(topic=self.topic)}
-        producers = tuple(
-            ProducerRow(s.partition, s.producer_id, s.producer_epoch, s.last_sequence,
-                        s.open_transaction, s.txn_start_offset, txn_ids.get(s.producer_id))
-            for s in self.inspector.producers(self.topic))
-        counts = Counts.of(self.audit()) if self.audit is not None else None
-        return Snapshot(self.topic, tuple(tracks), tuple(cells), counts, producers, finished)
+        with self.inspector.one_metadata():  # the topic's leaders asked once per refresh
+            offsets = self.inspector.offsets(self.topic)
+            groups = self.inspector.group_offsets(self.topic, self.groups)
+            positions = self._positions()
+            tracks, cells = [], []
+            for p, o in offsets.items():
+                tracks.append(Track(p, o.log_start, o.lso, o.high_watermark,
+                                    {g: offs[p] for g, offs in groups.items() if p in offs},
+                                    positions.get(p)))
+                states = offset_states(self._follow(p, o.log_start, o.high_watermark), self.id_of)
+                cells.extend(states[-self.window:])
+            txn_ids = {t.producer_id: t.transactional_id
+                       for t in self.inspector.transactions(topic=self.topic)}
+            producers = tuple(
+                ProducerRow(s.partition, s.producer_id, s.producer_epoch, s.last_sequence,
+                            s.open_transaction, s.txn_start_offset, txn_ids.get(s.producer_id))
+                for s in self.inspector.producers(self.topic))
+            counts = Counts.of(self.audit()) if self.audit is not None else None
+            return Snapshot(self.topic, tuple(tracks), tuple(cells), counts, producers, finished)
