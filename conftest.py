@@ -20,8 +20,6 @@ _shared: dict[str, object] = {}
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return
     # Notebook kernels inherit this home: they attach to the same broker, and the processes
     # they start are recognisable as this run's (see lab_processes).
     home = tempfile.mkdtemp(prefix="labkit-test-")

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
+
+from labkit.inspect import Inspector
 
 
 def consume_all(bootstrap: str, topic: str, expect: int, isolation: str = "read_committed",
@@ -30,3 +32,31 @@ def consume_all(bootstrap: str, topic: str, expect: int, isolation: str = "read_
     finally:
         consumer.close()
     return values
+
+
+def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
+    # linger lets each transaction's records leave in one batch, so offsets are predictable
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "compression.type": "none", "linger.ms": 100})
+    producer.init_transactions(30)
+    return producer
+
+
+def produce_txn(producer: Producer, topic: str, keys: list[str]) -> None:
+    producer.begin_transaction()
+    for key in keys:
+        producer.produce(topic, key=key.encode(), value=b"v")
+    producer.flush(30)
+
+
+def end_transaction(producer: Producer, bootstrap: str, topic: str, commit: bool) -> None:
+    """Commit/abort and wait for the marker: the coordinator writes markers *after* it
+    answers EndTxn, so a record produced right away could land before the marker."""
+    (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    with Inspector(bootstrap) as inspector:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all(o.lso == o.high_watermark for o in inspector.offsets(topic).values()):
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"the transaction marker never reached {topic}")

@@ -32,10 +32,6 @@ QUIET = {"log_level": 0}  # the faults make librdkafka log disconnects; they are
 # --------------------------------------------------------------------------- helpers
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1, replication: int = 1) -> None:
-    topics.create(bootstrap, topic, partitions=partitions, replication=replication)
-
-
 def read_log(bootstrap: str, topic: str) -> list[str]:
     """Every value in the topic, read straight from the broker (never through a proxy)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{uuid.uuid4().hex}",
@@ -202,7 +198,7 @@ def test_stop_leaves_no_thread_and_no_listening_port(bootstrap: str, topic_name:
 
 def test_soak_10000_records_with_random_delays_nothing_lost_nothing_duplicated(
         bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name, partitions=3)
+    topics.create(bootstrap, topic_name, partitions=3)
     n = 10_000
     with FaultProxy(bootstrap, seed=7) as proxy:
         proxy.delay(2, jitter_ms=15)
@@ -225,7 +221,7 @@ def test_soak_10000_records_with_random_delays_nothing_lost_nothing_duplicated(
 
 
 def test_a_lost_ack_with_retries_duplicates_without_idempotence(bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     with FaultProxy(bootstrap, "drop-ack:produce:3") as proxy:
         reports = produce_one_by_one(proxy.bootstrap, topic_name, 6, **{"enable.idempotence": False})
         stats = proxy.stats()
@@ -237,7 +233,7 @@ def test_a_lost_ack_with_retries_duplicates_without_idempotence(bootstrap: str, 
 
 
 def test_a_lost_ack_is_deduplicated_by_the_idempotent_producer(bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     with FaultProxy(bootstrap, "drop-ack:produce:3") as proxy:
         reports = produce_one_by_one(proxy.bootstrap, topic_name, 6, **{"enable.idempotence": True})
         stats = proxy.stats()
@@ -250,7 +246,7 @@ def test_a_lost_ack_is_deduplicated_by_the_idempotent_producer(bootstrap: str, t
 
 def test_reset_cuts_the_connection_before_the_broker_sees_the_request(
         bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     with FaultProxy(bootstrap, "reset:produce:2") as proxy:
         reports = produce_one_by_one(proxy.bootstrap, topic_name, 4, **{"enable.idempotence": False})
         stats = proxy.stats()
@@ -261,7 +257,7 @@ def test_reset_cuts_the_connection_before_the_broker_sees_the_request(
 
 
 def test_acks_0_produce_is_never_waited_for(bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     with FaultProxy(bootstrap) as proxy:
         producer = Producer({"bootstrap.servers": proxy.bootstrap, "acks": 0, "linger.ms": 0, **QUIET})
         for i in range(300):
@@ -282,7 +278,7 @@ def test_acks_0_produce_is_never_waited_for(bootstrap: str, topic_name: str) -> 
 
 def test_consumer_group_and_transactional_producer_work_through_the_proxy(
         bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     group = f"g-{uuid.uuid4().hex[:8]}"
     with FaultProxy(bootstrap) as proxy:
         producer = Producer({"bootstrap.servers": proxy.bootstrap,
@@ -335,7 +331,7 @@ def three_brokers(tmp_path_factory: pytest.TempPathFactory):
 
 def test_three_broker_metadata_lists_only_proxy_addresses(three_brokers: LocalCluster) -> None:
     topic = f"t3-{uuid.uuid4().hex[:8]}"
-    create_topic(three_brokers.bootstrap, topic, partitions=6, replication=3)
+    topics.create(three_brokers.bootstrap, topic, partitions=6, replication=3)
     real = {b.address for b in three_brokers.brokers}
     with FaultProxy(three_brokers.bootstrap) as proxy:
         ports = proxy_ports(proxy)
@@ -370,7 +366,7 @@ def test_three_brokers_leader_moves_and_the_producer_still_only_knows_proxy_addr
     """A controlled shutdown moves leaders while the old leader still answers: its Produce
     responses carry the new leader's address (KIP-951), which the proxy must rewrite too."""
     topic = f"t3-{uuid.uuid4().hex[:8]}"
-    create_topic(three_brokers.bootstrap, topic, partitions=3, replication=3)
+    topics.create(three_brokers.bootstrap, topic, partitions=3, replication=3)
     client_view: dict = {}
     errors: list = []
     with FaultProxy(three_brokers.bootstrap) as proxy:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from labkit import jvm
-from labkit.cluster import ClusterError, LocalCluster, PortInUseError, check_reachable
+from labkit.cluster import (ClusterError, LocalCluster, PortInUseError, check_reachable,
+                            die_with_owner, pid_alive)
 from labkit.paths import LabkitSetupError
 
 LABKIT = [sys.executable, "-m", "labkit.cli"]
@@ -118,7 +119,6 @@ def test_cli_up_status_down_cycle_reuses_the_running_lab(tmp_path):
     finally:
         down = run_cli("down", env=env)
     assert down.returncode == 0 and "stopped 1 broker" in down.stdout
-    from labkit.cluster import pid_alive
     assert not pid_alive(pid)
 
 
@@ -131,7 +131,6 @@ def test_stale_lab_from_a_killed_owner_is_cleaned_up(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     broker_pid = int(out.stdout.split()[0])
-    from labkit.cluster import pid_alive
     import time
     deadline = time.monotonic() + 15
     while pid_alive(broker_pid) and time.monotonic() < deadline:  # PDEATHSIG reaps it
@@ -150,7 +149,6 @@ def test_owned_broker_is_stopped_when_its_python_process_exits(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     broker_pid = int(out.stdout.split()[0])
-    from labkit.cluster import pid_alive
     assert not pid_alive(broker_pid)
     assert not (tmp_path / "cluster.json").exists()
 
@@ -159,7 +157,6 @@ def test_a_child_started_from_a_background_thread_outlives_that_thread():
     """PR_SET_PDEATHSIG fires when the forking *thread* ends: children started by a
     dashboard's experiment thread must not be killed when that thread finishes."""
     import threading
-    from labkit.cluster import die_with_owner, pid_alive
 
     procs = []
     worker = threading.Thread(target=lambda: procs.append(subprocess.Popen(

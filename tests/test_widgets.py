@@ -11,19 +11,19 @@ from confluent_kafka import Producer
 from matplotlib.image import imread
 from matplotlib.patches import Rectangle
 
+from labkit import topics
 from labkit.audit import AuditReport
 from labkit.inspect import UnknownTopicError
 from labkit.widgets import STATE_STYLE, Counts, Dashboard, figure, live_frontend, log_strip
 from labkit.widgets.html import counters_html, offsets_html, producers_html, strip_html
-from tests.test_inspect import (create_topic, end_transaction, produce_txn,
-                                transactional_producer)
+from tests.kafka_helpers import end_transaction, produce_txn, transactional_producer
 
 
 @pytest.fixture
 def lesson_topic(bootstrap: str, topic_name: str):
     """committed txn (a b c) + COMMIT, aborted txn (d e) + ABORT, a duplicate of b outside
     any transaction, then an open transaction (f g) left open while the test looks."""
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     txn = transactional_producer(bootstrap, f"txn-{topic_name}")
     produce_txn(txn, topic_name, ["a", "b", "c"])
     end_transaction(txn, bootstrap, topic_name, commit=True)
@@ -116,7 +116,7 @@ def wait_for(condition, timeout_s: float = 30.0) -> bool:
 
 
 def test_live_loop_follows_the_log_and_stops(bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     produced = []
     dash = Dashboard(bootstrap, topic_name, views=("counters", "log"), mode="live",
                      audit=lambda: {"produced": len(produced)}, interval_s=0.1)
@@ -138,7 +138,7 @@ def test_live_loop_follows_the_log_and_stops(bootstrap: str, topic_name: str) ->
 
 
 def test_run_returns_result_and_watch_finishes_by_itself(bootstrap: str, topic_name: str) -> None:
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     dash = Dashboard(bootstrap, topic_name, mode="live", interval_s=0.1)
     assert dash.run(lambda x: x * 2, 21) == 42
     assert dash._closed and dash.snapshot.finished
@@ -159,7 +159,7 @@ def test_run_returns_result_and_watch_finishes_by_itself(bootstrap: str, topic_n
 def test_bad_input_is_explained(bootstrap: str, topic_name: str, monkeypatch) -> None:
     with pytest.raises(UnknownTopicError, match="does not exist"):
         Dashboard(bootstrap, topic_name)
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     with pytest.raises(ValueError, match="choose from"):
         Dashboard(bootstrap, topic_name, views=("offsets", "gauges"))
     with pytest.raises(ValueError, match="'live', 'static'"):
@@ -180,7 +180,7 @@ def test_executed_notebook_gets_the_static_picture(bootstrap: str, topic_name: s
     import nbformat
     from nbclient import NotebookClient
 
-    create_topic(bootstrap, topic_name)
+    topics.create(bootstrap, topic_name)
     monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
     monkeypatch.delenv("LABKIT_WIDGETS", raising=False)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"""
