@@ -147,15 +147,11 @@ def expects_response(payload: bytes) -> bool:
 def encode_request(request, correlation_id: int, client_id: str = CLIENT_ID) -> bytes:
     """Header + body of a request entity (a kio request dataclass), without size prefix."""
     key, version = int(request.__api_key__), int(request.__version__)
+    header_type = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
+    header = header_type(request_api_key=i16(key), request_api_version=i16(version),
+                         correlation_id=i32(correlation_id), client_id=client_id)
     buf = io.BytesIO()
-    if request.__flexible__:
-        header = RequestHeaderV2(request_api_key=i16(key), request_api_version=i16(version),
-                                 correlation_id=i32(correlation_id), client_id=client_id)
-        entity_writer(RequestHeaderV2)(buf, header)
-    else:
-        header = RequestHeaderV1(request_api_key=i16(key), request_api_version=i16(version),
-                                 correlation_id=i32(correlation_id), client_id=client_id)
-        entity_writer(RequestHeaderV1)(buf, header)
+    entity_writer(header_type)(buf, header)
     entity_writer(type(request))(buf, request)
     return buf.getvalue()
 
