@@ -138,8 +138,7 @@ def main(argv: list[str]) -> None:
     # Workers are short-lived with tiny batches: the C1-only JIT and the serial GC start
     # faster and use fewer threads than the defaults (about 15% faster per crash run here).
     java_opts = os.environ.get("LABKIT_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    spark = session("labkit-spark-worker", **{
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.level=WARN -Dlabkit.worker={tag} {java_opts}"})
+    spark = session("labkit-spark-worker", java_options=f"-Dlabkit.worker={tag} {java_opts}")
     send({"event": "ready", "pid": os.getpid(),
           "jvm_pid": int(spark._jvm.java.lang.ProcessHandle.current().pid()),
           "startup_s": round(time.monotonic() - started, 3)})

@@ -10,11 +10,12 @@ from labkit.progress import status
 DRIVER_MEMORY = os.environ.get("LABKIT_SPARK_MEMORY", "1g")
 
 
-def session(app_name: str = "labkit", **conf: str):
+def session(app_name: str = "labkit", java_options: str = "", **conf: str):
     """Return the lab's SparkSession (created once per Python process).
 
     local[2] matches a 2-core laptop; the UI is off and logs are quiet so notebook output
-    shows the experiment, not Spark's chatter. Extra settings go in ``conf``.
+    shows the experiment, not Spark's chatter. Extra settings go in ``conf``; extra JVM
+    flags in ``java_options`` (added to the quiet-logging default, not replacing it).
     """
     from pyspark.sql import SparkSession
 
@@ -36,7 +37,7 @@ def session(app_name: str = "labkit", **conf: str):
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level=WARN {java_options}".strip())
     )
     for key, value in conf.items():
         builder = builder.config(key.replace("_", "."), value)
