@@ -47,6 +47,15 @@ def bootstrap(cluster: lab.Cluster) -> str:
     return cluster.bootstrap
 
 
+@pytest.fixture(scope="module")
+def three_brokers(tmp_path_factory: pytest.TempPathFactory):
+    """A 3-broker cluster of the module's own, for tests that kill, stop or move leaders."""
+    cluster = lab.LocalCluster(brokers=3, home=tmp_path_factory.mktemp("three")).start()
+    yield cluster
+    cluster.kill()  # its data is thrown away: no controlled shutdown needed
+    cluster.stop()
+
+
 @pytest.fixture
 def topic_name() -> str:
     """A fresh topic name per test, so tests never see each other's records."""

@@ -66,12 +66,6 @@ def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
     return md.topics[topic].partitions[partition].leader
 
 
-@pytest.fixture(scope="module")
-def three_brokers(tmp_path_factory):
-    with LocalCluster(brokers=3, home=tmp_path_factory.mktemp("three")) as cluster:
-        yield cluster
-
-
 def test_three_brokers_replicate_and_survive_leader_kill(three_brokers):
     cluster = three_brokers
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})

@@ -321,14 +321,6 @@ def test_consumer_group_and_transactional_producer_work_through_the_proxy(
 # --------------------------------------------------------------------------- (6) three brokers
 
 
-@pytest.fixture(scope="module")
-def three_brokers(tmp_path_factory: pytest.TempPathFactory):
-    cluster = LocalCluster(brokers=3, home=tmp_path_factory.mktemp("three")).start()
-    yield cluster
-    cluster.kill()  # its data is thrown away: no need for three 30 s controlled shutdowns
-    cluster.stop()
-
-
 def test_three_broker_metadata_lists_only_proxy_addresses(three_brokers: LocalCluster) -> None:
     topic = f"t3-{uuid.uuid4().hex[:8]}"
     topics.create(three_brokers.bootstrap, topic, partitions=6, replication=3)
