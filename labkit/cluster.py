@@ -34,6 +34,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from labkit import jvm
+from labkit.clientlog import client_config
 from labkit.paths import lab_home
 from labkit.progress import status
 
@@ -132,8 +133,9 @@ def new_cluster_id() -> str:
 
 def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int = 1) -> dict[int, str]:
     """Metadata from the cluster, or ClusterError saying it is not reachable."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 2000,
-                         "log_level": 0})  # connection-refused noise while it starts
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap,
+                                       "socket.connection.setup.timeout.ms": 2000,
+                                       "log_level": 0}))  # connection-refused noise while it starts
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while time.monotonic() < deadline:

@@ -17,6 +17,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from labkit import topics
+from labkit.clientlog import client_config
 from labkit.paths import project_root
 
 DEFAULT_KEYS: tuple[str, ...] = tuple(f"acct-{i:02d}" for i in range(1, 9))
@@ -99,8 +100,8 @@ def load_into_topic(bootstrap: str, topic: str, records: Sequence[dict],
     if len(set(ids)) != len(ids):
         raise ValueError("records must have unique ids: the audit counts by id")
     topics.create(bootstrap, topic, partitions=partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 5})
+    producer = Producer(client_config({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                       "linger.ms": 5}))
     failed: list[str] = []
 
     def on_delivery(err, msg):

@@ -13,6 +13,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from labkit.clientlog import client_config
+
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 
@@ -41,7 +43,7 @@ def create(bootstrap: str, *names: str, partitions: int = 1, replication: int = 
     ``replication`` -1 takes the cluster's default.replication.factor.
     """
     # log_level 5: hide librdkafka's info line about purging its background queue on close.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 5})
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 5}))
     futures = admin.create_topics(
         [NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config or {})
          for n in names], operation_timeout=30)
@@ -60,7 +62,7 @@ def wait_for_leaders(bootstrap: str, *names: str, timeout_s: float = 30.0) -> No
     The controller acknowledges CreateTopics before every broker has the new metadata; with
     three brokers, the one a client asks next may not know the topic for a moment.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 5})
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 5}))
     deadline = time.monotonic() + timeout_s
     while True:
         md = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
@@ -76,7 +78,7 @@ def wait_for_leaders(bootstrap: str, *names: str, timeout_s: float = 30.0) -> No
 
 
 def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
     md = admin.list_topics(topic, timeout=timeout_s)
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
@@ -109,11 +111,11 @@ def read(bootstrap: str, topic: str, isolation: str = "read_committed",
     """
     if isolation not in ISOLATION_LEVELS:
         raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
-    consumer = Consumer({
+    consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": "labkit-reader",  # never commits
         "enable.auto.commit": False, "isolation.level": isolation,
         "enable.partition.eof": True, "fetch.wait.max.ms": 50,
-    })
+    }))
     pending = set(assign_all(consumer, topic))
     out: list[Rec] = []
     deadline = time.monotonic() + timeout_s

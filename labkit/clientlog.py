@@ -1,0 +1,60 @@
+"""Where the Kafka clients' own log lines go: Python logging, not librdkafka's stderr.
+
+librdkafka prints its log lines straight to stderr (``%4|1795293373.718|GETPID|...``): in a
+notebook they land in red under whatever cell happened to be running, in no order the lab
+controls. Every client the lab creates in a notebook kernel passes ``client_config(...)``,
+which hands its log lines to one ``logging.Logger`` instead (confluent-kafka's ``logger``
+setting). That logger decides what a learner sees:
+
+* WARNING and above only (librdkafka levels 0-4); debug and info lines never pass;
+* a warning the client recovers from by itself (its text ends in "retrying", e.g.
+  "Coordinator load in progress: retrying" from a broker that has just started) is dropped;
+* anything else is one short line on stderr: ``kafka client error: ...``.
+
+A notebook that wants to show a client error does so on purpose, from the exception the
+call raises. Logs reach the logger when the client is polled (poll, flush, consume).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+LOGGER_NAME = "labkit.kafka"
+
+
+class _DropSelfHealing(logging.Filter):
+    """Drop warnings the client resolves by retrying (nothing for a learner to act on)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno < logging.ERROR
+                    and record.getMessage().rstrip().endswith("retrying"))
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to the current sys.stderr (a notebook kernel replaces it after imports)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def client_logger() -> logging.Logger:
+    """The logger every lab-created Kafka client writes to (set up once, then reused)."""
+    log = logging.getLogger(LOGGER_NAME)
+    if not log.handlers:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("kafka client %(levelname)s: %(message)s"))
+        handler.addFilter(_DropSelfHealing())
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
+        log.propagate = False  # one line per event, even when the root logger has a handler
+    return log
+
+
+def client_config(config: dict) -> dict:
+    """``config`` plus the ``logger`` entry: pass the result to Producer/Consumer/AdminClient."""
+    return {**config, "logger": client_logger()}
