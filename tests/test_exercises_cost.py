@@ -15,7 +15,9 @@ def test_the_documented_solution_passes_and_the_records_alone_do_not(bootstrap):
     assert scope["my_high_watermark"] == RECORDS + RECORDS // RECORDS_PER_TXN
     verdict = check_offsets(bootstrap, scope["my_high_watermark"])
     assert verdict.passed, verdict.message
-    assert not check_offsets(bootstrap, RECORDS).passed
+    wrong = check_offsets(bootstrap, RECORDS)
+    assert not wrong.passed and "higher" in wrong.message
+    assert str(scope["my_high_watermark"]) not in wrong.message  # a hint, not the answer
 
 
 def test_unanswered_gets_a_hint_without_running():

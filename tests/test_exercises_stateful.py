@@ -20,6 +20,13 @@ def test_the_documented_solution_passes_and_a_wrong_one_does_not(bootstrap):
     assert not verdict.passed and "after-commit" in verdict.message
 
 
+def test_strings_are_not_taken_for_booleans():
+    """bool("False") is True: the check must refuse strings, not judge them as True."""
+    quoted = {p: "False" for p in exercise_points()}
+    verdict = check_drift(quoted, "127.0.0.1:1")
+    assert not verdict.passed and "without quotes" in verdict.message
+
+
 def test_unanswered_and_unknown_points_get_a_hint_without_running():
     unanswered = {p: None for p in exercise_points()}
     assert "fill in" in check_drift(unanswered, "127.0.0.1:1").message

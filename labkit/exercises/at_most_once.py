@@ -22,5 +22,6 @@ def check_mid_batch_loss(bootstrap: str, predicted_lost: int | None) -> Verdict:
                  f"the audit counted {report.lost} lost. The offsets of the whole batch were "
                  "committed first, only half of it reached the table, and the restarted consumer "
                  "resumed after the batch.",
-                 f"the audit counted {report.lost} lost, not {predicted_lost}. Which offsets were "
+                 f"the audit did not count {predicted_lost} lost: "
+                 f"{'fewer' if report.lost < predicted_lost else 'more'}. Which offsets were "
                  "committed before the crash, and how much of that batch was already written?")

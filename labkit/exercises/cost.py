@@ -37,6 +37,7 @@ def check_offsets(bootstrap: str, high_watermark: int | None) -> Verdict:
                  f"the broker reports high watermark {hw}: {RECORDS} records + {txns} COMMIT "
                  "markers. Each transaction costs at least one extra write per partition, "
                  "whatever its size: bigger transactions spread that cost thinner.",
-                 f"the broker reports high watermark {hw}, not {high_watermark}. Offsets start "
-                 "at 0; what else besides the records does each committed transaction write "
-                 "into the partition?")
+                 f"the broker does not report high watermark {high_watermark}: it is "
+                 f"{'lower' if hw < high_watermark else 'higher'}. Offsets start at 0; what "
+                 "else besides the records does each committed transaction write into the "
+                 "partition?")

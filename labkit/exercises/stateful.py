@@ -42,6 +42,9 @@ def check_drift(prediction: dict[str, bool | None], bootstrap: str | None = None
     gaps = prediction_gaps(prediction, points, "True (the counts drift) or False (they stay right)")
     if gaps is not None:
         return gaps
+    not_bool = [p for p in points if not isinstance(prediction[p], bool)]
+    if not_bool:  # bool("False") is True: a string would be judged as the opposite answer
+        return check(False, "", f"use True or False (without quotes) for: {', '.join(not_bool)}.")
     measured = measure_drift(points, bootstrap).set_index("crash_at")
     wrong = [p for p in points if bool(prediction[p]) != bool(measured.loc[p, "drifted"])]
     facts = "; ".join(f"{p}: {'drifted' if measured.loc[p, 'drifted'] else 'right'}"

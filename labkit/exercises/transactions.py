@@ -14,10 +14,12 @@ def run_three_transactions(bootstrap: str, topic: str) -> tuple[int, int]:
     from confluent_kafka import Producer
 
     from labkit import topics
+    from labkit.clientlog import client_config
     from labkit.inspect import Inspector
 
     topics.create(bootstrap, topic)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn"})
+    producer = Producer(client_config({"bootstrap.servers": bootstrap,
+                                       "transactional.id": f"{topic}-txn"}))
     producer.init_transactions(30)
     acks: list[int] = []
     for n, commit in ((3, True), (2, False), (1, True)):
@@ -43,9 +45,12 @@ def check_transactions(bootstrap: str, high_watermark: int | None,
         return check(False, "", "fill in my_high_watermark and my_last_offset, then run this "
                      "cell again. Count the data records, and one offset per marker.")
     hw, last = run_three_transactions(bootstrap, f"ex04-{uuid.uuid4().hex[:8]}")
-    return check((high_watermark, last_offset) == (hw, last),
-                 f"the broker says high watermark {hw}, last record at offset {last}: "
-                 "3 + 2 + 1 data records and 3 markers (COMMIT, ABORT, COMMIT).",
-                 f"the broker says high watermark {hw}, last record at offset {last}. Every "
-                 "transaction ends with one marker per partition, and the aborted records "
-                 "stay in the log: they take offsets too.")
+    if (high_watermark, last_offset) == (hw, last):
+        return check(True, f"the broker says high watermark {hw}, last record at offset {last}: "
+                           "3 + 2 + 1 data records and 3 markers (COMMIT, ABORT, COMMIT).", "")
+    right = [name for name, mine, got in (("high watermark", high_watermark, hw),
+                                          ("last offset", last_offset, last)) if mine == got]
+    return check(False, "", (f"your {right[0]} is right, the other is not. " if right else
+                             "neither number is right yet. ")
+                 + "Every transaction ends with one marker per partition, and the aborted "
+                 "records stay in the log: they take offsets too. Offsets start at 0.")

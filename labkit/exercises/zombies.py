@@ -30,5 +30,7 @@ def check_next_epoch(bootstrap: str, topic: str, transactional_id: str,
                  f"the third instance writes with epoch {got}: one bump, because nothing was "
                  "open to abort (the double bump of step 2 came from aborting the zombie's "
                  "transaction).",
-                 f"the new instance writes with epoch {got}. (Every run of this cell starts "
-                 "another instance, so the epoch has moved on: predict the next one.)")
+                 f"the new instance does not write with epoch {epoch}. How many times does "
+                 "init_transactions() bump the epoch when the previous instance has nothing "
+                 "open to abort? (Every run of this cell starts one more instance, so the "
+                 "epoch moves on with each run: count the runs in.)")
