@@ -2,8 +2,9 @@
 
 It compares the ids that went in with what is observable afterwards (an output topic read
 with read_committed, a database table, the final state) and never looks at the pipeline's
-own bookkeeping. Findings are named after Jepsen's Kafka checker so a learner can look
-them up: lost write, duplicate, non-monotonic (reordered), aborted read, state drift.
+own bookkeeping. Each finding is one checker in labkit.checkers, named after Jepsen's Kafka
+checker so a learner can look them up (lost-write, duplicate, non-monotonic, aborted-read,
+state drift), and ``checkers.verdict`` is the one rule that turns them into a guarantee.
 """
 from __future__ import annotations
 
@@ -14,13 +15,18 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from labkit import topics
+from labkit import checkers, topics
+from labkit.checkers import Delivered, Result
 
-# The exact keys `labkit scenario --json` prints, in order.
+# The exact keys `labkit scenario --json` prints, in order (new keys only ever appended).
 REPORT_KEYS = (
     "scenario", "guarantee", "crash_at", "fault", "produced", "delivered_unique", "lost",
     "duplicated", "reordered", "aborted_visible", "state_expected", "state_actual",
+    "aborted_in_log", "verdict", "anomalies",
 )
+# checker -> the report field counting it (also the key of its examples)
+COUNT_FIELDS = {checkers.LOST_WRITE: "lost", checkers.DUPLICATE: "duplicated",
+                checkers.ABORTED_READ: "aborted_visible", checkers.NON_MONOTONIC: "reordered"}
 
 
 @dataclass
@@ -37,6 +43,9 @@ class AuditReport:
     aborted_visible: int = 0
     state_expected: dict | int | None = None
     state_actual: dict | int | None = None
+    # Records of aborted transactions present in the output log, whether or not the audited
+    # reader saw them (None: the output is a table, there is no log to look at).
+    aborted_in_log: int | None = None
     # Examples of each finding, for explanations (not part of the JSON contract).
     examples: dict[str, list] = field(default_factory=dict, repr=False, compare=False)
 
@@ -44,13 +53,29 @@ class AuditReport:
     def state_matches(self) -> bool:
         return self.state_expected == self.state_actual
 
+    def findings(self) -> list[Result]:
+        """The checkers' results as this report's counts state them: the verdict's input.
+
+        Built from the fields, so a report made by hand is judged by the same rule."""
+        counted = [Result(name, getattr(self, f) == 0, getattr(self, f), self.examples.get(f, []))
+                   for name, f in COUNT_FIELDS.items()]
+        return [*counted, checkers.state_drift(self.state_expected, self.state_actual)]
+
+    @property
+    def verdict(self) -> str:
+        """exactly once | at least once | at most once | incorrect (see checkers.verdict)."""
+        return checkers.verdict(self.findings())
+
+    @property
+    def anomalies(self) -> list[str]:
+        return checkers.anomalies(self.findings())
+
     @property
     def exactly_once(self) -> bool:
-        return (self.lost == 0 and self.duplicated == 0 and self.aborted_visible == 0
-                and self.state_matches)
+        return self.verdict == checkers.EXACTLY_ONCE
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {**asdict(self), "verdict": self.verdict, "anomalies": self.anomalies}
         return {k: d[k] for k in REPORT_KEYS}
 
     def to_json(self) -> str:
@@ -61,10 +86,11 @@ class AuditReport:
         for key in ("state_expected", "state_actual"):
             if isinstance(row[key], dict):
                 row[key] = json.dumps(row[key], sort_keys=True)
+        row["anomalies"] = ", ".join(row["anomalies"])  # one cell, as text
         return pd.DataFrame([row], columns=list(REPORT_KEYS))
 
     def summary(self) -> str:
-        """A short, stable text for notebooks (nbval compares it)."""
+        """A short, stable text for notebooks (nbval compares it; keep its lines as they are)."""
         verdict = "exactly once" if self.exactly_once else "NOT exactly once"
         state = ""
         if self.state_expected is not None:
@@ -77,18 +103,6 @@ class AuditReport:
 
 # --------------------------------------------------------------------------- the checker
 
-EXAMPLES_PER_FINDING = 5
-
-
-@dataclass(frozen=True)
-class Delivered:
-    """One record as observed downstream, in the order it was observed."""
-
-    id: str
-    key: str | None
-    offset: int | None = None  # topic offset (None for a table row)
-
-
 def expected_counts(inputs: list[dict]) -> dict[str, int]:
     """The state a running count per key must end with: each input record counted once."""
     counts: dict[str, int] = {}
@@ -97,65 +111,69 @@ def expected_counts(inputs: list[dict]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def check(scenario: str, guarantee: str, inputs: list[dict], delivered: list[Delivered], *,
-          crash_at: str | None = None, fault: str | None = None, aborted: list[Delivered] = (),
-          state_expected: dict | int | None = None,
-          state_actual: dict | int | None = None) -> AuditReport:
-    """Classify what happened to ``inputs`` (in input order) given what was ``delivered``.
-
-    - lost write: an input id never delivered
-    - duplicate: every extra copy of a delivered id
-    - reordered (non-monotonic): a record delivered, for the first time, after a record of
-      the same key that came later in the input
-    - aborted read: a delivered record that belongs to an aborted transaction (``aborted``)
-    - state drift: ``state_expected != state_actual`` (the differing keys are examples)
-    """
-    position = {r["id"]: i for i, r in enumerate(inputs)}
-    if len(position) != len(inputs):
-        raise ValueError("input ids must be unique: the audit counts by id")
-    seen: dict[str, int] = {}
-    reordered: list[str] = []
-    latest_per_key: dict[str | None, int] = {}
-    for d in delivered:
-        seen[d.id] = seen.get(d.id, 0) + 1
-        if seen[d.id] > 1 or d.id not in position:
-            continue
-        pos = position[d.id]
-        if pos < latest_per_key.get(d.key, -1):
-            reordered.append(d.id)
-        latest_per_key[d.key] = max(pos, latest_per_key.get(d.key, -1))
-    lost = [i for i in position if i not in seen]
-    dups = sorted((i for i, n in seen.items() if n > 1), key=lambda i: position.get(i, -1))
-    report = AuditReport(
-        scenario=scenario, guarantee=guarantee, crash_at=crash_at, fault=fault,
-        produced=len(inputs), delivered_unique=sum(1 for i in seen if i in position),
-        lost=len(lost), duplicated=sum(n - 1 for n in seen.values() if n > 1),
-        reordered=len(reordered), aborted_visible=len(aborted),
-        state_expected=state_expected, state_actual=state_actual,
-    )
-    examples = {
-        "lost": lost[:EXAMPLES_PER_FINDING],
-        "duplicated": dups[:EXAMPLES_PER_FINDING],
-        "reordered": reordered[:EXAMPLES_PER_FINDING],
-        "aborted_visible": [a.id for a in aborted][:EXAMPLES_PER_FINDING],
-        "unexpected": [i for i in seen if i not in position][:EXAMPLES_PER_FINDING],
-        "state_drift": _drifted_keys(state_expected, state_actual)[:EXAMPLES_PER_FINDING],
-    }
+def report_of(scenario: str, guarantee: str, results: list[Result], *, produced: int,
+              delivered_unique: int, crash_at: str | None = None, fault: str | None = None,
+              state_expected: dict | int | None = None, state_actual: dict | int | None = None,
+              aborted_in_log: int | None = None,
+              unexpected: list | None = None) -> AuditReport:
+    """An AuditReport whose counts and examples are the checkers' ``results``."""
+    by_name = {r.name: r for r in results}
+    counts = {f: by_name[name].count for name, f in COUNT_FIELDS.items() if name in by_name}
+    examples = {f: by_name[name].examples for name, f in COUNT_FIELDS.items() if name in by_name}
+    examples["state_drift"] = by_name[checkers.STATE_DRIFT].examples \
+        if checkers.STATE_DRIFT in by_name else []
+    examples["unexpected"] = (unexpected or [])[:checkers.EXAMPLES]
+    report = AuditReport(scenario=scenario, guarantee=guarantee, crash_at=crash_at, fault=fault,
+                         produced=produced, delivered_unique=delivered_unique,
+                         state_expected=state_expected, state_actual=state_actual,
+                         aborted_in_log=aborted_in_log, **counts)
     report.examples = {k: v for k, v in examples.items() if v}
     return report
 
 
-def _drifted_keys(expected, actual) -> list:
-    if not isinstance(expected, dict) or not isinstance(actual, dict):
-        return [] if expected == actual else ["(total)"]
-    return sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+def check(scenario: str, guarantee: str, inputs: list[dict], delivered: list[Delivered], *,
+          crash_at: str | None = None, fault: str | None = None, aborted: list[Delivered] = (),
+          state_expected: dict | int | None = None, state_actual: dict | int | None = None,
+          aborted_in_log: int | None = None) -> AuditReport:
+    """Run every checker on ``inputs`` (in input order) and what was ``delivered`` (in the
+    order the sink shows it); ``aborted`` are the delivered records of aborted transactions.
+
+    Delivered ids that never went in are kept as ``examples["unexpected"]``.
+    """
+    ids = [r["id"] for r in inputs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("input ids must be unique: the audit counts by id")
+    seen = [d.id for d in delivered]
+    results = [checkers.lost_write(ids, seen), checkers.duplicate(ids, seen),
+               checkers.aborted_read([a.id for a in aborted]),
+               checkers.non_monotonic(ids, delivered),
+               checkers.state_drift(state_expected, state_actual)]
+    wanted = set(ids)
+    return report_of(scenario, guarantee, results, produced=len(ids),
+                     delivered_unique=len(wanted.intersection(seen)), crash_at=crash_at,
+                     fault=fault, state_expected=state_expected, state_actual=state_actual,
+                     aborted_in_log=aborted_in_log,
+                     unexpected=list(dict.fromkeys(i for i in seen if i not in wanted)))
+
+
+def check_counts(scenario: str, guarantee: str, produced: int, state_expected: dict[str, int],
+                 state_actual: dict[str, int], *, crash_at: str | None = None,
+                 fault: str | None = None) -> AuditReport:
+    """For a sink that keeps only totals per key (the records are gone): a shortfall per key
+    counts as lost writes, an excess as duplicates."""
+    lost = checkers.count_shortfall(state_expected, state_actual)
+    results = [lost, checkers.count_excess(state_expected, state_actual),
+               checkers.state_drift(state_expected, state_actual)]
+    return report_of(scenario, guarantee, results, produced=produced,
+                     delivered_unique=produced - lost.count, crash_at=crash_at, fault=fault,
+                     state_expected=state_expected, state_actual=state_actual)
 
 
 def delivered_of(records: list[topics.Rec], id_field: str = "id",
                  key_field: str = "key") -> list[Delivered]:
     """Records read back from a topic, in log order, as the checker's observations."""
-    return [Delivered(str(r.value[id_field]), r.value.get(key_field, r.key), r.offset)
-            for r in records]
+    return [Delivered(str(r.value[id_field]), r.value.get(key_field, r.key), r.offset,
+                      r.partition) for r in records]
 
 
 def last_value_per_key(records: list[topics.Rec], field_name: str = "count") -> dict[str, int]:
@@ -171,22 +189,25 @@ def audit_topic(bootstrap: str, topic: str, inputs: list[dict], scenario: str, g
                 isolation: str = "read_committed", state_field: str | None = None) -> AuditReport:
     """Audit an output topic as a downstream consumer reading with ``isolation`` sees it.
 
-    Records that consumer sees but a read_committed reader does not are aborted reads.
-    With ``state_field`` (e.g. "count"), the last value per key is compared to the count of
-    input records per key (state drift).
+    The log is read both ways: records a read_uncommitted reader gets and a read_committed
+    one does not belong to aborted transactions (``aborted_in_log``); those the audited
+    reader saw are aborted reads (``aborted_visible``). With ``state_field`` (e.g. "count"),
+    the last value per key is compared to the count of input records per key (state drift).
     """
-    records = topics.read(bootstrap, topic, isolation=isolation)
+    everything = topics.read(bootstrap, topic, isolation="read_uncommitted")
+    committed = topics.read(bootstrap, topic, isolation="read_committed")
+    records = committed if isolation == "read_committed" else everything
+    committed_at = {(r.partition, r.offset) for r in committed}
+    aborted_in_log = sum(1 for r in everything if (r.partition, r.offset) not in committed_at)
     seen = delivered_of(records)
-    aborted: list[Delivered] = []
-    if isolation != "read_committed":
-        committed = {r.offset for r in topics.read(bootstrap, topic, "read_committed")}
-        aborted = [d for d in seen if d.offset not in committed]
+    aborted = [d for d in seen if (d.partition, d.offset) not in committed_at]
     state_expected = state_actual = None
     if state_field:
         state_expected = expected_counts(inputs)
         state_actual = last_value_per_key(records, state_field)
     return check(scenario, guarantee, inputs, seen, crash_at=crash_at, fault=fault,
-                 aborted=aborted, state_expected=state_expected, state_actual=state_actual)
+                 aborted=aborted, state_expected=state_expected, state_actual=state_actual,
+                 aborted_in_log=aborted_in_log)
 
 
 def read_table(db_path: str, table: str, id_column: str = "id",

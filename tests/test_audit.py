@@ -10,8 +10,10 @@ import pytest
 from confluent_kafka import Producer
 
 import labkit.audit
-from labkit import data, topics
-from labkit.audit import REPORT_KEYS, Delivered, audit_table, audit_topic, check, expected_counts
+from labkit import checkers, data, topics
+from labkit.audit import (REPORT_KEYS, AuditReport, Delivered, audit_table, audit_topic, check,
+                          check_counts, expected_counts)
+from labkit.checkers import Result
 
 
 def inputs(n: int = 6) -> list[dict]:
@@ -61,9 +63,93 @@ def test_state_drift_names_the_keys():
     assert expected_counts(inputs()) == {"a": 3, "b": 3}
 
 
+# --------------------------------------------------------------------------- the checkers
+
+
+def test_lost_write_names_the_missing_input_ids_in_input_order():
+    r = checkers.lost_write(["x0", "x1", "x2", "x3"], ["x3", "x0", "zz"])
+    assert (r.name, r.valid, r.count, r.examples) == ("lost-write", False, 2, ["x1", "x2"])
+    assert checkers.lost_write(["x0"], ["x0", "x0"]).valid
+
+
+def test_duplicate_counts_every_extra_copy():
+    r = checkers.duplicate(["x0", "x1", "x2"], ["x2", "x0", "x2", "x0", "x2", "x1"])
+    assert (r.valid, r.count, r.examples) == (False, 3, ["x0", "x2"])
+    assert checkers.duplicate(["x0", "x1"], ["x1", "x0"]) == Result("duplicate", True, 0, [])
+
+
+def test_aborted_read_counts_what_the_reader_saw_of_aborted_transactions():
+    assert checkers.aborted_read(["x3", "x4"]) == Result("aborted-read", False, 2, ["x3", "x4"])
+    assert checkers.aborted_read([]).valid
+
+
+def test_non_monotonic_is_per_key_and_ignores_replayed_copies():
+    ids = [r["id"] for r in inputs()]  # keys a b a b a b
+    # x4 (a) before x2 (a): x2 is reordered; x3 (b) after x1 (b) is fine, the replay of x0 too
+    r = checkers.non_monotonic(ids, seen("x0", "x1", "x4", "x3", "x2", "x0", "x5"))
+    assert (r.name, r.count, r.examples) == ("non-monotonic", 1, ["x2"])
+    # interleaving two keys is not a reorder: only the order within a key counts
+    assert checkers.non_monotonic(ids, seen("x1", "x3", "x5", "x0", "x2", "x4")).valid
+
+
+def test_state_drift_and_count_sink_checkers():
+    assert checkers.state_drift({"a": 3, "b": 2}, {"a": 3, "b": 3}).examples == ["b"]
+    assert checkers.state_drift(5, 4) == Result("state-drift", False, 1, ["(total)"])
+    assert checkers.state_drift(None, None).valid
+    expected, actual = {"a": 3, "b": 2, "c": 1}, {"a": 5, "b": 1}
+    assert checkers.count_shortfall(expected, actual) == Result("lost-write", False, 2, ["b: -1", "c: -1"])
+    assert checkers.count_excess(expected, actual) == Result("duplicate", False, 2, ["a: +2"])
+
+
+def test_history_checks_are_a_hook_until_histories_exist():
+    assert checkers.history_checks(None) == [] and checkers.history_checks([]) == []
+    with pytest.raises(NotImplementedError, match="poll-skip"):
+        checkers.history_checks([{"op": "poll", "partition": 0, "offset": 3}])
+
+
+def _found(*names: str) -> list[Result]:
+    every = ("lost-write", "duplicate", "aborted-read", "non-monotonic", "state-drift")
+    return [Result(n, n not in names, int(n in names)) for n in every]
+
+
+@pytest.mark.parametrize("found, verdict", [
+    ((), "exactly once"),
+    (("duplicate",), "at least once"),
+    (("duplicate", "state-drift"), "at least once"),  # the drift is the duplicates' doing
+    (("lost-write",), "at most once"),
+    (("lost-write", "state-drift"), "at most once"),
+    (("lost-write", "duplicate"), "incorrect"),
+    (("aborted-read",), "incorrect"),
+    (("duplicate", "aborted-read"), "incorrect"),
+    (("non-monotonic",), "incorrect"),
+    (("state-drift",), "incorrect"),  # records look exactly-once, the state does not
+])
+def test_one_verdict_composes_the_findings(found, verdict):
+    assert checkers.verdict(_found(*found)) == verdict
+    assert set(checkers.anomalies(_found(*found))) == set(found)
+
+
+def test_every_report_is_judged_by_the_one_verdict():
+    # a report made by hand (as the Spark probe and the widgets do) gets the same rule
+    assert AuditReport("s", "g", produced=3, delivered_unique=3, duplicated=1).verdict == "at least once"
+    reordered = check("s", "exactly_once", inputs(), seen("x0", "x1", "x4", "x3", "x2", "x5"))
+    assert (reordered.lost, reordered.duplicated, reordered.reordered) == (0, 0, 1)
+    assert reordered.verdict == "incorrect" and not reordered.exactly_once
+    assert reordered.summary().endswith("verdict: NOT exactly once")
+    counts = check_counts("s", "at_least_once", 6, {"a": 3, "b": 3}, {"a": 4, "b": 3})
+    assert (counts.lost, counts.duplicated, counts.delivered_unique) == (0, 1, 6)
+    assert counts.verdict == "at least once" and counts.anomalies == ["duplicate", "state-drift"]
+
+
 def test_report_json_has_exactly_the_contract_keys():
     report = check("s", "exactly_once", inputs(), seen("x0"))
-    assert list(json.loads(report.to_json())) == list(REPORT_KEYS)
+    out = json.loads(report.to_json())
+    assert list(out) == list(REPORT_KEYS)
+    assert list(REPORT_KEYS)[:12] == [  # the original contract, in order; new keys append
+        "scenario", "guarantee", "crash_at", "fault", "produced", "delivered_unique", "lost",
+        "duplicated", "reordered", "aborted_visible", "state_expected", "state_actual"]
+    assert (out["verdict"], out["anomalies"], out["aborted_in_log"]) == (
+        "at most once", ["lost-write"], None)  # None: no log was looked at
 
 
 def test_report_is_one_dataframe_row_with_the_same_values():
@@ -97,10 +183,38 @@ def test_topic_audit_sees_aborted_records_only_when_reading_uncommitted(bootstra
 
     committed = audit_topic(bootstrap, topic_name, records, "t", "exactly_once")
     assert (committed.lost, committed.duplicated, committed.aborted_visible) == (0, 2, 0)
+    # The aborted records are in the log all the same: measured, not assumed.
+    assert committed.aborted_in_log == 5 and committed.verdict == checkers.AT_LEAST_ONCE
     dirty = audit_topic(bootstrap, topic_name, records, "t", "exactly_once",
                         isolation="read_uncommitted")
-    assert dirty.aborted_visible == 5 and dirty.duplicated == 7
+    assert dirty.aborted_visible == 5 and dirty.duplicated == 7 and dirty.aborted_in_log == 5
     assert dirty.examples["aborted_visible"] == [r["id"] for r in records[10:15]]
+    assert dirty.verdict == checkers.INCORRECT and "aborted-read" in dirty.anomalies
+
+
+def test_a_crash_inside_a_transaction_leaves_aborted_records_present_but_invisible(
+        bootstrap, topic_name):
+    """The open transaction of a dead producer is aborted by its successor's init."""
+    records = data.generate(8)
+    topics.create(bootstrap, topic_name)
+    tid = f"{topic_name}-tx"
+    dead = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    dead.init_transactions()
+    dead.begin_transaction()
+    for r in records[:3]:
+        dead.produce(topic_name, key=r["key"].encode(), value=topics.encode(r))
+    dead.flush(10)  # in the log, never committed; this producer is never heard of again
+    successor = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    successor.init_transactions()  # fences `dead` and aborts its open transaction
+    successor.begin_transaction()
+    for r in records:
+        successor.produce(topic_name, key=r["key"].encode(), value=topics.encode(r))
+    successor.commit_transaction()
+
+    report = audit_topic(bootstrap, topic_name, records, "t", "exactly_once")
+    assert (report.aborted_in_log, report.aborted_visible) == (3, 0)
+    assert (report.lost, report.duplicated, report.reordered) == (0, 0, 0)
+    assert report.exactly_once and report.to_dict()["aborted_in_log"] == 3
 
 
 def test_topic_audit_compares_the_last_count_per_key(bootstrap, topic_name):

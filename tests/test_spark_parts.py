@@ -95,6 +95,42 @@ def test_idempotent_sink_needs_a_primary_key_the_naive_one_has_none(tmp_path):
         assert db.query("SELECT COUNT(DISTINCT id) FROM naive") == [(3,)]
 
 
+def _audited_order(url: str, table: str, offsets: range) -> audit.AuditReport:
+    inputs = [{"id": f"r-0-{o}", "key": "k"} for o in offsets]
+    return check.audit_output("t", "exactly_once", None, inputs, check.table_records(url, table),
+                              audit.expected_counts(inputs))
+
+
+def test_record_tables_are_read_in_the_databases_own_order_not_by_batch_id(tmp_path):
+    url = f"sqlite:///{tmp_path}/o.db"
+    spec = SinkSpec("transactional", db_url=url, table="t")
+    create_tables(spec)
+    write_batch(spec, None, _rows("in", 0, range(0, 5)), 0, "")
+    write_batch(spec, None, _rows("in", 0, range(5, 10)), 1, "")
+    # resumed from the database's offsets with a new checkpoint: batch ids start again at 0
+    write_batch(spec, None, _rows("in", 0, range(10, 15)), 0, "")
+    report = _audited_order(url, "t", range(15))
+    assert list(check.table_records(url, "t")["kafka_offset"]) == list(range(15))
+    assert report.reordered == 0 and report.verdict == "exactly once"
+
+
+def test_a_real_reorder_in_a_table_is_caught_and_an_upsert_keeps_the_first_position(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    naive, idem = (SinkSpec(kind, db_url=url, table=kind) for kind in ("naive", "idempotent"))
+    create_tables(naive)
+    create_tables(idem)
+    # later input written first, with *increasing* batch ids: only the table's order shows it
+    write_batch(naive, None, _rows("in", 0, range(5, 10)), 0, "")
+    write_batch(naive, None, _rows("in", 0, range(0, 5)), 1, "")
+    report = _audited_order(url, "naive", range(10))
+    assert (report.reordered, report.lost, report.duplicated) == (5, 0, 0)
+    assert report.verdict == "incorrect" and report.anomalies == ["non-monotonic"]
+    for batch_id, offsets in enumerate([range(0, 3), range(3, 6), range(0, 3)]):  # a replay
+        write_batch(idem, None, _rows("in", 0, offsets), batch_id, "")
+    assert list(check.table_records(url, "idempotent")["kafka_offset"]) == list(range(6))
+    assert _audited_order(url, "idempotent", range(6)).exactly_once
+
+
 def test_sink_spec_rejects_bad_input():
     with pytest.raises(ValueError, match="valid sinks: naive, idempotent"):
         SinkSpec("upsert", db_url="sqlite:///x.db")

@@ -84,7 +84,7 @@ def run_capstone(settings: dict, bootstrap: str | None = None, payments: int = P
         rows.append({"experiment": f"crash at {crash_at}" if crash_at else "lost produce ack",
                      "payments": r.produced, "lost": r.lost, "charged_twice": r.duplicated,
                      "reordered": r.reordered, "aborted_visible": r.aborted_visible,
-                     "exactly_once": r.exactly_once and r.reordered == 0})
+                     "exactly_once": r.exactly_once})  # the lab's one verdict (order included)
     results = pd.DataFrame(rows)
     results.attrs["settings"] = dict(settings)
     results.attrs["digest"] = _digest(settings, results)

@@ -2,8 +2,9 @@
 
 It reads only what is observable afterwards (the sink's table, the output topic) and the
 records that went in, never the query's checkpoint or the sink's offsets table. Record
-sinks are judged by labkit.audit.check (lost, duplicated, reordered per key); count sinks,
-which keep no record ids, by their totals per key.
+sinks are judged by labkit.audit.check (lost, duplicated, reordered per key, in the order
+the database numbered the rows); count sinks, which keep no record ids, by their totals per
+key (labkit.audit.check_counts). Both end in the lab's one verdict (labkit.checkers).
 """
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import pandas as pd
 from labkit import audit, topics
 from labkit.audit import AuditReport, Delivered
 from labkit.spark.db import Database
-from labkit.spark.sinks import RECORD_COLUMNS
+from labkit.spark.sinks import RECORD_COLUMNS, SEQUENCE_COLUMN
 
 
 def table_records(db_url: str, table: str) -> pd.DataFrame:
-    """Every row a record sink wrote, duplicates included, in write order."""
+    """Every row a record sink wrote, duplicates included, in the order the database numbered
+    them (its own sequence column: batch ids restart when a query resumes elsewhere)."""
     with Database(db_url) as db:
-        rows = db.query(f"SELECT {', '.join(RECORD_COLUMNS)} FROM {table} ORDER BY batch_id, kafka_partition, kafka_offset")
+        rows = db.query(f"SELECT {', '.join(RECORD_COLUMNS)} FROM {table} ORDER BY {SEQUENCE_COLUMN}")
     return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
 
 
@@ -56,13 +58,6 @@ def audit_output(scenario: str, guarantee: str, crash_at: str | None, inputs: li
 def audit_counts(scenario: str, guarantee: str, crash_at: str | None, produced: int,
                  state_expected: dict[str, int], state_actual: dict[str, int]) -> AuditReport:
     """For a count sink the records are gone, only totals remain: a shortfall per key counts
-    as lost, an excess as duplicated."""
-    keys = sorted(set(state_expected) | set(state_actual))
-    diff = {k: state_actual.get(k, 0) - state_expected.get(k, 0) for k in keys}
-    lost = sum(-d for d in diff.values() if d < 0)
-    return AuditReport(
-        scenario=scenario, guarantee=guarantee, crash_at=crash_at, produced=produced,
-        delivered_unique=produced - lost, lost=lost,
-        duplicated=sum(d for d in diff.values() if d > 0),
-        state_expected=state_expected, state_actual=state_actual,
-        examples={"state_drift": [f"{k}: {d:+d}" for k, d in diff.items() if d][:5]})
+    as lost, an excess as duplicated (labkit.audit.check_counts)."""
+    return audit.check_counts(scenario, guarantee, produced, state_expected, state_actual,
+                              crash_at=crash_at)

@@ -57,6 +57,14 @@ class Database:
             raise
         self._conn.execute("COMMIT")
 
+    def sequence_column(self, name: str) -> str:
+        """DDL for a column the database numbers itself, in insertion order: the order an
+        audit may judge, unlike any number the writer supplies. One writer at a time here,
+        so insertion order is commit order; a rolled-back insert only leaves a gap."""
+        if self.kind == "sqlite":  # AUTOINCREMENT: numbers only grow, even after deletes
+            return f"{name} INTEGER PRIMARY KEY AUTOINCREMENT"
+        return f"{name} BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+
     def execute(self, sql: str, params: Sequence = ()) -> None:
         self._conn.execute(self._sql(sql), tuple(params))
 

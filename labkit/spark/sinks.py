@@ -28,6 +28,8 @@ SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", 
 STATEFUL_KINDS = ("running-count",)  # the query aggregates in Spark before the sink
 OFFSETS_TABLE = "labkit_spark_offsets"
 RECORD_COLUMNS = ("id", "key", "value", "topic", "kafka_partition", "kafka_offset", "batch_id")
+# Numbered by the database as rows are inserted: the write order an audit can trust.
+SEQUENCE_COLUMN = "seq"
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,10 @@ def create_tables(spec: SinkSpec) -> None:
         if spec.kind in ("running-count", "increment-count"):
             db.execute(f"CREATE TABLE IF NOT EXISTS {spec.table} (key TEXT PRIMARY KEY, total BIGINT NOT NULL)")
             return
-        pk = "" if spec.kind == "naive" else " PRIMARY KEY"  # naive: nothing stops a duplicate
-        db.execute(f"CREATE TABLE IF NOT EXISTS {spec.table} (id TEXT{pk}, key TEXT, value TEXT, "
-                   "topic TEXT, kafka_partition INTEGER, kafka_offset BIGINT, batch_id INTEGER)")
+        unique = "" if spec.kind == "naive" else " NOT NULL UNIQUE"  # naive: nothing stops a duplicate
+        db.execute(f"CREATE TABLE IF NOT EXISTS {spec.table} ({db.sequence_column(SEQUENCE_COLUMN)}, "
+                   f"id TEXT{unique}, key TEXT, value TEXT, topic TEXT, kafka_partition INTEGER, "
+                   "kafka_offset BIGINT, batch_id INTEGER)")
         if spec.kind == "transactional":
             db.execute(f"CREATE TABLE IF NOT EXISTS {OFFSETS_TABLE} (sink TEXT, topic TEXT, "
                        "kafka_partition INTEGER, next_offset BIGINT NOT NULL, "
