@@ -1,4 +1,4 @@
-"""`labkit scenario`: one JSON object with the 12 contract keys; bad input lists the choices."""
+"""`labkit scenario`: one JSON object with the contract keys; bad input lists the choices."""
 from __future__ import annotations
 
 import json
@@ -24,7 +24,9 @@ def test_scenario_json_is_one_object_with_the_contract_keys(bootstrap):
         capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)  # the whole stdout is one JSON object
-    assert list(report) == list(REPORT_KEYS) and len(report) == 12
+    assert list(report) == list(REPORT_KEYS) and len(report) == 15
+    assert (report["verdict"], report["anomalies"]) == ("at least once", ["duplicate"])
+    assert report["aborted_in_log"] == 0  # measured: no transactions, nothing aborted
     assert report["scenario"] == "consume-transform-produce"
     assert report["crash_at"] == "after-process-before-commit" and report["fault"] is None
     assert (report["produced"], report["lost"], report["duplicated"]) == (40, 0, 10)
