@@ -7,9 +7,14 @@ from pathlib import Path
 SOLUTIONS = Path(__file__).parents[1] / "notebooks" / "solutions"
 
 
-def solution_scope(name: str) -> dict:
-    """Run the first ```python block of notebooks/solutions/<name>.md; return its names."""
+def solution_code(name: str) -> str:
+    """The first ```python block of notebooks/solutions/<name>.md."""
     text = (SOLUTIONS / f"{name}.md").read_text()
+    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+
+
+def solution_scope(name: str) -> dict:
+    """Run the solution's code block; return its names."""
     scope: dict = {}
-    exec(re.search(r"```python\n(.*?)```", text, re.S).group(1), scope)
+    exec(solution_code(name), scope)
     return scope

@@ -1,0 +1,41 @@
+"""Reading the notebooks as CI sees them: their cells, stored outputs and nbval markers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+# nbval does not compare a cell that has one of these in its source or tags
+UNCOMPARED_MARKS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP", "NBVAL_CHECK_OUTPUT_NEVER")
+UNCOMPARED_TAGS = ("nbval-ignore-output", "nbval-skip")
+
+
+def read(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+
+
+def compared_text(cell) -> str:
+    """What nbval compares of a code cell's stored outputs: stdout and text/plain (stderr is
+    left out by conftest.py, images are never compared)."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream" and out.name == "stdout":
+            parts.append(out.text)
+        elif out.output_type in ("execute_result", "display_data"):
+            parts.append(out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+def all_output_text(cell) -> str:
+    """Every stored output of a cell as text, stderr included."""
+    parts = [compared_text(cell)]
+    parts += [o.text for o in cell.get("outputs", []) if o.output_type == "stream" and o.name != "stdout"]
+    return "".join(parts)
+
+
+def is_compared(cell) -> bool:
+    tags = cell.get("metadata", {}).get("tags", [])
+    return (not any(m in cell.source for m in UNCOMPARED_MARKS)
+            and not any(t in tags for t in UNCOMPARED_TAGS))

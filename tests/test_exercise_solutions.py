@@ -1,0 +1,65 @@
+"""Every notebook's exercise, solved with the code of notebooks/solutions/<name>.md, passes
+its real check when the notebook runs (the verdict says "Well done"); the notebooks as
+shipped stay unsolved ("Not yet"). Breaking a check or a solution makes this fail."""
+from __future__ import annotations
+
+import ast
+import copy
+
+import pytest
+from nbclient import NotebookClient
+
+from tests.notebook_cells import NAMES, NOTEBOOKS, all_output_text, read
+from tests.solution_code import solution_code
+
+SOLVED, UNSOLVED = "✅ Well done", "🔁 Not yet"
+SLOW = {"08_spark_structured_streaming": pytest.mark.spark}
+
+
+def exercise_index(nb) -> int:
+    found = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and c.source.lstrip().startswith("# EXERCISE")]
+    assert len(found) == 1, f"expected one code cell starting with '# EXERCISE', found {len(found)}"
+    return found[0]
+
+
+def solved(nb, name: str):
+    """A copy of ``nb`` with the solution inserted right after the exercise's own
+    assignments of the same names (so it replaces the placeholders, the check still runs)."""
+    nb = copy.deepcopy(nb)
+    cell = nb.cells[exercise_index(nb)]
+    answer = solution_code(name)
+    names = {t.id for node in ast.parse(answer).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    assigns = [node for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+               and {t.id for t in node.targets if isinstance(t, ast.Name)} & names]
+    assert assigns, f"{name}: the exercise cell assigns none of {sorted(names)}"
+    lines = cell.source.splitlines()
+    end = max(node.end_lineno for node in assigns)
+    cell.source = "\n".join(lines[:end] + ["# the solution, from notebooks/solutions/",
+                                           answer.rstrip()] + lines[end:])
+    return nb
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_shipped_notebook_is_unsolved(name):
+    nb = read(name)
+    exercise_index(nb)
+    text = "".join(all_output_text(c) for c in nb.cells if c.cell_type == "code")
+    assert UNSOLVED in text and SOLVED not in text
+
+
+def test_the_solution_replaces_the_placeholders():
+    nb = solved(read("01_at_most_once"), "01_at_most_once")
+    source = nb.cells[exercise_index(nb)].source
+    assert source.index("my_lost = None") < source.index("my_lost = 5") < source.index("check_mid_batch_loss(")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW[n]) if n in SLOW else n for n in NAMES])
+def test_the_solved_notebook_passes_its_check(name):
+    nb = solved(read(name), name)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    text = "".join(all_output_text(c) for c in nb.cells if c.cell_type == "code")
+    assert SOLVED in text, f"{name}: no '{SOLVED}' verdict:\n{text[-2000:]}"
+    assert UNSOLVED not in text

@@ -1,0 +1,118 @@
+"""What CI compares in the notebooks: each key claim's cell keeps a stored output that nbval
+compares (no NBVAL_IGNORE_OUTPUT / skip, the claim's text in stdout or text/plain), and no
+raw librdkafka log line (``%4|...|GETPID|...``) is stored anywhere.
+
+A claim is (a string that finds its one code cell by source, text its stored output shows).
+Moving a claim into an ignored cell, a picture or stderr makes this test fail.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.notebook_cells import NAMES, all_output_text, compared_text, is_compared, read
+
+KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
+    "00_tour": [
+        ("last acknowledged offset + 1", "on every partition written: True"),
+        ("view.offsets_frame()", "high_watermark"),
+    ],
+    "01_at_most_once": [
+        ("print(crash.report.summary())", "lost=10 duplicated=0"),
+        ("committed offset of the group", "committed offset of the group: [{0: 40}]"),
+        ("the lost payments are the last ones sent", "in one piece: True"),
+        ("retried.report.summary()", "lost=0 duplicated=0"),
+        ("poll_table(on_poll)", "unprocessed_committed"),
+        ("poll_table(after_process)", "none"),
+    ],
+    "02_at_least_once": [
+        ("print(crash.report.summary())", "lost=0 duplicated=10"),
+        ("twice.groupby", "r-000011    [10, 20]"),
+        ("lost_ack.report.summary()", "duplicated=5"),
+        ('state.loc["total"]', "total"),
+    ],
+    "03_idempotent_producer": [
+        ("confluent-kafka with default settings", "producer id: -1"),
+        ('"records in the log"', "records in the log"),
+        ("producer ids in the log", "base sequences: [0, 5, 10, 15, 20, 25, 30, 35]"),
+        ("print(crash.report.summary())", "duplicated=10"),
+    ],
+    "04_transactions": [
+        ('batches["kind"] = batches["marker"]', "ABORT"),
+        ("with its default isolation level", "reads: ['t1-debit', 't3-debit']"),
+        ('for isolation in ("read_committed", "read_uncommitted")', "aborted_visible=2"),
+        ("a transaction is open since offset", "partition 0: a transaction is open since offset 6"),
+        ("read_for(committed_reader, 1.5)", "read_committed   got: ['t1-debit', 't3-debit']"),
+        ("the hanging app wakes up", "_FENCED"),
+        ("tail.assign(", "ABORT  hanging app               1"),
+    ],
+    "05_consume_transform_produce": [
+        ("print(one.report.summary())", "markers in the output log: COMMIT ABORT COMMIT COMMIT COMMIT"),
+        ("print(one.report.summary())", "(aborted copy + committed copy): 10"),
+        ("committed offset of the group", "[{0: 40}]"),
+        ("for point in scenarios.crash_points(CTP", "after-send-offsets-before-commit"),
+        ("print(before.summary())", "lost=10"),
+        ("print(after.summary())", "duplicated=10"),
+        ("off_by_one.summary()", "['r-000010']"),
+        ("ledger_report.summary()", "duplicated=10"),
+    ],
+    "06_zombies": [
+        ("records the zombie added to the log", "ProducerFenced"),
+        ("report.summary()", "verdict: exactly once"),
+    ],
+    "07_stateful_exactly_once": [
+        ("alo = run_count(", "state: DRIFTED"),
+        ("eo = run_count(", "state: matches"),
+        ("markers in the changelog", "markers in the changelog: COMMIT ABORT COMMIT COMMIT COMMIT"),
+        ("topics.ISOLATION_LEVELS", "changelog records read"),
+        ("def over_counted", "DRIFTED"),
+    ],
+    "08_spark_structured_streaming": [
+        ("checkpoint_view(first.checkpoint)", "MISSING"),
+        ("batch 1 replayed with the offsets", "planned before the crash: True"),
+        ("naive.run.timeline[", "sink done, crashed before commit"),
+        ("print(naive.report.summary())", "duplicated=20"),
+        ("rows too many in all", "rows too many in all: 20"),
+        ('rows.append({"sink"', "transactional (rows + offsets)"),
+        ("print(kafka.report.summary())", "duplicated=20"),
+        ('groups or "none"', "input topic: none"),
+    ],
+    "09_cost": [
+        ('summary["all_delivered"]', "every run delivered every record exactly once: True"),
+        ('by_size["all_delivered"]', "every run delivered every record exactly once: True"),
+    ],
+    "10_capstone": [
+        ("results = capstone.run_capstone", "lost produce ack"),
+        ("capstone.check_capstone(settings, results)", "🔁 Not yet"),
+    ],
+}
+RAW_LIBRDKAFKA_LINE = re.compile(r"^%\d\|", re.M)
+
+
+def test_every_notebook_has_key_claims():
+    assert sorted(KEY_CLAIMS) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_key_claims_stay_compared(name):
+    cells = [c for c in read(name).cells if c.cell_type == "code"]
+    for marker, shown in KEY_CLAIMS[name]:
+        found = [c for c in cells if marker in c.source]
+        assert len(found) == 1, f"{name}: {len(found)} code cells contain {marker!r}, expected 1"
+        cell = found[0]
+        assert is_compared(cell), f"{name}: the cell with {marker!r} is not compared by nbval"
+        assert shown in compared_text(cell), (
+            f"{name}: the cell with {marker!r} no longer shows {shown!r} in a compared output")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(
+        reason="06's fencing error comes from labkit/pipelines/txn.py, not yet on clientlog"))
+    if n == "06_zombies" else n for n in NAMES])
+def test_no_raw_librdkafka_log_line_is_stored(name):
+    for i, cell in enumerate(read(name).cells):
+        if cell.cell_type == "code":
+            lines = RAW_LIBRDKAFKA_LINE.findall(all_output_text(cell))
+            assert not lines, f"{name} cell {i} stores librdkafka log lines: route the client's " \
+                              "logs through labkit.clientlog.client_config"
