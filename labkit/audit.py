@@ -27,6 +27,7 @@ REPORT_KEYS = (
 # checker -> the report field counting it (also the key of its examples)
 COUNT_FIELDS = {checkers.LOST_WRITE: "lost", checkers.DUPLICATE: "duplicated",
                 checkers.ABORTED_READ: "aborted_visible", checkers.NON_MONOTONIC: "reordered"}
+EXAMPLE_KEYS = {**COUNT_FIELDS, checkers.STATE_DRIFT: "state_drift"}  # keys of report.examples
 
 
 @dataclass
@@ -117,11 +118,8 @@ def report_of(scenario: str, guarantee: str, results: list[Result], *, produced:
               aborted_in_log: int | None = None,
               unexpected: list | None = None) -> AuditReport:
     """An AuditReport whose counts and examples are the checkers' ``results``."""
-    by_name = {r.name: r for r in results}
-    counts = {f: by_name[name].count for name, f in COUNT_FIELDS.items() if name in by_name}
-    examples = {f: by_name[name].examples for name, f in COUNT_FIELDS.items() if name in by_name}
-    examples["state_drift"] = by_name[checkers.STATE_DRIFT].examples \
-        if checkers.STATE_DRIFT in by_name else []
+    counts = {COUNT_FIELDS[r.name]: r.count for r in results if r.name in COUNT_FIELDS}
+    examples = {EXAMPLE_KEYS[r.name]: r.examples for r in results}
     examples["unexpected"] = (unexpected or [])[:checkers.EXAMPLES]
     report = AuditReport(scenario=scenario, guarantee=guarantee, crash_at=crash_at, fault=fault,
                          produced=produced, delivered_unique=delivered_unique,
