@@ -10,13 +10,16 @@ Each value starts with the producer's clock at ``produce()`` and a sequence numb
 consumer measures end-to-end latency (produce call to delivery to the application, buffering
 and the wait for the transaction's commit included) and counts what arrived.
 
-The guarantees are producer settings (librdkafka defaults otherwise, linger.ms=5):
+The measured configurations are the guarantee classes' own producer settings
+(``labkit.pipelines.guarantee``, the ones the pipelines of notebooks 01-07 run), with
+linger.ms=5 instead of the pipelines' 50 (which only keeps crash experiments repeatable):
 
-- ``at_most_once``: acks=0, no retries, no idempotence (fire and forget).
-- ``at_least_once``: acks=all, retries, no idempotence, 5 requests in flight.
-- ``idempotent``: enable.idempotence=true (acks=all, sequence numbers, 5 in flight).
-- ``transactional``: a transactional.id; records committed every ``records_per_txn`` records
-  or every ``commit_interval_ms`` milliseconds (Kafka Streams' commit.interval.ms idea).
+- ``at_most_once``: ``AtMostOnce`` (acks=0, no retries, no idempotence: fire and forget).
+- ``at_least_once``: ``AtLeastOnce`` (acks=all, retries, no idempotence, 5 in flight).
+- ``idempotent``: ``AtLeastOnce(idempotent=True)`` (the same plus sequence numbers).
+- ``transactional``: ``ExactlyOnce`` (a transactional.id); records committed every
+  ``records_per_txn`` records or every ``commit_interval_ms`` milliseconds (Kafka Streams'
+  commit.interval.ms idea).
 
 Numbers depend on the machine: nothing here asserts a speed; it returns what it measured.
 """
@@ -33,14 +36,16 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from labkit import topics
+from labkit.clientlog import client_config
+from labkit.pipelines.guarantee import AtLeastOnce, AtMostOnce, ExactlyOnce, Guarantee
 
-GUARANTEES: dict[str, dict] = {
-    "at_most_once": {"acks": 0, "retries": 0, "enable.idempotence": False},
-    "at_least_once": {"acks": "all", "retries": 2_147_483_647, "enable.idempotence": False,
-                      "max.in.flight.requests.per.connection": 5},
-    "idempotent": {"enable.idempotence": True},
-    "transactional": {"enable.idempotence": True},  # + transactional.id per run
+GUARANTEES: dict[str, Guarantee] = {
+    "at_most_once": AtMostOnce(),
+    "at_least_once": AtLeastOnce(),
+    "idempotent": AtLeastOnce(idempotent=True),
+    "transactional": ExactlyOnce(),
 }
+BENCH_TUNING = {"linger.ms": 5}
 HEADER = struct.Struct(">qi")  # produce time (perf_counter_ns), sequence number
 DEFAULT_COMMIT_INTERVAL_MS = 100.0  # the published benchmarks' setting (see notebook 09)
 DRAIN_TIMEOUT_S = 30.0
@@ -73,7 +78,7 @@ def _check(guarantee: str, records: int, value_bytes: int, records_per_txn: int 
     if records < 1 or value_bytes < HEADER.size:
         raise ValueError(f"records must be >= 1 and value_bytes >= {HEADER.size} "
                          f"(got {records}, {value_bytes})")
-    if guarantee != "transactional" and (records_per_txn or commit_interval_ms):
+    if not GUARANTEES[guarantee].transactional and (records_per_txn or commit_interval_ms):
         raise ValueError("records_per_txn / commit_interval_ms only apply to 'transactional'")
     if records_per_txn is not None and records_per_txn < 1:
         raise ValueError(f"records_per_txn must be >= 1, not {records_per_txn}")
@@ -91,11 +96,11 @@ class _Reader(threading.Thread):
         self.ready = threading.Event()
         self.stop_at: float | None = None  # monotonic deadline once the producer is done
         self.error: BaseException | None = None
-        self.consumer = Consumer({
+        self.consumer = Consumer(client_config({
             "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
-            "enable.partition.eof": True, "fetch.wait.max.ms": 10, "log_level": 3,
-        })
+            "enable.partition.eof": True, "fetch.wait.max.ms": 10,
+        }))
         topics.assign_all(self.consumer, topic)
 
     def run(self) -> None:
@@ -125,13 +130,17 @@ class _Reader(threading.Thread):
             self.consumer.close()
 
 
+def producer_config(bootstrap: str, guarantee: str) -> dict:
+    """The measured producer's settings: the guarantee class's own, plus the bench tuning."""
+    g = GUARANTEES[guarantee]
+    txn_id = f"bench-{uuid.uuid4().hex[:12]}" if g.transactional else None
+    return client_config({"bootstrap.servers": bootstrap, **BENCH_TUNING,
+                          **g.producer_settings(txn_id)})
+
+
 def _producer(bootstrap: str, guarantee: str) -> Producer:
-    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3,
-            **GUARANTEES[guarantee]}
-    if guarantee == "transactional":
-        conf["transactional.id"] = f"bench-{uuid.uuid4().hex[:12]}"
-    producer = Producer(conf)
-    if guarantee == "transactional":
+    producer = Producer(producer_config(bootstrap, guarantee))
+    if GUARANTEES[guarantee].transactional:
         producer.init_transactions(30)
     return producer
 
@@ -162,7 +171,7 @@ def measure(bootstrap: str, guarantee: str, records: int = 20_000, value_bytes: 
     if rate is not None and rate <= 0:
         raise ValueError(f"rate must be > 0 records/s (or None), not {rate}")
     _check(guarantee, records, value_bytes, records_per_txn, commit_interval_ms)
-    if guarantee == "transactional" and records_per_txn is None and commit_interval_ms is None:
+    if GUARANTEES[guarantee].transactional and records_per_txn is None and commit_interval_ms is None:
         commit_interval_ms = DEFAULT_COMMIT_INTERVAL_MS
     keep = topic is not None
     topic = topic or f"bench-{guarantee.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
@@ -182,7 +191,7 @@ def _measure(bootstrap: str, topic: str, guarantee: str, records: int, value_byt
     reader.start()
     reader.ready.wait(30)  # reading before the first record: latency excludes consumer start
     producer = _producer(bootstrap, guarantee)
-    transactional = guarantee == "transactional"
+    transactional = GUARANTEES[guarantee].transactional
     pad = b"x" * (value_bytes - HEADER.size)
     errors: list[str] = []
 
@@ -229,7 +238,7 @@ def _measure(bootstrap: str, topic: str, guarantee: str, records: int, value_byt
     reader.join()
     if reader.error is not None:
         raise reader.error
-    if left or (errors and guarantee != "at_most_once"):
+    if left or (errors and GUARANTEES[guarantee].delivery_errors_fail):
         raise RuntimeError(f"{guarantee}: {left} record(s) undelivered, errors {errors[:3]}")
     lat = sorted(reader.latencies_ns) or [0]
     return Measurement(
@@ -250,7 +259,7 @@ def _percentile(sorted_values: list[int], pct: float) -> float:
 
 def _delete(bootstrap: str, topic: str) -> None:
     """Benchmark topics hold megabytes: drop them once measured."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
     for future in admin.delete_topics([topic], operation_timeout=30).values():
         try:
             future.result(30)
@@ -268,7 +277,7 @@ def compare_guarantees(bootstrap: str, guarantees: tuple[str, ...] = tuple(GUARA
     rows = []
     for repeat in range(repeats):
         for g in guarantees:
-            interval = commit_interval_ms if g == "transactional" else None
+            interval = commit_interval_ms if GUARANTEES[g].transactional else None
             for mode, n, rate in (("throughput", records, None),
                                   ("latency", latency_records, latency_rate)):
                 m = measure(bootstrap, g, n, value_bytes, commit_interval_ms=interval, rate=rate)

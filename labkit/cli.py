@@ -121,14 +121,37 @@ def scenario(
     crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
     fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
     records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
+    instances: int = typer.Option(1, "--instances", help="worker processes in one consumer group"),
+    partitions: int = typer.Option(1, "--partitions", help="partitions of the input topic"),
+    group_protocol: str = typer.Option("classic", "--group-protocol",
+                                       help="classic | consumer (KIP-848)"),
+    fencing: str = typer.Option(None, "--fencing",
+                                help="zombie-rebalance only: group (KIP-447, default) | none"),
     as_json: bool = typer.Option(False, "--json", help="print the audit as one JSON object"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit."""
     from labkit import scenarios
 
+    if instances > partitions:
+        typer.echo(f"note: {instances} instances share {partitions} partition(s): "
+                   f"{instances - partitions} instance(s) will stay idle", err=True)
+    group = {"instances": instances, "partitions": partitions, "group_protocol": group_protocol}
     try:
-        report = scenarios.run(name, guarantee=guarantee, crash_at=crash_at, fault=fault,
-                               records=records)
+        if name == scenarios.ZOMBIE:
+            if (instances, partitions) != (1, 1) or crash_at or fault:
+                raise ValueError(f"{name} always stalls one of two instances on one partition at "
+                                 "a fixed point: drop --instances, --partitions, --crash-at and "
+                                 "--fault; choose --fencing group | none")
+            zombie = scenarios.zombie_rebalance(guarantee, fencing or "group", records,
+                                                group_protocol=group_protocol)
+            report = zombie.report
+            if not as_json:
+                typer.echo(f"zombie told: {zombie.zombie_error or 'nothing: its commit went through'}")
+        elif fencing is not None:
+            raise ValueError(f"--fencing applies to {scenarios.ZOMBIE} only")
+        else:
+            report = scenarios.run(name, guarantee=guarantee, crash_at=crash_at, fault=fault,
+                                   records=records, **group)
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(report.to_json() if as_json else report.summary())

@@ -26,6 +26,14 @@ DATASETS = ("payments", "clicks")
 BASE_TS_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, fixed so data never depends on "now"
 
 
+def keys_for(partitions: int) -> tuple[str, ...]:
+    """Keys for an input of ``partitions`` partitions: the 8 default accounts, or 4 per
+    partition when there are more partitions, so that hashing leaves none of them empty."""
+    if partitions <= 2:
+        return DEFAULT_KEYS
+    return tuple(f"acct-{i:02d}" for i in range(1, 4 * partitions + 1))
+
+
 def generate(n: int, seed: int = 0, keys: Sequence[str] = DEFAULT_KEYS,
              prefix: str = "r") -> list[dict]:
     """``n`` payment-like records with unique ids ``<prefix>-000001`` ... in input order."""

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.errors import LiveError
 
 _console = Console(stderr=True)
 # In a kernel without a live front end (nbconvert, nbval) rich's spinner widget cannot
@@ -27,6 +28,14 @@ def _console_now() -> Console:
 def status(message: str) -> Iterator[Callable[[str], None]]:
     """Show a spinner with ``message``; the yielded function changes the text."""
     console = _console_now()
-    with console.status(message) as live:
+    try:
+        live = console.status(message)
+        live.start()
+    except LiveError:  # another step shows its line already (experiments run side by side)
+        yield lambda text: None
+        return
+    try:
         yield lambda text: live.update(text)
+    finally:
+        live.stop()
     console.print(f"[green]✓[/green] {message}")

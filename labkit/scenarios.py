@@ -9,7 +9,9 @@ The pieces never reach into each other (Jepsen's split): ``labkit.data`` generat
 restarts), ``labkit.faults.proxy`` breaks the network, ``labkit.audit`` judges.
 
 Deterministic by construction: fixed seed, one input partition, fixed batches, and the
-crash fires on the ``CRASH_HIT``-th visit of its point.
+crash fires on the ``CRASH_HIT``-th visit of its point. ``instances`` and ``partitions``
+run several members of one consumer group over a partitioned input, as applications run:
+rebalances move partitions between them, and the audit must stay exact all the same.
 """
 from __future__ import annotations
 
@@ -21,13 +23,16 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import audit, data, topics
+import pandas as pd
+
+from labkit import audit, data, history, timeline, topics
 from labkit.audit import AuditReport
 from labkit.faults import crashpoints
-from labkit.faults.runner import RunResult, run_worker
+from labkit.faults.runner import RunResult, run_workers, run_zombie
 from labkit.paths import lab_home
 from labkit.pipelines import consumer, ctp, producer, running_count
-from labkit.pipelines.common import GUARANTEES
+from labkit.pipelines.group import GROUP_PROTOCOLS, check_group_protocol
+from labkit.pipelines.guarantee import GUARANTEES
 from labkit.topics import ISOLATION_LEVELS
 
 CRASH_HIT = 2  # crash on the second batch: one batch is safely done before the crash
@@ -44,6 +49,8 @@ class Scenario:
     crash_points: dict[str, tuple[str, ...]]  # per guarantee: the points its code passes
     produces: bool = True  # does the pipeline write to Kafka (so produce faults apply)?
     stateful: bool = False
+    reads_input: bool = True  # as a consumer-group member (the producer reads a list)
+    scales: bool = True  # can several instances share the input? (see _instances)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -53,15 +60,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                  ALO: ("mid-batch", "after-produce-before-flush", "after-process-before-commit",
                        "after-commit"),
                  EO: ("mid-batch", "after-produce-before-flush", "in-transaction-before-commit",
-                      "after-commit"),
-             }),
+                      "after-send-offsets-before-commit", "after-commit"),
+             }, reads_input=False, scales=False),
     Scenario("consumer", "topic -> SQLite table; offsets in Kafka, or in the table (exactly_once)",
              consumer.run, {
                  AMO: ("after-poll-before-process", "after-commit-before-process", "mid-batch"),
                  ALO: ("after-poll-before-process", "mid-batch", "after-process-before-commit",
                        "after-commit"),
-                 EO: ("after-poll-before-process", "mid-batch", "after-process-before-commit",
-                      "after-commit"),
+                 EO: ("after-poll-before-process", "mid-batch", "in-transaction-before-commit",
+                      "after-send-offsets-before-commit", "after-commit"),
              }, produces=False),
     Scenario("consume-transform-produce", "topic -> add a fee -> topic; offsets in the transaction",
              ctp.run, {
@@ -83,8 +90,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                  EO: ("after-poll-before-process", "after-state-update-before-commit", "mid-batch",
                       "after-produce-before-flush", "in-transaction-before-commit",
                       "after-send-offsets-before-commit", "after-commit"),
-             }, stateful=True),
+             }, stateful=True, scales=False),
 ]}
+# The zombie experiment (``zombie_rebalance``): not a pipeline of its own but ctp's exactly_once
+# under a stall and a rebalance, so it is listed with the scenarios and dispatched apart.
+ZOMBIE = "zombie-rebalance"
+FENCING_MODES = ctp.FENCING_MODES
 
 
 @dataclass
@@ -97,6 +108,19 @@ class ScenarioRun:
     fault_stats: dict | None = None
     workdir: str | None = None
     inputs: list[dict] = field(default_factory=list, repr=False)
+    history: list[dict] = field(default_factory=list, repr=False)  # the workers' events
+
+    def ownership(self) -> pd.DataFrame:
+        """Which instance owned which partition, when (see ``labkit.timeline.ownership``)."""
+        return timeline.ownership(self.history)
+
+    def rebalance_pause(self) -> float | None:
+        """Seconds from the crash to its partitions being processed again."""
+        return timeline.rebalance_pause(self.history)
+
+    def takeover(self) -> timeline.Takeover | None:
+        """How the group got over the crash (see ``labkit.timeline.takeover``)."""
+        return timeline.takeover(self.history)
 
 
 def _spark_scenarios() -> dict[str, Callable[..., AuditReport]]:
@@ -106,11 +130,13 @@ def _spark_scenarios() -> dict[str, Callable[..., AuditReport]]:
 
 
 def names() -> list[str]:
-    return [*SCENARIOS, *_spark_scenarios()]
+    return [*SCENARIOS, ZOMBIE, *_spark_scenarios()]
 
 
 def crash_points(name: str, guarantee: str | None = None) -> tuple[str, ...]:
     """The crash points a scenario's code passes (for one guarantee, or for any)."""
+    if name == ZOMBIE:
+        return ()  # it stalls at one fixed point instead of crashing
     scenario = _scenario(name)
     if guarantee is not None:
         return scenario.crash_points[_guarantee(guarantee)]
@@ -126,10 +152,18 @@ def batch_size(records: int) -> int:
 def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
         records: int = 200, bootstrap: str | None = None, **options) -> AuditReport:
     """Run scenario ``name`` under ``guarantee`` and return its audit (see ``run_detailed``)."""
+    if name == ZOMBIE:
+        if crash_at or fault:
+            raise ValueError(f"{ZOMBIE} stalls one instance at a fixed point; it takes no "
+                             "--crash-at or --fault (choose --fencing group | none)")
+        return zombie_rebalance(guarantee, records=records, bootstrap=bootstrap, **options).report
     if name in _spark_scenarios() and name not in SCENARIOS:
         if fault:
             raise ValueError(f"network faults are not available for the Spark scenario {name!r}; "
                              "use --crash-at")
+        if options.get("instances", 1) != 1 or options.get("partitions", 1) != 1:
+            raise ValueError(f"the Spark scenario {name!r} runs one query over one partition; "
+                             "--instances and --partitions apply to the Kafka scenarios")
         crashpoints.validate(crash_at)
         _guarantee(guarantee)
         _records(records)
@@ -142,7 +176,9 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
                  hit: int = CRASH_HIT, isolation: str = "read_committed", keep_workdir: bool = False,
                  options: dict | None = None,
                  watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
-                 inputs: list[dict] | None = None) -> ScenarioRun:
+                 inputs: list[dict] | None = None, instances: int = 1, partitions: int = 1,
+                 group_protocol: str = "classic", crash_instance: int = 0,
+                 kills: int = 0) -> ScenarioRun:
     """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
     ``isolation`` is how the audited downstream consumer reads the output.
 
@@ -151,9 +187,15 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     ``watch=lambda t: Dashboard(bootstrap, t["output"])``.
 
     ``inputs`` replaces the generated records (e.g. ``data.load_csv("payments")``: each
-    needs a unique ``id`` and a ``key``); ``records`` is then their number."""
+    needs a unique ``id`` and a ``key``); ``records`` is then their number.
+
+    ``instances`` workers join one consumer group (``group_protocol`` classic or consumer)
+    over an input of ``partitions`` partitions; the crash fires in ``crash_instance``, which
+    is also SIGKILLed ``kills`` times at random times (seeded by ``seed``)."""
     scenario = _scenario(name)
     _guarantee(guarantee)
+    _instances(scenario, instances, partitions, crash_instance)
+    check_group_protocol(group_protocol)
     if inputs is not None:
         records = len(inputs)
     _records(records)
@@ -170,30 +212,94 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
               "progress": f"{base}-progress"}
     workdir = lab_home() / "runs" / base
     workdir.mkdir(parents=True, exist_ok=True)
-    inputs = list(inputs) if inputs is not None else data.generate(records, seed=seed)
+    inputs = list(inputs) if inputs is not None else data.generate(records, seed=seed,
+                                                                   keys=data.keys_for(partitions))
     kwargs = _worker_kwargs(scenario, guarantee, names_, base, workdir, inputs, records)
     kwargs.update(options)
+    members = _members(scenario, kwargs, base, instances, group_protocol)
+    history_file = workdir / "history.jsonl"
     topics.create(bootstrap, names_["output"])
     if scenario.name == "running-count":
         topics.create(bootstrap, names_["changelog"], config={"cleanup.policy": "compact"})
     if scenario.name == "producer":
         topics.create(bootstrap, names_["progress"])
     else:
-        data.load_into_topic(bootstrap, names_["input"], inputs)
+        data.load_into_topic(bootstrap, names_["input"], inputs, partitions=partitions)
 
     used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     try:
         with _proxy(bootstrap, spec) as proxy, (watch(dict(used)) if watch else nullcontext()):
-            kwargs["bootstrap"] = proxy.bootstrap if proxy else bootstrap
-            result = run_worker(scenario.worker, kwargs, crash_at=crash_at, hit=hit,
-                                label=f"{name} [{guarantee}]")
+            for member in members:
+                member["bootstrap"] = proxy.bootstrap if proxy else bootstrap
+            result = run_workers(scenario.worker, members, crash_at=crash_at, hit=hit,
+                                 crash_instance=crash_instance, label=f"{name} [{guarantee}]",
+                                 history_file=str(history_file), kills=kills, seed=seed)
             stats = proxy.stats() if proxy else None
         report = _audit(scenario, bootstrap, names_, workdir, inputs, guarantee, crash_at, fault,
                         isolation)
+        events = history.read(history_file)
     finally:
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    return ScenarioRun(report, result, used, stats, str(workdir) if keep_workdir else None, inputs)
+    return ScenarioRun(report, result, used, stats, str(workdir) if keep_workdir else None, inputs,
+                       events)
+
+
+@dataclass
+class ZombieRun:
+    """The zombie-after-rebalance experiment: the audit, and what the zombie was told."""
+
+    report: AuditReport
+    fencing: str
+    zombie_error: str | None  # the group coordinator's refusal, None if the commit went through
+    stalled_s: float
+    history: list[dict] = field(default_factory=list, repr=False)
+
+
+def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", records: int = 40,
+                     bootstrap: str | None = None, group_protocol: str = "classic") -> ZombieRun:
+    """Instance A reads a batch and writes its output inside a transaction, then freezes
+    (SIGSTOP) before sending its offsets. B joins; once A's session times out the group gives
+    B the partition, and B processes everything, A's batch included. Then A wakes up and
+    tries to commit its transaction.
+
+    ``fencing="group"``: A's offsets carry its group generation; the broker refuses them
+    (KIP-447), A aborts, nothing is duplicated. ``fencing="none"``: the offsets carry the
+    group id only (the pre-KIP-447 pattern); A's commit succeeds and its batch is duplicated.
+    """
+    if guarantee != "exactly_once":
+        raise ValueError(f"{ZOMBIE} is an exactly_once experiment (zombie fencing); "
+                         f"not {guarantee!r}")
+    if fencing not in FENCING_MODES:
+        raise ValueError(f"unknown fencing {fencing!r}; choose one of {', '.join(FENCING_MODES)}")
+    check_group_protocol(group_protocol)
+    _records(records)
+    bootstrap = bootstrap or _ensure_bootstrap()
+    base = f"zombie-{fencing}-{uuid.uuid4().hex[:8]}"
+    names_ = {"input": f"{base}-in", "output": f"{base}-out"}
+    workdir = lab_home() / "runs" / base
+    workdir.mkdir(parents=True, exist_ok=True)
+    inputs = data.generate(records)
+    data.load_into_topic(bootstrap, names_["input"], inputs)
+    topics.create(bootstrap, names_["output"])
+    common = {"bootstrap": bootstrap, "input_topic": names_["input"],
+              "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
+              "batch_size": batch_size(records), "fencing": fencing,
+              "group_protocol": group_protocol}
+    history_file = workdir / "history.jsonl"
+    try:
+        # A stops after its one late batch: the audit then counts what that commit adds.
+        outcome = run_zombie(ctp.run, {**common, "transactional_id": f"{base}-a", "max_batches": 1},
+                             {**common, "transactional_id": f"{base}-b"},
+                             stall_at="in-transaction-before-commit", label=f"{ZOMBIE} [{fencing}]",
+                             history_file=str(history_file))
+        report = audit.audit_topic(bootstrap, names_["output"], inputs, ZOMBIE, guarantee,
+                                   crash_at=None)
+        events = history.read(history_file)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    errors = [e["error"] for e in events if e["kind"] == "fenced" and e["instance"] == "0"]
+    return ZombieRun(report, fencing, errors[0] if errors else None, outcome.stalled_s, events)
 
 
 # --------------------------------------------------------------------------- internals
@@ -214,6 +320,27 @@ def _worker_kwargs(scenario: Scenario, guarantee: str, t: dict[str, str], base: 
     return {**common, "input_topic": t["input"], "output_topic": t["output"],
             "changelog_topic": t["changelog"], "group_id": base,
             "transactional_id": f"{base}-txn", "state_dir": str(workdir / "state")}
+
+
+def _members(scenario: Scenario, kwargs: dict, base: str, instances: int,
+             group_protocol: str) -> list[dict]:
+    """Each instance's worker kwargs. A lone instance under the classic protocol is a static
+    member (group.instance.id): restarted after a crash, it takes its old place at once
+    instead of waiting for its dead self's session to time out. (The consumer protocol
+    refuses that, UNRELEASED_INSTANCE_ID, until the old session has expired.) Several
+    instances are dynamic members with their own transactional.id, so the group moves a
+    dead member's partitions to the others."""
+    if not scenario.reads_input:
+        return [kwargs]
+    if instances == 1 and group_protocol == "classic":
+        return [{**kwargs, "group_protocol": group_protocol, "instance_id": f"{base}-0"}]
+    members = []
+    for i in range(instances):
+        member = {**kwargs, "group_protocol": group_protocol, "group_size": instances}
+        if "transactional_id" in member:
+            member["transactional_id"] = f"{base}-txn-{i}"
+        members.append(member)
+    return members
 
 
 def _topics_used(scenario: Scenario) -> tuple[str, ...]:
@@ -259,6 +386,18 @@ def _guarantee(guarantee: str) -> str:
     return guarantee
 
 
+def _instances(scenario: Scenario, instances: int, partitions: int, crash_instance: int) -> None:
+    for what, n in (("instances", instances), ("partitions", partitions)):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{what} must be a positive whole number, not {n!r}")
+    if not scenario.scales and (instances, partitions) != (1, 1):
+        raise ValueError(f"{scenario.name} runs as one instance over one partition (its state, "
+                         "or its source position, is not split by partition); use "
+                         "consume-transform-produce or consumer for groups")
+    if not 0 <= crash_instance < instances:
+        raise ValueError(f"crash_instance must be between 0 and {instances - 1}, not {crash_instance}")
+
+
 def _records(records: int) -> int:
     if not isinstance(records, int) or records < 1:
         raise ValueError(f"records must be a positive whole number, not {records!r}")
@@ -284,7 +423,7 @@ def _fault(fault: str | None):
 def _options(scenario: Scenario, options: dict) -> dict:
     fixed = {"bootstrap", "guarantee", "batch_size", "input_topic", "output_topic", "group_id",
              "transactional_id", "db_path", "state_dir", "changelog_topic", "progress_topic",
-             "records"}
+             "records", "group_protocol", "instance_id", "fencing", "max_batches", "group_size"}
     allowed = [p for p in inspect.signature(scenario.worker).parameters if p not in fixed]
     bad = [k for k in options if k not in allowed]
     if bad:

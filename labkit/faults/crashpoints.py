@@ -7,6 +7,10 @@ n-th time the process sends itself SIGKILL. Nothing is flushed, closed or commit
 exactly what a power cut or an OOM-kill does to a real consumer.
 
 Every point is declared in ``CRASH_POINTS`` with one line that says where it is.
+
+A point can also be armed to *stall* instead (``arm(name, hit, stall=True)``): the process
+sends itself SIGSTOP there and freezes, heartbeats and all, as a long GC pause or a stuck
+VM does, until the supervisor sends SIGCONT. That is how a zombie is made.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 
 ENV_POINT = "LABKIT_CRASH_AT"
 ENV_HIT = "LABKIT_CRASH_HIT"
+ENV_STALL = "LABKIT_CRASH_STALL"
 CRASH_EXIT_CODE = -signal.SIGKILL  # what Popen.returncode shows for a crashed worker
 
 
@@ -54,12 +59,18 @@ def validate(name: str | None) -> str | None:
     return name
 
 
-def arm(name: str | None, hit: int = 1) -> dict[str, str]:
-    """Environment variables that arm ``name`` (on its ``hit``-th visit) in a child process."""
+def arm(name: str | None, hit: int = 1, stall: bool = False) -> dict[str, str]:
+    """Environment variables that arm ``name`` (on its ``hit``-th visit) in a child process:
+    SIGKILL there, or with ``stall`` SIGSTOP (frozen until SIGCONT)."""
     validate(name)
     if hit < 1:
         raise ValueError(f"hit must be 1 or more, not {hit}")
-    return {ENV_POINT: name, ENV_HIT: str(hit)} if name else {}
+    if not name:
+        return {}
+    return {ENV_POINT: name, ENV_HIT: str(hit), **({ENV_STALL: "1"} if stall else {})}
+
+
+ENV_VARS = (ENV_POINT, ENV_HIT, ENV_STALL)
 
 
 _visits: dict[str, int] = {}
@@ -72,7 +83,10 @@ def crash_point(name: str) -> None:
     if os.environ.get(ENV_POINT) != name:
         return
     _visits[name] = _visits.get(name, 0) + 1
-    if _visits[name] >= int(os.environ.get(ENV_HIT, "1")):
+    hit = int(os.environ.get(ENV_HIT, "1"))
+    if os.environ.get(ENV_STALL) and _visits[name] == hit:
+        os.kill(os.getpid(), signal.SIGSTOP)  # returns once the supervisor sends SIGCONT
+    elif not os.environ.get(ENV_STALL) and _visits[name] >= hit:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

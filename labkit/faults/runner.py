@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
+from labkit import history
 from labkit.cluster import die_with_owner
 from labkit.faults import crashpoints
 from labkit.progress import status
@@ -45,6 +50,7 @@ class RunResult:
     exit_codes: list[int] = field(default_factory=list)  # -9 is SIGKILL
     durations_s: list[float] = field(default_factory=list)  # wall time of each attempt
     total_s: float = 0.0
+    kills: int = 0  # SIGKILLs sent at random times (``kills`` of run_workers)
 
     @property
     def restart_s(self) -> float | None:
@@ -71,63 +77,224 @@ def target_name(worker: Callable | str) -> str:
 
 
 def run_worker(worker: Callable | str, kwargs: dict, crash_at: str | None = None, hit: int = 1,
-               max_attempts: int = 4, timeout_s: float = 300.0, label: str | None = None) -> RunResult:
+               max_attempts: int = 4, timeout_s: float = 300.0, label: str | None = None,
+               history_file: str | None = None) -> RunResult:
     """Run ``worker(**kwargs)`` in a child process until it finishes, crashing it once.
 
     Raises UnknownCrashPoint for a bad ``crash_at`` (listing the valid ones) and WorkerFailed
     if an attempt exits with an error, times out, or the worker never finishes.
     """
+    return run_workers(worker, [kwargs], crash_at, hit, max_attempts=max_attempts,
+                       timeout_s=timeout_s, label=label, history_file=history_file)
+
+
+def run_workers(worker: Callable | str, instances: list[dict], crash_at: str | None = None,
+                hit: int = 1, crash_instance: int = 0, max_attempts: int = 4,
+                timeout_s: float = 300.0, label: str | None = None,
+                history_file: str | None = None, kills: int = 0,
+                kill_after_s: tuple[float, float] = (1.0, 4.0), seed: int = 0) -> RunResult:
+    """Run one child process per entry of ``instances`` (each ``worker``'s kwargs) at once,
+    as N instances of one application; crash instance ``crash_instance`` at ``crash_at``
+    and restart every crashed instance, like a supervisor, until all have finished.
+
+    ``kills``: also SIGKILL instance ``crash_instance`` that many times, each a random time
+    (``kill_after_s``, seeded) after it (re)started, wherever its code happens to be.
+
+    ``exit_codes`` and ``durations_s`` list every attempt of every instance in the order
+    they ended; ``attempts`` counts them all.
+    """
     crash_env = crashpoints.arm(crash_at, hit)  # validates the name and hit first
+    if not 0 <= crash_instance < len(instances):
+        raise ValueError(f"crash_instance must be between 0 and {len(instances) - 1}, "
+                         f"not {crash_instance}")
     target = target_name(worker)
-    try:
-        payload = json.dumps(kwargs)
-    except TypeError as exc:
-        raise ValueError(f"worker arguments must be JSON-able plain data: {exc}") from None
+    payloads = [_payload(kwargs) for kwargs in instances]
     result = RunResult(target=target, crash_at=crash_at, hit=hit)
     label = label or target
     started = time.monotonic()
+    attempts = [0] * len(instances)
+    max_attempts = max(max_attempts, kills + 2)
+    rng = random.Random(seed)
+    kill_due: float | None = None
     # The progress line is shown for every run, not only slow ones, so that a notebook's
     # output does not depend on how fast the machine was.
     with status(f"Running {label}") as progress, \
-            tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs:
-        while True:
+            tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs, \
+            _Children() as children:
+        def start(i: int) -> None:
+            nonlocal kill_due
+            attempts[i] += 1
             result.attempts += 1
-            env = {k: v for k, v in os.environ.items()
-                   if k not in (crashpoints.ENV_POINT, crashpoints.ENV_HIT)}
-            if result.attempts == 1:
-                env.update(crash_env)
-            log = Path(logs) / f"attempt-{result.attempts}.log"
-            t0 = time.monotonic()
-            with open(log, "wb") as out:
-                proc = subprocess.Popen([sys.executable, "-m", "labkit.faults.runner", target],
-                                        stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                                        env=env, preexec_fn=die_with_owner())
-            proc.stdin.write(payload.encode())
-            proc.stdin.close()
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except BaseException as exc:  # a timeout, or Ctrl-C / a notebook interrupt
-                proc.kill()
-                proc.wait()
-                if isinstance(exc, subprocess.TimeoutExpired):
-                    raise WorkerFailed(f"{label}: attempt {result.attempts} did not finish "
-                                       f"within {timeout_s:.0f} s\n{_tail(log)}") from None
-                raise
-            result.exit_codes.append(code)
-            result.durations_s.append(round(time.monotonic() - t0, 3))
-            if code == 0:
-                break
-            if code != crashpoints.CRASH_EXIT_CODE:
-                raise WorkerFailed(f"{label}: attempt {result.attempts} exited with code {code}"
-                                   f"\n{_tail(log)}")
-            if result.attempts == 1 and crash_at:
-                result.crashed = True
-            if result.attempts >= max_attempts:
-                raise WorkerFailed(f"{label}: killed {result.attempts} times, giving up")
-            where = crash_at or "an unarmed SIGKILL"
-            progress(f"{label}: killed at {where}, restarting (attempt {result.attempts + 1})")
+            if i == crash_instance and result.kills < kills:
+                kill_due = time.monotonic() + rng.uniform(*kill_after_s)
+            armed = crash_env if attempts[i] == 1 and i == crash_instance else {}
+            children.start(i, target, payloads[i], Path(logs) / f"instance-{i}-attempt-{attempts[i]}.log",
+                           _child_env(armed, i, history_file, attempts[i]))
+
+        for i in range(len(instances)):
+            start(i)
+        while children.running:
+            if time.monotonic() - started > timeout_s:
+                raise WorkerFailed(f"{label}: did not finish within {timeout_s:.0f} s"
+                                   f"\n{children.tails()}")
+            if kill_due is not None and time.monotonic() >= kill_due:
+                kill_due = None
+                if children.kill(crash_instance):
+                    result.kills += 1
+            for i, code, seconds, log in children.reap():
+                result.exit_codes.append(code)
+                result.durations_s.append(seconds)
+                if history_file:
+                    history.append(history_file, "exited", instance=str(i), attempt=attempts[i],
+                                   code=code)
+                if code == 0:
+                    continue
+                if code != crashpoints.CRASH_EXIT_CODE:
+                    raise WorkerFailed(f"{label}: instance {i} attempt {attempts[i]} exited with "
+                                       f"code {code}\n{_tail(log)}")
+                if attempts[i] == 1 and i == crash_instance and crash_at:
+                    result.crashed = True
+                if attempts[i] >= max_attempts:
+                    raise WorkerFailed(f"{label}: killed {attempts[i]} times, giving up")
+                where = crash_at if attempts[i] == 1 and i == crash_instance and crash_at \
+                    else "a random time"
+                who = f" instance {i}" if len(instances) > 1 else ""
+                progress(f"{label}:{who} killed at {where}, restarting (attempt {attempts[i] + 1})")
+                start(i)
+            time.sleep(0.05)
     result.total_s = round(time.monotonic() - started, 3)
     return result
+
+
+@dataclass
+class ZombieResult:
+    """The stalled instance's and its successor's exit codes, and the stall's length."""
+
+    zombie_exit: int
+    successor_exit: int
+    stalled_s: float
+
+
+def run_zombie(worker: Callable | str, zombie: dict, successor: dict, stall_at: str,
+               hit: int = 1, timeout_s: float = 300.0, label: str | None = None,
+               history_file: str | None = None) -> ZombieResult:
+    """The zombie experiment: instance A freezes (SIGSTOP) at ``stall_at``; B starts and
+    runs to the end while A is frozen; then A is woken (SIGCONT) and runs to its end."""
+    stall_env = crashpoints.arm(stall_at, hit, stall=True)
+    target = target_name(worker)
+    label = label or target
+    with status(f"Running {label}") as progress, \
+            tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs, \
+            _Children() as children:
+        children.start(0, target, _payload(zombie), Path(logs) / "zombie.log",
+                       _child_env(stall_env, 0, history_file))
+        children.wait_stopped(0, timeout_s)
+        stalled = time.monotonic()
+        progress(f"{label}: instance 0 frozen at {stall_at}; instance 1 takes over")
+        children.start(1, target, _payload(successor), Path(logs) / "successor.log",
+                       _child_env({}, 1, history_file))
+        successor_exit = children.wait(1, timeout_s)
+        progress(f"{label}: instance 1 done; waking instance 0")
+        stalled_s = round(time.monotonic() - stalled, 3)
+        children.resume(0)
+        zombie_exit = children.wait(0, timeout_s)
+        for code, which in ((successor_exit, 1), (zombie_exit, 0)):
+            if code != 0:
+                raise WorkerFailed(f"{label}: instance {which} exited with code {code}"
+                                   f"\n{children.tails()}")
+    return ZombieResult(zombie_exit, successor_exit, stalled_s)
+
+
+def _payload(kwargs: dict) -> bytes:
+    try:
+        return json.dumps(kwargs).encode()
+    except TypeError as exc:
+        raise ValueError(f"worker arguments must be JSON-able plain data: {exc}") from None
+
+
+def _child_env(armed: dict[str, str], instance: int, history_file: str | None,
+               attempt: int = 1) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in crashpoints.ENV_VARS and k != history.ENV_FILE}
+    env.update(armed)
+    env[history.ENV_INSTANCE] = str(instance)
+    env[history.ENV_ATTEMPT] = str(attempt)
+    if history_file:
+        env[history.ENV_FILE] = str(history_file)
+    return env
+
+
+class _Children:
+    """The worker processes of one run; every one still alive is killed on the way out."""
+
+    def __init__(self):
+        self.procs: dict[int, tuple[subprocess.Popen, float, Path]] = {}
+        self.logs: list[Path] = []
+
+    @property
+    def running(self) -> bool:
+        return bool(self.procs)
+
+    def start(self, i: int, target: str, payload: bytes, log: Path, env: dict[str, str]) -> None:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "labkit.faults.runner", target],
+                                    stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, preexec_fn=die_with_owner())
+        proc.stdin.write(payload)
+        proc.stdin.close()
+        self.procs[i] = (proc, time.monotonic(), log)
+        self.logs.append(log)
+
+    def reap(self) -> list[tuple[int, int, float, Path]]:
+        """(instance, exit code, seconds, log) of every child that has ended since last asked."""
+        ended = []
+        for i, (proc, t0, log) in list(self.procs.items()):
+            code = proc.poll()
+            if code is not None:
+                del self.procs[i]
+                ended.append((i, code, round(time.monotonic() - t0, 3), log))
+        return ended
+
+    def wait(self, i: int, timeout_s: float) -> int:
+        proc, _, _ = self.procs.pop(i)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise WorkerFailed(f"instance {i} did not finish within {timeout_s:.0f} s"
+                               f"\n{self.tails()}") from None
+
+    def wait_stopped(self, i: int, timeout_s: float) -> None:
+        proc = self.procs[i][0]
+        deadline = time.monotonic() + timeout_s
+        while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise WorkerFailed(f"instance {i} never reached its stall point"
+                                   f"\n{self.tails()}")
+            time.sleep(0.05)
+
+    def kill(self, i: int) -> bool:
+        """SIGKILL instance ``i`` if it is running; was it?"""
+        if i not in self.procs or self.procs[i][0].poll() is not None:
+            return False
+        self.procs[i][0].kill()
+        return True
+
+    def resume(self, i: int) -> None:
+        self.procs[i][0].send_signal(signal.SIGCONT)
+
+    def tails(self) -> str:
+        return "\n".join(f"{log.name}:\n{_tail(log)}" for log in self.logs if log.exists())
+
+    def __enter__(self) -> "_Children":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc, _, _ in self.procs.values():  # a timeout, an error, Ctrl-C / an interrupt
+            proc.kill()  # SIGKILL also ends a stopped process
+            proc.wait()
+        self.procs.clear()
 
 
 def _tail(log: Path) -> str:

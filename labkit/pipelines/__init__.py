@@ -6,10 +6,12 @@
 - ``running_count`` a stateful count with a local store and a changelog topic
 - ``autocommit``    what auto-commit commits, poll by poll
 - ``txn``           a transactional producer whose misuse errors say what to do
+- ``guarantee``     the three processing guarantees, one class each: settings and commit order
+- ``group``         reading the input as a consumer-group member: rebalances, batches, the end
 
 Pipelines know nothing of the audit or of the fault runner: they call ``crash_point(...)``
 at named places and otherwise do their job.
 """
-from labkit.pipelines.common import GUARANTEES, check_guarantee
+from labkit.pipelines.guarantee import GUARANTEES, guarantee
 
-__all__ = ["GUARANTEES", "check_guarantee"]
+__all__ = ["GUARANTEES", "guarantee"]

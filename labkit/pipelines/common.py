@@ -1,21 +1,13 @@
-"""What every reference pipeline shares: the guarantee setting, client configs, batches.
+"""What every reference pipeline shares: client tuning, delivery reports, offsets, batches.
 
-One setting, ``processing_guarantee``, picks the client configuration (as in Kafka Streams):
-
-- ``at_most_once``: fire and forget (acks=0, no retries); offsets are committed *before*
-  the work, so a crash skips records but never repeats them.
-- ``at_least_once``: acks=all and retries; offsets are committed *after* the work, so a
-  crash repeats records but never skips them.
-- ``exactly_once``: a transactional producer; output and input offsets commit together.
-
-Batches are fixed-size and the input has one partition, so a crash on the N-th visit of a
-crash point always hits the same records: the audit's numbers are the same on every run.
+The guarantee-specific decisions (producer settings, isolation, commit order) live in
+``labkit.pipelines.guarantee``; reading the input as a group member in
+``labkit.pipelines.group``. What is here is the same under every guarantee.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message,
                              Producer, TopicPartition)
@@ -23,51 +15,32 @@ from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcept
 from labkit import topics
 from labkit.faults.crashpoints import crash_point, halves
 
-if TYPE_CHECKING:
-    from labkit.pipelines.txn import Transactions
-
-GUARANTEES: tuple[str, ...] = ("at_most_once", "at_least_once", "exactly_once")
 # A dropped produce ack is retried after this long; Kafka's default (30 s) would make a
 # lost-ack experiment wait half a minute.
 REQUEST_TIMEOUT_MS = 3000
 # Long enough that records produced just before a crash point are still in the client's
 # buffer when the process dies; flush() sends at once regardless.
 LINGER_MS = 50
+# The lab's producer tuning, the same under every guarantee (the guarantee adds its own).
+PIPELINE_TUNING = {"linger.ms": LINGER_MS, "request.timeout.ms": REQUEST_TIMEOUT_MS}
 IDLE_TIMEOUT_S = 60.0
+
+# What the group coordinator answers a member whose generation has ended (a rebalance
+# gave its partitions to someone else): its offset commit is refused.
+GROUP_FENCING_ERRORS = (KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+                        KafkaError.FENCED_INSTANCE_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                        KafkaError.STALE_MEMBER_EPOCH, KafkaError.FENCED_MEMBER_EPOCH)
 
 
 class PipelineError(RuntimeError):
     """A pipeline cannot go on; the message says why."""
 
 
-def check_guarantee(guarantee: str) -> str:
-    if guarantee not in GUARANTEES:
-        raise ValueError(f"unknown processing guarantee {guarantee!r}; choose one of "
-                         f"{', '.join(GUARANTEES)}")
-    return guarantee
+class StaleGeneration(RuntimeError):
+    """The group refused this member's offsets: its partitions now belong to another member.
 
-
-def producer_config(bootstrap: str, guarantee: str, transactional_id: str | None = None,
-                    idempotent: bool | None = None) -> dict:
-    """Producer settings for a guarantee; ``idempotent`` overrides the guarantee's default."""
-    check_guarantee(guarantee)
-    conf = {"bootstrap.servers": bootstrap, "linger.ms": LINGER_MS,
-            "request.timeout.ms": REQUEST_TIMEOUT_MS}
-    if guarantee == "at_most_once":
-        conf.update({"acks": 0, "retries": 0, "enable.idempotence": False})
-    elif guarantee == "at_least_once":
-        conf.update({"acks": "all", "retries": 2_147_483_647, "enable.idempotence": False,
-                     "max.in.flight.requests.per.connection": 5})
-    else:
-        if not transactional_id:
-            raise ValueError("exactly_once needs a transactional_id")
-        conf.update({"transactional.id": transactional_id, "enable.idempotence": True,
-                     "acks": "all", "transaction.timeout.ms": 60_000})
-    if idempotent is not None and guarantee != "exactly_once":
-        conf["enable.idempotence"] = idempotent
-        if idempotent:
-            conf.update({"acks": "all", "retries": 2_147_483_647})
-    return conf
+    The batch is abandoned (a transaction is aborted); the member polls again, rejoins the
+    group and goes on with whatever partitions it is given."""
 
 
 class DeliveryTracker:
@@ -122,53 +95,6 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int],
             time.sleep(0.2)
 
 
-def open_input(bootstrap: str, topic: str, group_id: str, isolation: str = "read_committed",
-               start: dict[int, int] | None = None) -> Consumer:
-    """A consumer on every partition of ``topic`` at ``start`` (default: the group's commits).
-
-    Partitions are assigned, not subscribed: a restarted worker resumes at once instead of
-    waiting for the crashed member's session to time out and the group to rebalance.
-    """
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False,
-        "isolation.level": isolation, "enable.partition.eof": True,
-        "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50,
-    })
-    if start is None:
-        start = committed_offsets(consumer, topic, topics.partitions_of(bootstrap, topic))
-    topics.assign_all(consumer, topic, start)
-    return consumer
-
-
-def next_batch(consumer: Consumer, size: int,
-               idle_timeout_s: float = IDLE_TIMEOUT_S) -> tuple[list[Message], bool]:
-    """Up to ``size`` records, and whether the end of every assigned partition was reached.
-
-    The input is written before a pipeline starts, so reaching the end means done.
-    """
-    batch: list[Message] = []
-    at_end: set[int] = set()
-    assigned = {tp.partition for tp in consumer.assignment()}
-    deadline = time.monotonic() + idle_timeout_s
-    while len(batch) < size and at_end != assigned:
-        msgs = consumer.consume(size - len(batch), timeout=0.1)
-        for msg in msgs:
-            err = msg.error()
-            if err is None:
-                batch.append(msg)
-                at_end.discard(msg.partition())
-            elif err.code() == KafkaError._PARTITION_EOF:
-                at_end.add(msg.partition())
-            elif err.fatal() or not err.retriable():
-                raise KafkaException(err)
-        if msgs:
-            deadline = time.monotonic() + idle_timeout_s
-        elif time.monotonic() > deadline:
-            raise PipelineError(f"no input for {idle_timeout_s:.0f} s and no end of partition: "
-                                "is the broker reachable?")
-    return batch, at_end == assigned
-
-
 def next_offsets(batch: list[Message], delta: int = 1) -> list[TopicPartition]:
     """Offsets to commit after ``batch``: the *next* record to read (last + 1) per partition.
 
@@ -182,80 +108,21 @@ def next_offsets(batch: list[Message], delta: int = 1) -> list[TopicPartition]:
 
 def commit(consumer: Consumer, offsets: list[TopicPartition]) -> None:
     """A synchronous offset commit that raises if the broker refused it."""
-    for tp in consumer.commit(offsets=offsets, asynchronous=False) or []:
+    try:
+        results = consumer.commit(offsets=offsets, asynchronous=False) or []
+    except KafkaException as exc:
+        raise _stale_or(exc) from exc
+    for tp in results:
         if tp.error is not None:
-            raise KafkaException(tp.error)
+            raise _stale_or(KafkaException(tp.error))
 
 
-def output_for(bootstrap: str, guarantee: str, transactional_id: str,
-               idempotent: bool | None = None):
-    """The pipeline's producer and the isolation level its input is read with.
-
-    exactly_once: a transactional producer, initialised *before* anything is read, because
-    init_transactions() aborts what a crashed predecessor left open; only then are its
-    committed offsets and changelog final (read_committed).
-    """
-    from labkit.pipelines.txn import Transactions  # here: txn imports this module
-
-    if guarantee == "exactly_once":
-        return Transactions(bootstrap, transactional_id), "read_committed"
-    producer = Producer(producer_config(bootstrap, guarantee, idempotent=idempotent))
-    return DeliveryTracker(producer, strict=guarantee == "at_least_once"), "read_uncommitted"
-
-
-def run_batches(consumer: Consumer, batch_size: int, process: Callable[[list[Message]], None]) -> None:
-    """Feed fixed-size batches to ``process`` until the end of the input."""
-    while True:
-        batch, at_end = next_batch(consumer, batch_size)
-        if batch:
-            crash_point("after-poll-before-process")
-            process(batch)
-        if at_end:
-            return
-
-
-def with_offsets(guarantee: str, consumer: Consumer, offsets: list[TopicPartition],
-                 work: Callable[[], None]) -> None:
-    """The whole difference between the two weaker guarantees: when offsets are committed.
-
-    at_most_once commits first, then works (a crash in between skips the batch);
-    at_least_once works first, then commits (a crash in between repeats the batch).
-    """
-    if guarantee == "at_most_once":
-        commit(consumer, offsets)
-        crash_point("after-commit-before-process")
-        work()
-    elif guarantee == "at_least_once":
-        work()
-        crash_point("after-process-before-commit")
-        commit(consumer, offsets)
-        crash_point("after-commit")
-    else:
-        raise ValueError(f"with_offsets is for at_most_once / at_least_once, not {guarantee}")
-
-
-OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
-
-
-def in_transaction(txn: "Transactions", consumer: Consumer, offsets: list[TopicPartition],
-                   work: Callable[[], None], offsets_mode: str = "in-transaction") -> None:
-    """exactly_once: the work and the input offsets commit together, in one transaction.
-
-    The other ``offsets_mode`` values are the classic mistake, for the pitfalls lesson:
-    offsets committed by the consumer, outside the transaction, before or after its commit.
-    """
-    txn.begin()
-    work()
-    crash_point("in-transaction-before-commit")
-    if offsets_mode == "in-transaction":
-        txn.send_offsets(consumer, offsets)
-    elif offsets_mode == "outside-before-commit":
-        commit(consumer, offsets)  # the mistake: these offsets survive an abort
-    crash_point("after-send-offsets-before-commit")
-    txn.commit()
-    crash_point("after-commit")
-    if offsets_mode == "outside-after-commit":
-        commit(consumer, offsets)  # the mistake: a crash just before this repeats the batch
+def _stale_or(exc: KafkaException) -> Exception:
+    err: KafkaError = exc.args[0]
+    if err.code() in GROUP_FENCING_ERRORS:
+        return StaleGeneration(f"offset commit refused by the group coordinator: {err.name()} "
+                               f"({err.str()}); the partitions went to another member")
+    return exc
 
 
 def record_of(msg: Message) -> dict:

@@ -15,9 +15,10 @@ from contextlib import closing
 
 from confluent_kafka import Message
 
-from labkit.faults.crashpoints import crash_point, halves
-from labkit.pipelines.common import (check_guarantee, next_offsets, open_input,
-                                     record_of, run_batches, with_offsets)
+from labkit.faults.crashpoints import halves, crash_point
+from labkit.pipelines.common import next_offsets, record_of
+from labkit.pipelines.group import GroupInput, first_start, run_batches
+from labkit.pipelines.guarantee import guarantee as guarantee_named
 
 SINK_TABLE = "payments"
 COLUMNS = ("id", "key", "amount_cents", "currency", "ts")
@@ -25,7 +26,7 @@ COLUMNS = ("id", "key", "amount_cents", "currency", "ts")
 
 def connect(db_path: str) -> sqlite3.Connection:
     """The sink database; autocommit mode, so every statement is durable on its own."""
-    db = sqlite3.connect(db_path, isolation_level=None)
+    db = sqlite3.connect(db_path, isolation_level=None, timeout=30)
     # WAL + synchronous=NORMAL: a process kill never loses a committed row (a power cut could).
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
@@ -41,36 +42,64 @@ def insert(db: sqlite3.Connection, msg: Message) -> None:
     db.execute(f"INSERT INTO {SINK_TABLE} VALUES (?, ?, ?, ?, ?)", [row.get(c) for c in COLUMNS])
 
 
-def stored_offsets(db: sqlite3.Connection, topic: str) -> dict[int, int] | None:
+def stored_offsets(db: sqlite3.Connection, topic: str) -> dict[int, int]:
     rows = db.execute("SELECT partition, next_offset FROM kafka_offsets WHERE topic = ?",
                       (topic,)).fetchall()
-    return dict(rows) or None
+    return dict(rows)
+
+
+class TableTransaction:
+    """The database's own transaction, in the shape the exactly_once guarantee drives: the
+    rows and the input offsets commit in *one* DB transaction, so the table is the truth."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def begin(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")  # several instances may share the file
+
+    def save_offsets(self, offsets) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO kafka_offsets VALUES (?, ?, ?)",
+                            [(tp.topic, tp.partition, tp.offset) for tp in offsets])
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def abort_after_error(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
 
 
 def run(bootstrap: str, input_topic: str, group_id: str, db_path: str, guarantee: str,
-        batch_size: int = 10) -> None:
-    """Consume ``input_topic`` to its end into ``db_path``; resume where the guarantee says."""
-    check_guarantee(guarantee)
+        batch_size: int = 10, group_protocol: str = "classic",
+        instance_id: str | None = None, group_size: int = 1) -> None:
+    """Consume ``input_topic`` to its end into ``db_path``; resume where the guarantee says.
+
+    at_most_once / at_least_once keep their position in the group's committed offsets;
+    exactly_once keeps it in the database, next to the rows, and starts every partition it
+    is assigned from there.
+    """
+    g = guarantee_named(guarantee)
     with closing(connect(db_path)) as db:
-        # exactly_once keeps its position in the database, next to the rows.
-        start = stored_offsets(db, input_topic) if guarantee == "exactly_once" else None
-        consumer = open_input(bootstrap, input_topic, group_id, start=start)
-        with closing(consumer):
-            run_batches(consumer, batch_size, lambda batch: _process(db, consumer, batch, guarantee))
+        table = TableTransaction(db)
+        in_table = g.transactional
+        # The ``start``/``positions`` callbacks run inside poll(), between batches.
+        from_table = (lambda parts: {p: stored_offsets(db, input_topic).get(p, 0) for p in parts})
+        with closing(GroupInput(bootstrap, input_topic, group_id, g, protocol=group_protocol,
+                                instance_id=instance_id,
+                            wait_for_members=first_start(group_size),
+                                positions=from_table if in_table else None,
+                                start=from_table if in_table else None)) as source:
+            def process(batch: list[Message]) -> None:
+                offsets = next_offsets(batch)
+                if in_table:
+                    g.run_batch(table, lambda: _insert_each(db, batch),
+                                lambda: table.save_offsets(offsets))
+                else:
+                    g.run_batch(None, lambda: _insert_each(db, batch),
+                                lambda: g.commit_offsets(None, source.consumer, offsets))
 
-
-def _process(db, consumer, batch: list[Message], guarantee: str) -> None:
-    offsets = next_offsets(batch)
-    if guarantee != "exactly_once":
-        with_offsets(guarantee, consumer, offsets, lambda: _insert_each(db, batch))
-        return
-    db.execute("BEGIN")
-    _insert_each(db, batch)
-    crash_point("after-process-before-commit")
-    db.executemany("INSERT OR REPLACE INTO kafka_offsets VALUES (?, ?, ?)",
-                   [(tp.topic, tp.partition, tp.offset) for tp in offsets])
-    db.execute("COMMIT")
-    crash_point("after-commit")
+            run_batches(source, batch_size, process)
 
 
 def _insert_each(db, batch: list[Message]) -> None:

@@ -21,11 +21,14 @@ from contextlib import closing
 
 from confluent_kafka import Message
 
-from labkit.pipelines.common import (OFFSET_MODES, check_guarantee, in_transaction, next_offsets,
-                                     open_input, output_for, produce_in_halves, record_of,
-                                     run_batches, with_offsets)
 from labkit.pipelines import consumer as ledger
+from labkit.pipelines.common import (PIPELINE_TUNING, commit, next_offsets, produce_in_halves,
+                                     record_of)
+from labkit.pipelines.group import GroupInput, first_start, bare_group_metadata, run_batches
+from labkit.pipelines.guarantee import guarantee as guarantee_named
 
+OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
+FENCING_MODES = ("group", "none")
 
 
 def transform(record: dict) -> dict:
@@ -40,27 +43,58 @@ def emit(out, topic: str, batch: list[Message]) -> None:
 def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
         transactional_id: str, guarantee: str, batch_size: int = 10,
         idempotent: bool | None = None, offsets: str = "in-transaction",
-        offset_delta: int = 1, side_effect_db: str | None = None) -> None:
-    """Transform ``input_topic`` into ``output_topic`` until the input's end."""
-    check_guarantee(guarantee)
+        offset_delta: int = 1, side_effect_db: str | None = None,
+        group_protocol: str = "classic", instance_id: str | None = None,
+        fencing: str = "group", max_batches: int | None = None, group_size: int = 1) -> None:
+    """Transform ``input_topic`` into ``output_topic`` until the input's end.
+
+    ``instance_id`` makes this instance a static group member; ``fencing="none"`` sends the
+    transaction's offsets with the group id only (no generation), as before KIP-447;
+    ``max_batches`` stops after that many batches (the zombie experiment's late instance).
+    """
+    g = guarantee_named(guarantee, idempotent)
     if offsets not in OFFSET_MODES:
         raise ValueError(f"offsets must be one of {OFFSET_MODES}, not {offsets!r}")
-    out, isolation = output_for(bootstrap, guarantee, transactional_id, idempotent)
-    consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)
+    if fencing not in FENCING_MODES:
+        raise ValueError(f"unknown fencing {fencing!r}; choose one of {', '.join(FENCING_MODES)}")
+    if not g.transactional:
+        offsets = "in-transaction"  # no transaction to be outside of: the guarantee's own place
+    out = g.open_output(bootstrap, transactional_id, PIPELINE_TUNING)  # fences a predecessor first
+    bare = bare_group_metadata(bootstrap, group_id) if fencing == "none" else None
     side_db = ledger.connect(side_effect_db) if side_effect_db else None
+    done = 0
 
-    def process(batch: list[Message]) -> None:
-        positions = next_offsets(batch, offset_delta)
-        if side_db is not None:
-            for msg in batch:  # autocommit: each write is final at once, whatever Kafka does
-                ledger.insert(side_db, msg)
-        if guarantee == "exactly_once":
-            in_transaction(out, consumer, positions, lambda: emit(out, output_topic, batch), offsets)
-        else:
-            with_offsets(guarantee, consumer, positions, lambda: emit(out, output_topic, batch))
+    with closing(GroupInput(bootstrap, input_topic, group_id, g, protocol=group_protocol,
+                            instance_id=instance_id,
+                            wait_for_members=first_start(group_size))) as source:
+        def process(batch: list[Message]) -> None:
+            nonlocal done
+            positions = next_offsets(batch, offset_delta)
+            read_in = bare or source.consumer.consumer_group_metadata()  # before anything polls
+            if side_db is not None:
+                for msg in batch:  # autocommit: each write is final at once, whatever Kafka does
+                    ledger.insert(side_db, msg)
 
-    with closing(consumer):
-        run_batches(consumer, batch_size, process)
+            def save_position() -> None:
+                if offsets == "in-transaction":
+                    g.commit_offsets(out, source.consumer, positions, read_in)
+                elif offsets == "outside-before-commit":
+                    commit(source.consumer, positions)  # the mistake: survives an abort
+
+            g.run_batch(out, lambda: emit(out, output_topic, batch), save_position)
+            if offsets == "outside-after-commit":
+                commit(source.consumer, positions)  # the mistake: a crash just before repeats
+            done += 1
+            if max_batches is not None and done >= max_batches:
+                raise _Stop
+
+        try:
+            run_batches(source, batch_size, process)
+        except _Stop:
+            pass
     if side_db is not None:
         side_db.close()
 
+
+class _Stop(Exception):
+    """``max_batches`` reached."""

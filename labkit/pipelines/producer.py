@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from labkit import topics
-from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import check_guarantee, output_for, produce_in_halves
+from labkit.pipelines.common import PIPELINE_TUNING, produce_in_halves
+from labkit.pipelines.guarantee import guarantee as guarantee_named
 
 
 def saved_position(bootstrap: str, progress_topic: str, isolation: str) -> int:
@@ -30,28 +30,16 @@ def run(bootstrap: str, output_topic: str, progress_topic: str, transactional_id
         guarantee: str, records: Sequence[dict], batch_size: int = 10,
         idempotent: bool | None = None) -> None:
     """Write ``records`` to ``output_topic`` from the saved position to the end."""
-    check_guarantee(guarantee)
-    out, isolation = output_for(bootstrap, guarantee, transactional_id, idempotent)
-    position = saved_position(bootstrap, progress_topic, isolation)
+    g = guarantee_named(guarantee, idempotent)
+    out = g.open_output(bootstrap, transactional_id, PIPELINE_TUNING)
+    position = saved_position(bootstrap, progress_topic, g.isolation)
     while position < len(records):
         batch = records[position:position + batch_size]
         nxt = position + len(batch)
-        if guarantee == "at_most_once":
+
+        def save_position() -> None:
             out.produce(progress_topic, "position", {"next": nxt})
             out.flush()
-            crash_point("after-commit-before-process")
-            send(out, output_topic, batch)
-        elif guarantee == "at_least_once":
-            send(out, output_topic, batch)
-            crash_point("after-process-before-commit")
-            out.produce(progress_topic, "position", {"next": nxt})
-            out.flush()
-            crash_point("after-commit")
-        else:
-            out.begin()
-            send(out, output_topic, batch)
-            out.produce(progress_topic, "position", {"next": nxt})
-            crash_point("in-transaction-before-commit")
-            out.commit()
-            crash_point("after-commit")
+
+        g.run_batch(out, lambda: send(out, output_topic, batch), save_position)
         position = nxt

@@ -27,9 +27,9 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from labkit import topics
 from labkit.faults.crashpoints import crash_point
-from labkit.pipelines.common import (check_guarantee, in_transaction, next_offsets, open_input,
-                                     output_for, produce_in_halves, record_of, run_batches,
-                                     with_offsets)
+from labkit.pipelines.common import PIPELINE_TUNING, next_offsets, produce_in_halves, record_of
+from labkit.pipelines.group import GroupInput, run_batches
+from labkit.pipelines.guarantee import guarantee as guarantee_named
 
 
 class StateStore:
@@ -90,36 +90,31 @@ def changelog_end(consumer: Consumer, changelog_topic: str) -> int:
 
 def run(bootstrap: str, input_topic: str, output_topic: str, changelog_topic: str,
         group_id: str, transactional_id: str, state_dir: str, guarantee: str,
-        batch_size: int = 10, restore_isolation: str | None = None) -> None:
+        batch_size: int = 10, restore_isolation: str | None = None,
+        group_protocol: str = "classic", instance_id: str | None = None) -> None:
     """Count ``input_topic`` per key until its end; counts go to ``output_topic``.
 
     ``restore_isolation`` overrides how the changelog is read on restore (by default as the
     input is read); "read_uncommitted" under exactly_once is the mistake of restoring the
-    counts of aborted transactions.
+    counts of aborted transactions. One instance: the store holds every key's count.
     """
-    check_guarantee(guarantee)
+    g = guarantee_named(guarantee)
     with closing(StateStore(state_dir)) as store:
-        out, isolation = output_for(bootstrap, guarantee, transactional_id)  # fences first
-        restore(store, bootstrap, changelog_topic, restore_isolation or isolation)
-        if guarantee == "exactly_once":
+        out = g.open_output(bootstrap, transactional_id, PIPELINE_TUNING)  # fences first
+        restore(store, bootstrap, changelog_topic, restore_isolation or g.isolation)
+        if g.transactional:
             store.delete_checkpoint()  # a crash from here on means: rebuild from the changelog
-        consumer = open_input(bootstrap, input_topic, group_id, isolation=isolation)
+        with closing(GroupInput(bootstrap, input_topic, group_id, g, protocol=group_protocol,
+                                instance_id=instance_id)) as source:
+            def process(batch: list[Message]) -> None:
+                positions = next_offsets(batch)
+                g.run_batch(out, lambda: _count(store, out, batch, output_topic, changelog_topic),
+                            lambda: g.commit_offsets(out, source.consumer, positions))
+                if not g.transactional:  # the store is trusted up to here after a restart
+                    store.write_checkpoint(changelog_end(source.consumer, changelog_topic))
 
-        def process(batch: list[Message]) -> None:
-            positions = next_offsets(batch)
-
-            def work() -> None:
-                _count(store, out, batch, output_topic, changelog_topic)
-
-            if guarantee == "exactly_once":
-                in_transaction(out, consumer, positions, work)
-            else:
-                with_offsets(guarantee, consumer, positions, work)
-                store.write_checkpoint(changelog_end(consumer, changelog_topic))
-
-        with closing(consumer):
-            run_batches(consumer, batch_size, process)
-            store.write_checkpoint(changelog_end(consumer, changelog_topic))  # clean close
+            run_batches(source, batch_size, process)
+            store.write_checkpoint(changelog_end(source.consumer, changelog_topic))  # clean close
 
 
 def _count(store: StateStore, out, batch: list[Message], output_topic: str,

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from labkit.pipelines.common import DeliveryTracker, producer_config
+from labkit.clientlog import client_config
+from labkit.pipelines.common import GROUP_FENCING_ERRORS, DeliveryTracker, StaleGeneration
 
 ORDER = ("init_transactions() once, then for each batch: begin_transaction(), produce(...), "
          "send_offsets_to_transaction(...), commit_transaction() (or abort_transaction())")
@@ -49,6 +50,11 @@ def explain(op: str, exc: KafkaException, transactional_id: str | None = None) -
             hint = "call init_transactions() once, before any other transactional call"
         return TransactionMisuse(f"{op}() refused by the Kafka client ({err.str()}): {hint}. "
                                  f"The order is: {ORDER}.")
+    if err.code() in GROUP_FENCING_ERRORS:
+        return StaleGeneration(f"{op}() refused by the group coordinator: {err.name()} "
+                               f"({err.str()}). This instance read these records in a group "
+                               "generation that has ended: a rebalance gave the partitions to "
+                               "another member, so this transaction must abort (KIP-447).")
     if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                       KafkaError.INVALID_PRODUCER_EPOCH):
         return ProducerFenced(f"{op}() failed: producer fenced ({err.str()}). Another instance "
@@ -61,9 +67,15 @@ class Transactions:
     """A real transactional confluent-kafka Producer, with explained errors."""
 
     def __init__(self, bootstrap: str, transactional_id: str, init: bool = True,
-                 timeout_s: float = 60.0):
+                 timeout_s: float = 60.0, config: dict | None = None):
+        """``config``: the full producer configuration (default: the exactly_once guarantee's)."""
+        if config is None:
+            from labkit.pipelines.guarantee import ExactlyOnce  # it builds its output from here
+
+            config = {"bootstrap.servers": bootstrap,
+                      **ExactlyOnce().producer_settings(transactional_id)}
         self.transactional_id = transactional_id
-        self.producer = Producer(producer_config(bootstrap, "exactly_once", transactional_id))
+        self.producer = Producer(client_config(config))
         self.delivery = DeliveryTracker(self.producer, strict=True)
         if init:
             self.init(timeout_s)
@@ -86,12 +98,25 @@ class Transactions:
     def flush(self) -> None:
         self.delivery.flush()
 
-    def send_offsets(self, consumer: Consumer, offsets: list[TopicPartition]) -> None:
+    def send_offsets(self, consumer: Consumer, offsets: list[TopicPartition],
+                     group_metadata: object | None = None) -> None:
+        """Add ``offsets`` to the transaction, checked against ``group_metadata`` (default:
+        the consumer's current group generation and member id)."""
+        if group_metadata is None:
+            group_metadata = consumer.consumer_group_metadata()
         self._call("send_offsets_to_transaction", self.producer.send_offsets_to_transaction,
-                   offsets, consumer.consumer_group_metadata())
+                   offsets, group_metadata)
 
     def commit(self, timeout_s: float = 60.0) -> None:
         self._call("commit_transaction", self.producer.commit_transaction, timeout_s)
 
     def abort(self, timeout_s: float = 60.0) -> None:
         self._call("abort_transaction", self.producer.abort_transaction, timeout_s)
+
+    def abort_after_error(self) -> None:
+        """Abort the open transaction after a failed step; a fenced producer cannot abort
+        (its successor already did), so that refusal is not an error here."""
+        try:
+            self.abort()
+        except (ProducerFenced, TransactionMisuse):
+            pass

@@ -1,0 +1,46 @@
+"""A run's history: what each worker did and when, one JSON object per line.
+
+Workers call ``record("assigned", partitions=[0, 1])``; the supervisor names the file
+through ``LABKIT_HISTORY`` (and the instance through ``LABKIT_INSTANCE``) when it starts
+them, and reads it back afterwards (``read``). Appends of one short line are atomic on
+Linux, so several worker processes share one file. Without ``LABKIT_HISTORY`` nothing is
+written: a pipeline run by hand needs no supervisor.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+ENV_FILE = "LABKIT_HISTORY"
+ENV_INSTANCE = "LABKIT_INSTANCE"
+ENV_ATTEMPT = "LABKIT_ATTEMPT"  # 1 for an instance's first start, 2 after its first restart
+
+
+def attempt() -> int:
+    """Which start of this instance this is (1 when no supervisor says)."""
+    return int(os.environ.get(ENV_ATTEMPT, "1"))
+
+
+def record(kind: str, **fields: object) -> None:
+    """A worker's event (``kind`` plus plain-data ``fields``), if a history file is set."""
+    path = os.environ.get(ENV_FILE)
+    if path:
+        append(path, kind, pid=os.getpid(), instance=os.environ.get(ENV_INSTANCE),
+               attempt=attempt(), **fields)
+
+
+def append(path: str | Path, kind: str, **fields: object) -> None:
+    """Append one event to ``path`` (the supervisor's side: it names the instance itself)."""
+    event = {"t": round(time.time(), 3), "kind": kind, **fields}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(event) + "\n")
+
+
+def read(path: str | Path) -> list[dict]:
+    """Every event of a history file, in the order written (an absent file: none)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
