@@ -58,3 +58,18 @@ def test_commit_sweep_rows_per_size(bootstrap):
 def test_bad_input_says_what_to_do(kwargs, message):
     with pytest.raises(ValueError, match=message):
         bench.measure("127.0.0.1:1", **{"records": 10, **kwargs})
+
+
+def test_bench_measures_the_settings_the_guarantee_classes_define():
+    from labkit.pipelines.guarantee import guarantee
+
+    classes = {"at_most_once": guarantee("at_most_once"),
+               "at_least_once": guarantee("at_least_once"),
+               "idempotent": guarantee("at_least_once", idempotent=True),
+               "transactional": guarantee("exactly_once")}
+    assert set(classes) == set(bench.GUARANTEES)
+    for name, g in classes.items():
+        conf = bench.producer_config("127.0.0.1:1", name)
+        settings = g.producer_settings(conf.get("transactional.id"))
+        assert {k: conf[k] for k in settings} == settings, name
+        assert set(conf) - set(settings) <= {"bootstrap.servers", "linger.ms", "logger"}, name

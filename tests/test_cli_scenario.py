@@ -44,8 +44,19 @@ def test_scenario_summary_with_a_fault(bootstrap, monkeypatch):
     (["nosuch", "-g", "exactly_once"], ["consume-transform-produce", "running-count"]),
     (["consumer", "-g", "twice"], ["at_most_once", "at_least_once", "exactly_once"]),
     (["consumer", "-g", "exactly_once", "--crash-at", "nowhere"], ["after-poll-before-process"]),
-    (["consumer", "-g", "exactly_once", "--crash-at", "in-transaction-before-commit"],
-     ["not on the path", "after-process-before-commit"]),
+    (["consumer", "-g", "exactly_once", "--crash-at", "after-commit-before-process"],
+     ["not on the path", "in-transaction-before-commit"]),
+    (["consume-transform-produce", "-g", "exactly_once", "--instances", "0"],
+     ["instances must be a positive whole number"]),
+    (["consume-transform-produce", "-g", "exactly_once", "--group-protocol", "eager"],
+     ["unknown group protocol", "classic, consumer"]),
+    (["zombie-rebalance", "-g", "exactly_once", "--fencing", "sometimes"],
+     ["unknown fencing", "group, none"]),
+    (["zombie-rebalance", "-g", "at_least_once"], ["exactly_once experiment"]),
+    (["running-count", "-g", "exactly_once", "--instances", "2", "--partitions", "2"],
+     ["runs as one instance", "consume-transform-produce"]),
+    (["consume-transform-produce", "-g", "exactly_once", "--fencing", "none"],
+     ["--fencing applies to zombie-rebalance only"]),
     (["producer", "-g", "exactly_once", "--fault", "explode:now"], ["drop-ack:produce:N"]),
 ])
 def test_bad_values_exit_non_zero_with_the_valid_choices(args, expected, bootstrap, monkeypatch):
@@ -77,3 +88,14 @@ def test_spark_scenario_names_are_dispatched_to_the_spark_registry(bootstrap, mo
         scenarios.run("spark-probe", "exactly_once", fault="drop-ack:produce:1", bootstrap=bootstrap)
     with pytest.raises(ValueError, match="Valid guarantees"):
         scenarios.run("spark-probe", "twice", bootstrap=bootstrap)
+
+
+def test_more_instances_than_partitions_runs_and_says_some_stay_idle(bootstrap, monkeypatch):
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    result = CliRunner().invoke(app, ["scenario", "consume-transform-produce", "-g",
+                                      "exactly_once", "--instances", "3", "--partitions", "2",
+                                      "-n", "30", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "1 instance(s) will stay idle" in result.stderr
+    report = json.loads(result.stdout)
+    assert (report["produced"], report["lost"], report["duplicated"]) == (30, 0, 0)

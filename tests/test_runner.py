@@ -3,12 +3,14 @@ from its committed state until it finishes."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from labkit.faults.crashpoints import UnknownCrashPoint, crash_point
-from labkit.faults.runner import WorkerFailed, run_worker
+from labkit.faults.runner import WorkerFailed, run_worker, run_workers, run_zombie
 
 
 def counting_worker(state: str, steps: int) -> None:
@@ -74,3 +76,57 @@ def test_worker_must_be_importable_and_arguments_plain_data(tmp_path):
         run_worker(lambda: None, {})
     with pytest.raises(ValueError, match="JSON"):
         run_worker(counting_worker, {"state": tmp_path, "steps": 1})
+
+
+def stalling_worker(state: str) -> None:
+    """Writes 'before', stalls at its point if armed to, then writes 'after'."""
+    with open(state, "a") as out:
+        out.write(f"{os.getpid()} before\n")
+    crash_point("in-transaction-before-commit")
+    with open(state, "a") as out:
+        out.write(f"{os.getpid()} after\n")
+
+
+def test_several_instances_run_at_once_and_only_the_chosen_one_crashes(tmp_path):
+    states = [str(tmp_path / f"s{i}") for i in range(3)]
+    result = run_workers(counting_worker, [{"state": s, "steps": 3} for s in states],
+                         crash_at="after-process-before-commit", hit=2, crash_instance=1)
+    assert result.crashed and result.attempts == 4
+    assert sorted(result.exit_codes) == [-9, 0, 0, 0]
+    assert [Path(s).read_text() for s in states] == ["3", "3", "3"]
+    # only instance 1 repeated its step 2 (done, killed before its commit, done again)
+    logs = [Path(f"{s}.log").read_text().count("step 2") for s in states]
+    assert logs == [1, 2, 1]
+
+
+def test_the_zombie_is_frozen_while_its_successor_runs_then_woken(tmp_path):
+    log = tmp_path / "log"
+    result = run_zombie(stalling_worker, {"state": str(log)}, {"state": str(log)},
+                        stall_at="in-transaction-before-commit")
+    assert (result.zombie_exit, result.successor_exit) == (0, 0)
+    lines = log.read_text().splitlines()
+    zombie, successor = lines[0].split()[0], lines[1].split()[0]
+    # the zombie stopped between its two lines; the successor ran whole in between
+    assert [line.split()[1] for line in lines] == ["before", "before", "after", "after"]
+    assert [line.split()[0] for line in lines] == [zombie, successor, successor, zombie]
+
+
+def test_a_zombie_that_never_reaches_its_stall_point_is_reported_and_reaped(tmp_path):
+    with pytest.raises(WorkerFailed, match="never reached its stall point"):
+        run_zombie(counting_worker, {"state": str(tmp_path / "s"), "steps": 1},
+                   {"state": str(tmp_path / "t"), "steps": 1}, stall_at="mid-batch")
+
+
+def test_a_failing_instance_stops_the_others(tmp_path):
+    # one instance fails at once; the other would run for a minute: it must be killed
+    with pytest.raises(WorkerFailed, match="instance 0 attempt 1 exited with code 1"):
+        run_workers("tests.test_runner:failing_or_sleeping", [{"fail": True}, {"fail": False}])
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if "failing_or_sleeping" in " ".join(p.info["cmdline"] or [])]
+
+
+def failing_or_sleeping(fail: bool) -> None:
+    if fail:
+        time.sleep(0.5)
+        raise RuntimeError("instance failed")
+    time.sleep(60)
