@@ -7,10 +7,15 @@ from pathlib import Path
 SOLUTIONS = Path(__file__).parents[1] / "notebooks" / "solutions"
 
 
+def solution_codes(name: str) -> list[str]:
+    """Every ```python block of notebooks/solutions/<name>.md, one per exercise, in order."""
+    text = (SOLUTIONS / f"{name}.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
 def solution_code(name: str) -> str:
     """The first ```python block of notebooks/solutions/<name>.md."""
-    text = (SOLUTIONS / f"{name}.md").read_text()
-    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    return solution_codes(name)[0]
 
 
 def solution_scope(name: str) -> dict:

@@ -10,48 +10,52 @@ import pytest
 from nbclient import NotebookClient
 
 from tests.notebook_cells import NAMES, NOTEBOOKS, all_output_text, read
-from tests.solution_code import solution_code
+from tests.solution_code import solution_codes
 
 SOLVED, UNSOLVED = "✅ Well done", "🔁 Not yet"
 SLOW = {"08_spark_structured_streaming": pytest.mark.spark}
 
 
-def exercise_index(nb) -> int:
+def exercise_indices(nb) -> list[int]:
     found = [i for i, c in enumerate(nb.cells)
              if c.cell_type == "code" and c.source.lstrip().startswith("# EXERCISE")]
-    assert len(found) == 1, f"expected one code cell starting with '# EXERCISE', found {len(found)}"
-    return found[0]
+    assert found, "expected a code cell starting with '# EXERCISE'"
+    return found
 
 
 def solved(nb, name: str):
-    """A copy of ``nb`` with the solution inserted right after the exercise's own
-    assignments of the same names (so it replaces the placeholders, the check still runs)."""
+    """A copy of ``nb`` with each exercise's solution (the solution page's python blocks, in
+    order) inserted right after the exercise's own assignments of the same names (so it
+    replaces the placeholders, the check still runs)."""
     nb = copy.deepcopy(nb)
-    cell = nb.cells[exercise_index(nb)]
-    answer = solution_code(name)
-    names = {t.id for node in ast.parse(answer).body if isinstance(node, ast.Assign)
-             for t in node.targets if isinstance(t, ast.Name)}
-    assigns = [node for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
-               and {t.id for t in node.targets if isinstance(t, ast.Name)} & names]
-    assert assigns, f"{name}: the exercise cell assigns none of {sorted(names)}"
-    lines = cell.source.splitlines()
-    end = max(node.end_lineno for node in assigns)
-    cell.source = "\n".join(lines[:end] + ["# the solution, from notebooks/solutions/",
-                                           answer.rstrip()] + lines[end:])
+    cells = [nb.cells[i] for i in exercise_indices(nb)]
+    answers = solution_codes(name)
+    assert len(answers) == len(cells), \
+        f"{name}: {len(cells)} exercise cells but {len(answers)} solution blocks"
+    for cell, answer in zip(cells, answers):
+        names = {t.id for node in ast.parse(answer).body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name)}
+        assigns = [node for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+                   and {t.id for t in node.targets if isinstance(t, ast.Name)} & names]
+        assert assigns, f"{name}: the exercise cell assigns none of {sorted(names)}"
+        lines = cell.source.splitlines()
+        end = max(node.end_lineno for node in assigns)
+        cell.source = "\n".join(lines[:end] + ["# the solution, from notebooks/solutions/",
+                                               answer.rstrip()] + lines[end:])
     return nb
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_shipped_notebook_is_unsolved(name):
     nb = read(name)
-    exercise_index(nb)
+    exercise_indices(nb)
     text = "".join(all_output_text(c) for c in nb.cells if c.cell_type == "code")
     assert UNSOLVED in text and SOLVED not in text
 
 
 def test_the_solution_replaces_the_placeholders():
     nb = solved(read("01_at_most_once"), "01_at_most_once")
-    source = nb.cells[exercise_index(nb)].source
+    source = nb.cells[exercise_indices(nb)[0]].source
     assert source.index("my_lost = None") < source.index("my_lost = 5") < source.index("check_mid_batch_loss(")
 
 

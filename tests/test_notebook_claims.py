@@ -59,7 +59,13 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
     ],
     "06_zombies": [
         ("records the zombie added to the log", "ProducerFenced"),
-        ("report.summary()", "verdict: exactly once"),
+        ('for isolation in ("read_committed", "read_uncommitted")', "verdict: exactly once"),
+        ("takeover_lines(group_run)", "given partitions again: True"),
+        ("takeover_lines(group_run)", "verdict: exactly once"),
+        ('zombie_rebalance(fencing="group"', "refused by the group coordinator: UNKNOWN_MEMBER_ID"),
+        ('zombie_rebalance(fencing="group"', "lost=0 duplicated=0"),
+        ('zombie_rebalance(fencing="none"', "lost=0 duplicated=10"),
+        ('for name, run in (("classic"', "a survivor left with no partitions: False; exactly once: True"),
     ],
     "07_stateful_exactly_once": [
         ("alo = run_count(", "state: DRIFTED"),
@@ -106,10 +112,7 @@ def test_key_claims_stay_compared(name):
             f"{name}: the cell with {marker!r} no longer shows {shown!r} in a compared output")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(
-        reason="06's fencing error comes from labkit/pipelines/txn.py, not yet on clientlog"))
-    if n == "06_zombies" else n for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_no_raw_librdkafka_log_line_is_stored(name):
     for i, cell in enumerate(read(name).cells):
         if cell.cell_type == "code":

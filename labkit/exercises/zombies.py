@@ -34,3 +34,29 @@ def check_next_epoch(bootstrap: str, topic: str, transactional_id: str,
                  "init_transactions() bump the epoch when the previous instance has nothing "
                  "open to abort? (Every run of this cell starts one more instance, so the "
                  "epoch moves on with each run: count the runs in.)")
+
+
+GROUP_RECORDS, GROUP_INSTANCES, GROUP_PARTITIONS = 180, 3, 6
+
+
+def check_group_duplicates(bootstrap: str, duplicates: int | None) -> Verdict:
+    """06: predict the duplicates when one of three at_least_once instances is killed at
+    after-process-before-commit on its second batch. The check runs it and audits."""
+    from labkit import scenarios
+
+    if unanswered(duplicates):
+        return check(False, "", "fill in my_duplicates, then run this cell again.")
+    if isinstance(duplicates, bool) or not isinstance(duplicates, int):
+        return check(False, "", "my_duplicates must be a whole number of payments.")
+    run = scenarios.run_detailed("consume-transform-produce", "at_least_once",
+                                 crash_at="after-process-before-commit",
+                                 records=GROUP_RECORDS, bootstrap=bootstrap,
+                                 instances=GROUP_INSTANCES, partitions=GROUP_PARTITIONS)
+    got = run.report.duplicated
+    return check(duplicates == got,
+                 f"the audit counts {got} duplicates: the batch instance 0 had written but "
+                 "not committed; its partitions' next owner read it again from the committed "
+                 "offsets. A group does not change what at_least_once means.",
+                 f"the audit does not count {duplicates}. What had instance 0 written, and "
+                 "not yet committed, when it died? Where does the member that takes over its "
+                 "partitions start reading? (Batches hold 10 records.)")
