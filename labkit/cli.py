@@ -170,6 +170,45 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
     typer.echo(view.to_json() if as_json else view.to_text())
 
 
+@app.command(context_settings={"allow_interspersed_args": False})
+def torture(
+    command: list[str] = typer.Argument(None, help="the app's command, after `--`"),
+    records: int = typer.Option(200, "--input", "-n", help="input records (unique ids)"),
+    kills: int = typer.Option(3, "--kills", help="SIGKILLs of the app at random times"),
+    seed: int = typer.Option(0, "--seed", help="seeds the input and the kill times"),
+    broker_kills: int = typer.Option(0, "--broker-kills",
+                                     help="SIGKILL + restart the lab broker (local lab only)"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds for the whole run"),
+    check: str = typer.Option("records", "--check",
+                              help="records (output keeps input ids) | counts (a count per key)"),
+    kill_after: str = typer.Option("1.0,4.0", "--kill-after",
+                                   help="MIN,MAX seconds between faults (seeded uniform)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
+) -> None:
+    """Run any COMMAND as the pipeline under test: kill it at random, audit its output.
+
+    The lab writes --input JSON records with unique ids to a new input topic and passes
+    LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC, LABKIT_GROUP_ID and
+    LABKIT_TRANSACTIONAL_ID to the app, which writes records keeping each input id.
+    Example: labkit torture --kills 3 -- python examples/torture/exactly_once_app.py
+    """
+    from labkit import harness
+
+    try:
+        window = tuple(float(x) for x in kill_after.split(","))
+        if len(window) != 2:
+            raise ValueError
+    except ValueError:
+        _fail(f"--kill-after must be MIN,MAX seconds, e.g. 1.0,4.0 (not {kill_after!r})")
+    try:
+        result = harness.torture(command or [], input=records, kills=kills, seed=seed,
+                                 broker_kills=broker_kills, timeout_s=timeout, check=check,
+                                 kill_after_s=window)
+    except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(result.to_json() if as_json else result.summary())
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

@@ -17,7 +17,7 @@ from labkit.paths import LabkitSetupError, cache_dir, pom_file
 from labkit.progress import status
 
 MIN_JAVA = 17
-PROFILES = ("kafka", "spark")
+PROFILES = ("kafka", "spark", "tools")
 
 _INSTALL_JAVA = (
     "Install a JDK 17 or newer (Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless`; "

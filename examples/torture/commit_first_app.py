@@ -1,0 +1,45 @@
+"""A deliberately broken app: it commits the consumed offsets *before* its output is
+flushed. A crash between the commit and the flush loses the records of that batch: the
+restarted app starts after them. ``labkit torture`` must catch this.
+
+    labkit torture --input 400 --kills 3 -- python examples/torture/commit_first_app.py
+
+Otherwise the same app as exactly_once_app.py, without transactions.
+"""
+import argparse
+import json
+import os
+import time
+
+from confluent_kafka import Consumer, Producer
+
+
+def main() -> None:
+    args = argparse.ArgumentParser()
+    args.add_argument("--work-ms", type=float, default=0.0, help="processing time per record")
+    args.add_argument("--batch", type=int, default=20, help="records per commit")
+    work_s = args.parse_args().work_ms / 1000
+    batch = args.parse_args().batch
+    bootstrap = os.environ["LABKIT_BOOTSTRAP"]
+    group = os.environ["LABKIT_GROUP_ID"]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "group.instance.id": f"{group}-1", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    consumer.subscribe([os.environ["LABKIT_INPUT_TOPIC"]])
+    out = os.environ["LABKIT_OUTPUT_TOPIC"]
+    while True:
+        msgs = [m for m in consumer.consume(batch, timeout=0.5) if m.error() is None]
+        if not msgs:
+            continue
+        consumer.commit(asynchronous=False)  # THE BUG: the batch counts as done already
+        for m in msgs:
+            record = json.loads(m.value())
+            time.sleep(work_s)
+            record["processed"] = True
+            producer.produce(out, key=m.key(), value=json.dumps(record).encode())
+        producer.flush()
+
+
+if __name__ == "__main__":
+    main()

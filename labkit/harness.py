@@ -1,0 +1,448 @@
+"""The torture harness: put any app in the lab, kill it at random, audit what it wrote.
+
+Jepsen's model for software the lab did not write: the harness owns the input and reads
+the output, and judges the app only by what is observable in Kafka afterwards.
+
+    result = torture(["python", "examples/torture/exactly_once_app.py"], input=400, kills=3)
+    result.verdict        # 'exactly once'
+    result.to_json()      # the audit keys of `labkit scenario --json`, kills, restarts, ...
+
+The contract with the app (README, "Torture any app"): the lab creates an input topic of
+``input`` JSON records, each with a unique ``id`` and a ``key`` (labkit.data.generate), and
+an empty output topic, and passes their names in the environment (``ENV_*`` below). The
+app reads the input and writes output records that keep the input's ``id`` (or, with
+``check="counts"``, a ``count`` per ``key``). The harness runs the command in its own
+process group, SIGKILLs the whole group at seeded random times and starts it again, like a
+supervisor, optionally SIGKILLs and restarts the lab's broker, waits until the input is
+consumed and the output is quiet, stops the app and audits the output topic.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from labkit import audit, data, history, topics
+from labkit import cluster as lab
+from labkit.audit import AuditReport
+from labkit.clientlog import client_config
+from labkit.paths import lab_home
+from labkit.progress import status
+
+ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = "LABKIT_BOOTSTRAP", "LABKIT_INPUT_TOPIC", "LABKIT_OUTPUT_TOPIC"
+ENV_GROUP, ENV_TRANSACTIONAL_ID = "LABKIT_GROUP_ID", "LABKIT_TRANSACTIONAL_ID"
+CHECKS = ("records", "counts")
+SCENARIO = "torture"
+# The harness does not know what the app claims; the verdict says what it showed.
+GUARANTEE = "unknown"
+QUIET_S = 2.0  # output unchanged this long (and the input consumed): the app is done
+# An app that never commits offsets to LABKIT_GROUP_ID cannot show it consumed the input:
+# for it, output unchanged this long counts as done (longer than a JVM's restart).
+IDLE_S = 10.0
+OWN_CRASHES = 3  # an app that dies by itself this often is broken, not unlucky
+STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
+LOG_TAIL_LINES = 15
+
+
+class HarnessError(RuntimeError):
+    """The run could not be judged (bad input, an app that does not follow the contract);
+    the message says what happened and what to do."""
+
+
+@dataclass
+class TortureResult:
+    """The audit of the output plus what the harness did to the app."""
+
+    report: AuditReport
+    command: list[str]
+    seed: int
+    kills: int = 0  # SIGKILLs of the app's process group
+    restarts: int = 0  # starts after the first (after a kill or the app's own crash)
+    broker_kills: int = 0
+    seconds: float = 0.0
+    run_dir: str = ""  # the app's logs (one per start) and the run's history
+    restart_s: list[float] = field(default_factory=list)  # SIGKILL sent -> app running again
+    notes: list[str] = field(default_factory=list)  # e.g. the app finished before every kill
+
+    @property
+    def verdict(self) -> str:
+        return self.report.verdict
+
+    def anomalies(self) -> dict[str, dict]:
+        """Checker name -> its count and examples, for the checkers that found something."""
+        return {r.name: {"count": r.count, "examples": r.examples}
+                for r in self.report.findings() if not r.valid}
+
+    def to_dict(self) -> dict:
+        d = self.report.to_dict()  # the keys of `labkit scenario --json`, in order
+        d["anomalies"] = self.anomalies()
+        return {**d, "kills": self.kills, "restarts": self.restarts,
+                "broker_kills": self.broker_kills, "seconds": self.seconds,
+                "command": self.command, "seed": self.seed, "run_dir": self.run_dir,
+                "notes": self.notes}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    def summary(self) -> str:
+        r = self.report
+        lines = [f"{shlex.join(self.command)}",
+                 f"  kills={self.kills} restarts={self.restarts} broker_kills={self.broker_kills} "
+                 f"seconds={self.seconds}",
+                 f"  produced={r.produced} delivered_unique={r.delivered_unique} lost={r.lost} "
+                 f"duplicated={r.duplicated} reordered={r.reordered} "
+                 f"aborted_visible={r.aborted_visible} aborted_in_log={r.aborted_in_log}"]
+        for name, found in self.anomalies().items():
+            lines.append(f"  {name}: {found['count']}, e.g. {found['examples']}")
+        lines += [f"  note: {n}" for n in self.notes]
+        lines.append(f"  verdict: {self.verdict}")
+        return "\n".join(lines)
+
+
+def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: int = 0,
+            broker_kills: int = 0, timeout_s: float = 120.0, check: str = "records",
+            kill_after_s: tuple[float, float] = (1.0, 4.0),
+            cluster: lab.Cluster | None = None) -> TortureResult:
+    """Run ``command`` as the pipeline under test, kill it ``kills`` times (each a seeded
+    random ``kill_after_s`` after the previous fault), and audit its output.
+
+    ``broker_kills`` SIGKILLs and restarts the lab's own broker that often, interleaved with
+    the app's kills (only with a local lab cluster). ``cluster`` defaults to
+    ``labkit.cluster.ensure()``. Raises HarnessError when the run cannot be judged.
+    """
+    command = _checked_command(command)
+    if input < 1 or kills < 0 or broker_kills < 0 or timeout_s <= 0:
+        raise HarnessError(f"need input >= 1, kills >= 0, broker kills >= 0 and a positive "
+                           f"timeout (got input={input}, kills={kills}, "
+                           f"broker_kills={broker_kills}, timeout={timeout_s})")
+    if check not in CHECKS:
+        raise HarnessError(f"unknown check {check!r}: use 'records' (output records keep the "
+                           "input's id) or 'counts' (output records carry a count per key)")
+    low, high = kill_after_s
+    if not 0 < low <= high:
+        raise HarnessError(f"kill_after_s must be (min, max) seconds with 0 < min <= max, "
+                           f"not {kill_after_s}")
+    cluster = cluster or lab.ensure()
+    if broker_kills and not isinstance(cluster, lab.LocalCluster):
+        raise HarnessError("--broker-kills needs the lab's own local cluster (it SIGKILLs and "
+                           f"restarts the broker process); {cluster.bootstrap} is an external "
+                           "cluster (LABKIT_BOOTSTRAP). Unset LABKIT_BOOTSTRAP, or drop "
+                           "--broker-kills.")
+    run = uuid.uuid4().hex[:8]
+    names = {ENV_INPUT: f"torture-{run}-in", ENV_OUTPUT: f"torture-{run}-out",
+             ENV_GROUP: f"torture-{run}", ENV_TRANSACTIONAL_ID: f"torture-{run}"}
+    run_dir = lab_home() / "torture" / run
+    run_dir.mkdir(parents=True)
+    inputs = data.generate(input, seed=seed)
+    data.load_into_topic(cluster.bootstrap, names[ENV_INPUT], inputs)
+    topics.create(cluster.bootstrap, names[ENV_OUTPUT])
+    env = {**os.environ, ENV_BOOTSTRAP: cluster.bootstrap, **names,
+           history.ENV_FILE: str(run_dir / "history.jsonl")}
+    result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
+                           run_dir=str(run_dir))
+    started = time.monotonic()
+    with status(f"torture: {shlex.join(command)}") as progress, \
+            _App(command, env, run_dir) as app, \
+            _Watch(cluster.bootstrap, names[ENV_INPUT], names[ENV_OUTPUT],
+                   names[ENV_GROUP]) as watch:
+        _supervise(app, watch, cluster, result, kills=kills, broker_kills=broker_kills,
+                   kill_after_s=kill_after_s, timeout_s=timeout_s, seed=seed,
+                   progress=progress, started=started)
+        app.stop()
+    result.report = _audit(cluster.bootstrap, names[ENV_OUTPUT], inputs, check)
+    result.seconds = round(time.monotonic() - started, 2)
+    return result
+
+
+def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 3000) -> list[str]:
+    """Kafka's own TransactionalMessageCopier (kafka-tools) as a torture command: a shell
+    line that reads the LABKIT_* environment when it runs, so the same command works for
+    every run. It copies key and value unchanged, so the input's ids survive.
+
+    It assigns itself partition 0 of the input (the lab's input has one partition), commits
+    the group's offsets inside each transaction and exits when it has copied everything.
+
+    ``transaction_timeout_ms`` is short because a restarted copier asks for its committed
+    offset *before* it calls initTransactions: while its killed predecessor's transaction
+    (holding an offset commit) is open, that fetch waits, and only the broker's timeout
+    aborts it (the copier's default, 60 s, would stall every restart for a minute)."""
+    from labkit import jvm
+
+    java = jvm.check_java()
+    jvm.resolve("tools")
+    # A classpath wildcard (expanded by java itself) keeps the command line short enough to
+    # read in `ps` and in the JSON result.
+    jars = str(jvm.jar_dir("tools") / "*")
+    script = (f"exec {shlex.quote(java)} -Xmx256m -XX:TieredStopAtLevel=1 "
+              "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn "
+              f"-cp {shlex.quote(jars)} org.apache.kafka.tools.TransactionalMessageCopier "
+              f'--broker-list "${ENV_BOOTSTRAP}" --input-topic "${ENV_INPUT}" --input-partition 0 '
+              f'--output-topic "${ENV_OUTPUT}" --consumer-group "${ENV_GROUP}" '
+              f'--transactional-id "${ENV_TRANSACTIONAL_ID}" '
+              f"--transaction-size {transaction_size} "
+              f"--transaction-timeout {transaction_timeout_ms}")
+    return ["sh", "-c", script]
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _checked_command(command: Sequence[str]) -> list[str]:
+    command = [str(c) for c in command or ()]
+    if not command:
+        raise HarnessError("no command to torture: put the app's command after `--`, e.g. "
+                           "labkit torture --kills 3 -- python examples/torture/exactly_once_app.py")
+    if shutil.which(command[0]) is None:
+        raise HarnessError(f"command not found: {command[0]!r} (not an executable file or on "
+                           "PATH); give the full path or fix PATH")
+    return command
+
+
+def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: TortureResult, *,
+               kills: int, broker_kills: int, kill_after_s: tuple[float, float],
+               timeout_s: float, seed: int, progress, started: float) -> None:
+    """Start the app, inject the seeded faults, restart it, return once it is done."""
+    rng = random.Random(seed)
+    faults = ["app"] * kills + ["broker"] * broker_kills
+    rng.shuffle(faults)  # the seed decides the interleaving too
+    app.start()
+    due = time.monotonic() + rng.uniform(*kill_after_s)
+    own_crashes = 0
+    quiet = _Quiet()
+    while True:
+        now = time.monotonic()
+        consumed, end, written = watch.sample()
+        progress(f"torture: kills {result.kills}/{kills}, broker kills "
+                 f"{result.broker_kills}/{broker_kills}, input consumed {consumed}/{end}, "
+                 f"output {written} records")
+        if now - started > timeout_s:
+            raise HarnessError(_timeout_message(timeout_s, consumed, end, written, watch, app))
+        code = app.poll()
+        if code is not None and code != 0:
+            own_crashes += 1
+            if written == 0 or own_crashes >= OWN_CRASHES:
+                raise HarnessError(f"the app exited with code {code} by itself (not killed by "
+                                   f"the harness; {own_crashes} time(s)) after writing "
+                                   f"{written} output records. Its last lines:\n{app.tail()}")
+            app.start()  # as a supervisor would: it has worked before
+            result.restarts += 1
+            continue
+        if faults and code is None and now >= due:
+            if faults.pop(0) == "app":
+                t0 = time.monotonic()
+                app.kill()
+                result.kills += 1
+                app.start()
+                result.restarts += 1
+                result.restart_s.append(round(time.monotonic() - t0, 4))
+            else:
+                progress(f"torture: SIGKILL the broker ({result.broker_kills + 1}/{broker_kills})")
+                history.append(app.history, "broker-killed")
+                cluster.kill()
+                cluster.restart()
+                result.broker_kills += 1
+                history.append(app.history, "broker-restarted")
+            due = time.monotonic() + rng.uniform(*kill_after_s)
+            quiet = _Quiet()
+            continue
+        if code == 0:  # the app finished by itself: no process left to fault
+            if written == 0 and consumed == 0:
+                raise HarnessError(f"the app exited (code 0) without consuming {watch.input} "
+                                   f"or writing to {watch.output}: it must read "
+                                   f"${ENV_INPUT} and write ${ENV_OUTPUT}. Its last "
+                                   f"lines:\n{app.tail()}")
+            if faults:
+                result.notes.append(
+                    f"the app finished after {result.kills} of {kills} kill(s) and "
+                    f"{result.broker_kills} of {broker_kills} broker kill(s): give it more "
+                    "input (--input) or kill sooner so every fault lands")
+                faults.clear()
+            if quiet.still(written, QUIET_S):
+                return
+        elif not faults:
+            if consumed >= end and quiet.still(written, QUIET_S):
+                return
+            if written and consumed == 0 and quiet.still(written, IDLE_S):
+                result.notes.append(f"the input was not consumed by group {watch.group} "
+                                    f"({consumed}/{end} offsets committed), but the output has "
+                                    f"been quiet for {IDLE_S:.0f} s: audited as it is")
+                return
+        quiet.still(written, 0)
+        time.sleep(0.1)
+
+
+def _timeout_message(timeout_s: float, consumed: int, end: int, written: int,
+                     watch: "_Watch", app: "_App") -> str:
+    if written == 0 and consumed == 0:
+        what = (f"the input was not consumed within {timeout_s:.0f} s: the app wrote nothing "
+                f"to {watch.output} and group {watch.group} committed no offsets on "
+                f"{watch.input}. Does it read ${ENV_INPUT} and write ${ENV_OUTPUT} "
+                f"(at ${ENV_BOOTSTRAP})?")
+    elif consumed < end:
+        what = (f"the input was not consumed within {timeout_s:.0f} s: group {watch.group} "
+                f"committed {consumed} of {end} offsets; the output has {written} records. "
+                "A slow app needs a longer --timeout; a stuck one, a look at its log")
+    else:
+        what = (f"the output {watch.output} did not go quiet within {timeout_s:.0f} s "
+                f"({written} records so far): does the app write more than once per input?")
+    return f"{what}\nThe app's last lines:\n{app.tail()}"
+
+
+class _Quiet:
+    """Has a number stayed the same for a while? (the output's size, sampled)"""
+
+    def __init__(self) -> None:
+        self.value: int | None = None
+        self.since = time.monotonic()
+
+    def still(self, value: int, for_s: float) -> bool:
+        if value != self.value:
+            self.value, self.since = value, time.monotonic()
+        return time.monotonic() - self.since >= for_s
+
+
+class _Watch:
+    """Progress as Kafka shows it: the group's committed offsets on the input, the input's
+    end, the output's size (high watermark, open transactions included)."""
+
+    def __init__(self, bootstrap: str, input_topic: str, output_topic: str, group: str):
+        self.input, self.output, self.group = input_topic, output_topic, group
+        # Same group id as the app, but this consumer never subscribes or commits: it only
+        # asks the coordinator for the committed offsets, which does not join the group.
+        self.consumer = Consumer(client_config({
+            "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            "log_level": 0}))  # connection-refused noise while a broker restarts
+        self.in_parts = [TopicPartition(input_topic, p)
+                         for p in topics.partitions_of(bootstrap, input_topic)]
+        self.out_parts = [TopicPartition(output_topic, p)
+                          for p in topics.partitions_of(bootstrap, output_topic)]
+        self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
+        self.next_at = 0.0
+
+    def _end(self, tp: TopicPartition) -> int:
+        return self.consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1]
+
+    def sample(self) -> tuple[int, int, int]:
+        """(offsets committed, input end, output records); at most twice a second, and the
+        last answer while the broker cannot say (it may be restarting)."""
+        if time.monotonic() < self.next_at:
+            return self.last
+        self.next_at = time.monotonic() + 0.5
+        try:
+            committed = sum(max(tp.offset, 0) for tp in
+                            self.consumer.committed(self.in_parts, timeout=2))
+            self.last = (committed, self.last[1], sum(self._end(tp) for tp in self.out_parts))
+        except Exception:  # KafkaException / timeouts during a broker restart
+            pass
+        return self.last
+
+    def __enter__(self) -> "_Watch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.consumer.close()
+
+
+class _App:
+    """The command under test: one process group per start, its output in a log file per
+    start. Every path out of the harness (done, error, Ctrl-C) kills the whole group."""
+
+    def __init__(self, command: list[str], env: dict[str, str], run_dir: Path):
+        self.command, self.env, self.run_dir = command, env, run_dir
+        self.history = run_dir / "history.jsonl"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.run_dir / f"app-{self.starts}.log"
+        with open(log, "wb") as out:
+            try:
+                # A session of its own: SIGKILL reaches every process the command started
+                # (a shell's java, a script's workers), not only the first one.
+                self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
+                                             stderr=subprocess.STDOUT, env=self.env,
+                                             start_new_session=True,
+                                             preexec_fn=lab.die_with_owner())
+            except OSError as exc:
+                raise HarnessError(f"cannot start {self.command[0]!r}: {exc}") from None
+        history.append(self.history, "started", attempt=self.starts, pid=self.proc.pid)
+
+    def poll(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: nothing is flushed, closed or committed."""
+        self._signal_group(signal.SIGKILL)
+        self.proc.wait()
+        history.append(self.history, "killed", attempt=self.starts)
+
+    def stop(self) -> None:
+        """SIGTERM the group (a chance to close cleanly), SIGKILL whatever is left."""
+        if self.proc is None:
+            return
+        self._signal_group(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        self._signal_group(signal.SIGKILL)  # also the group's other members, if any
+        self.proc.wait()
+        history.append(self.history, "stopped", attempt=self.starts, code=self.proc.returncode)
+        self.proc = None
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)  # its pgid is its pid (a new session)
+        except ProcessLookupError:
+            pass  # the whole group has already gone
+
+    def tail(self) -> str:
+        log = self.run_dir / f"app-{self.starts}.log"
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
+        return "\n".join(f"  | {line}" for line in lines) or "  | (no output)"
+
+    def __enter__(self) -> "_App":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- the audit
+
+
+def _audit(bootstrap: str, output: str, inputs: list[dict], check: str) -> AuditReport:
+    """The existing checkers on the output topic, after checking it follows the contract."""
+    try:
+        records = topics.read(bootstrap, output, isolation="read_committed")
+    except ValueError as exc:  # json.JSONDecodeError: a value that is not JSON
+        raise HarnessError(f"output records must be JSON objects (the input's, with its id "
+                           f"kept); reading {output} failed: {exc}") from None
+    field_name = "id" if check == "records" else "count"
+    for r in records:
+        if not isinstance(r.value, dict) or field_name not in r.value:
+            raise HarnessError(
+                f"output records must be JSON objects with {field_name!r} "
+                + ("(the input record's id, kept)" if check == "records" else
+                   "(the count so far for the record's key)")
+                + f"; this one (partition {r.partition}, offset {r.offset}, key {r.key!r}) "
+                f"has none: {json.dumps(r.value)[:300]}")
+    if check == "records":
+        return audit.audit_topic(bootstrap, output, inputs, SCENARIO, GUARANTEE)
+    report = audit.check_counts(SCENARIO, GUARANTEE, len(inputs), audit.expected_counts(inputs),
+                                audit.last_value_per_key(records, "count"))
+    everything = topics.read(bootstrap, output, isolation="read_uncommitted")
+    report.aborted_in_log = len(everything) - len(records)
+    return report
