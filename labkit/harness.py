@@ -25,6 +25,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -446,3 +447,13 @@ def _audit(bootstrap: str, output: str, inputs: list[dict], check: str) -> Audit
     everything = topics.read(bootstrap, output, isolation="read_uncommitted")
     report.aborted_in_log = len(everything) - len(records)
     return report
+
+
+if __name__ == "__main__":
+    # `python -m labkit.harness copier`: the copier as a command line for `labkit torture`
+    # (exec, so the harness's SIGKILL hits the JVM itself, not a Python parent).
+    if sys.argv[1:] != ["copier"]:
+        sys.exit("usage: python -m labkit.harness copier   (Kafka's TransactionalMessageCopier, "
+                 "configured from the LABKIT_* environment that `labkit torture` sets)")
+    cmd = copier_command()
+    os.execvp(cmd[0], cmd)

@@ -1,0 +1,169 @@
+"""`labkit torture` on apps the lab did not write: a correct transactional app stays exact
+under kills, a commit-before-flush app loses records, Kafka's own Java copier stays exact;
+bad input gets a clear message and leaves no process behind."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from labkit import harness
+from labkit.audit import REPORT_KEYS
+from labkit.cli import app
+from labkit.paths import project_root
+
+LABKIT = Path(sys.executable).with_name("labkit")
+APPS = project_root() / "examples" / "torture"
+EXACT = [sys.executable, str(APPS / "exactly_once_app.py"), "--work-ms", "5"]
+COMMIT_FIRST = [sys.executable, str(APPS / "commit_first_app.py"), "--work-ms", "5"]
+
+
+def torture_processes() -> list[str]:
+    """Processes the harness started in this test run that are still alive: they carry the
+    contract's environment and this run's LABKIT_HOME (so a lab elsewhere is not counted)."""
+    home = os.environ.get("LABKIT_HOME")
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            env = proc.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if harness.ENV_TRANSACTIONAL_ID in env and env.get("LABKIT_HOME") == home:
+            found.append(" ".join(proc.info["cmdline"] or [])[:120])
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    yield
+    deadline = time.monotonic() + 2  # a killed process may take a moment to be reaped
+    while torture_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert torture_processes() == []
+
+
+def test_a_transactional_app_is_exactly_once_under_kills(cluster):
+    result = harness.torture(EXACT, input=300, kills=3, seed=1, cluster=cluster)
+    assert (result.kills, result.restarts) == (3, 3)
+    assert result.verdict == "exactly once", result.summary()
+    r = result.report
+    assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (300, 300, 0, 0)
+    assert result.anomalies() == {}
+    assert len(result.restart_s) == 3
+    events = [json.loads(line)["kind"] for line in
+              (Path(result.run_dir) / "history.jsonl").read_text().splitlines()]
+    assert events.count("killed") == 3 and events.count("started") == 4
+
+
+def test_commit_before_flush_is_caught(cluster):
+    result = harness.torture(COMMIT_FIRST, input=300, kills=3, seed=1, cluster=cluster)
+    assert result.kills == 3
+    assert result.report.lost > 0 and result.report.duplicated == 0, result.summary()
+    assert result.verdict == "at most once"
+    lost = result.anomalies()["lost-write"]
+    assert lost["count"] == result.report.lost and lost["examples"][0].startswith("r-")
+
+
+def test_cli_json_has_the_scenario_keys_and_the_harness_keys(bootstrap):
+    env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
+    out = subprocess.run([str(LABKIT), "torture", "--input", "100", "--kills", "1", "--seed", "2",
+                          "--json", "--", *EXACT], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert list(d)[:len(REPORT_KEYS)] == list(REPORT_KEYS)
+    assert {"kills", "restarts", "anomalies", "verdict", "seconds"} <= set(d)
+    assert (d["verdict"], d["kills"], d["anomalies"], d["produced"]) == ("exactly once", 1, {}, 100)
+
+
+def test_kafkas_own_transactional_copier_is_exactly_once_under_8_kills(cluster):
+    result = harness.torture(harness.copier_command(), input=10_000, kills=8, seed=1,
+                             timeout_s=240, cluster=cluster)
+    assert result.kills == 8, result.notes
+    assert result.verdict == "exactly once", result.summary()
+    assert result.report.delivered_unique == 10_000
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_no_command():
+    result = CliRunner().invoke(app, ["torture", "--kills", "1"])
+    assert result.exit_code == 2
+    assert "no command to torture" in result.output and "after `--`" in result.output
+
+
+def test_a_command_that_does_not_exist():
+    with pytest.raises(harness.HarnessError, match="command not found: 'no-such-app'"):
+        harness.torture(["no-such-app"])
+
+
+def test_a_command_that_exits_at_once(cluster):
+    crash = [sys.executable, "-c", "import sys; print('boom: no config file'); sys.exit(3)"]
+    with pytest.raises(harness.HarnessError, match=r"exited with code 3 by itself[\s\S]*boom"):
+        harness.torture(crash, input=10, kills=2, cluster=cluster)
+
+
+def test_an_app_that_never_reads_its_input_and_its_children_are_stopped(cluster):
+    # A shell whose background child would outlive a SIGKILL of the shell alone: the
+    # harness kills the whole process group, at each kill and at the end.
+    idle = ["sh", "-c", "sleep 3141.5 & sleep 2718.5"]
+    with pytest.raises(harness.HarnessError, match="input was not consumed within 6 s") as exc:
+        harness.torture(idle, input=10, kills=2, kill_after_s=(0.5, 1.0), timeout_s=6,
+                        cluster=cluster)
+    assert "$LABKIT_INPUT_TOPIC" in str(exc.value)
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if "3141.5" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_an_app_that_writes_records_without_id(cluster, tmp_path):
+    # It consumes everything (auto-commit) and writes what it read minus the id.
+    script = tmp_path / "drops_ids.py"
+    script.write_text(textwrap.dedent("""
+        import json, os
+        from confluent_kafka import Consumer, Producer
+        env = os.environ
+        c = Consumer({"bootstrap.servers": env["LABKIT_BOOTSTRAP"],
+                      "group.id": env["LABKIT_GROUP_ID"], "auto.offset.reset": "earliest",
+                      "auto.commit.interval.ms": 100})
+        p = Producer({"bootstrap.servers": env["LABKIT_BOOTSTRAP"]})
+        c.subscribe([env["LABKIT_INPUT_TOPIC"]])
+        while True:
+            for m in c.consume(100, timeout=0.2):
+                record = json.loads(m.value())
+                record.pop("id")
+                p.produce(env["LABKIT_OUTPUT_TOPIC"], json.dumps(record).encode())
+            p.flush()
+    """))
+    with pytest.raises(harness.HarnessError,
+                       match=r"JSON objects with 'id'.*offset 0.*has none: \{\"amount_cents\""):
+        harness.torture([sys.executable, str(script)], input=20, kills=0, cluster=cluster)
+
+
+def test_an_unreachable_broker():
+    env = {**os.environ, "LABKIT_BOOTSTRAP": "127.0.0.1:1"}
+    out = subprocess.run([str(LABKIT), "torture", "--", *EXACT], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 2
+    assert "127.0.0.1:1 is not reachable" in out.stderr
+
+
+def test_broker_kills_need_the_labs_own_cluster(bootstrap, monkeypatch):
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    result = CliRunner().invoke(app, ["torture", "--broker-kills", "1", "--", *EXACT])
+    assert result.exit_code == 2
+    assert "needs the lab's own local cluster" in result.output
+    assert "Unset LABKIT_BOOTSTRAP" in result.output
+
+
+def test_a_bad_kill_window():
+    result = CliRunner().invoke(app, ["torture", "--kill-after", "soon", "--", *EXACT])
+    assert result.exit_code == 2 and "--kill-after must be MIN,MAX seconds" in result.output
