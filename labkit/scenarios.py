@@ -182,8 +182,9 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
     ``isolation`` is how the audited downstream consumer reads the output.
 
-    ``watch(topics)`` is called with the topic names once they exist and its context is held
-    while the worker runs: a notebook passes a live dashboard factory here, e.g.
+    ``watch(topics)`` is called with the topic names once they exist (and "history": the
+    path of the run's history file) and its context is held while the workers run: a
+    notebook passes a live dashboard factory here, e.g.
     ``watch=lambda t: Dashboard(bootstrap, t["output"])``.
 
     ``inputs`` replaces the generated records (e.g. ``data.load_csv("payments")``: each
@@ -228,7 +229,8 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
 
     used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     try:
-        with _proxy(bootstrap, spec) as proxy, (watch(dict(used)) if watch else nullcontext()):
+        watched = {**used, "history": str(history_file)}  # a live view may follow the workers
+        with _proxy(bootstrap, spec) as proxy, (watch(watched) if watch else nullcontext()):
             for member in members:
                 member["bootstrap"] = proxy.bootstrap if proxy else bootstrap
             result = run_workers(scenario.worker, members, crash_at=crash_at, hit=hit,
