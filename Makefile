@@ -27,6 +27,8 @@ test-deps:
 
 lab: setup
 	$(BIN)/labkit up
+	@# no "official Jupyter news?" prompt in a room of learners (the setting lives in .venv)
+	$(BIN)/jupyter labextension disable --level=sys_prefix "@jupyterlab/apputils-extension:announcements" >/dev/null 2>&1
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks $(ALLOW_ROOT)
 
 test: setup test-deps
