@@ -64,7 +64,8 @@ def test_a_transactional_app_is_exactly_once_under_kills(cluster):
 
 
 def test_commit_before_flush_is_caught(cluster):
-    result = harness.torture(COMMIT_FIRST, input=300, kills=3, seed=1, cluster=cluster)
+    # 600 records take the app ~3 s of work: the seeded kills land while it works.
+    result = harness.torture(COMMIT_FIRST, input=600, kills=3, seed=1, cluster=cluster)
     assert result.kills == 3
     assert result.report.lost > 0 and result.report.duplicated == 0, result.summary()
     assert result.verdict == "at most once"
@@ -167,3 +168,42 @@ def test_broker_kills_need_the_labs_own_cluster(bootstrap, monkeypatch):
 def test_a_bad_kill_window():
     result = CliRunner().invoke(app, ["torture", "--kill-after", "soon", "--", *EXACT])
     assert result.exit_code == 2 and "--kill-after must be MIN,MAX seconds" in result.output
+
+
+COUNTING_APP = textwrap.dedent("""
+    # A running count per key kept only in memory, input offsets committed as it goes: a
+    # restart forgets the counts of everything already committed.
+    import json, os, time
+    from confluent_kafka import Consumer, Producer
+    env = os.environ
+    c = Consumer({"bootstrap.servers": env["LABKIT_BOOTSTRAP"], "group.id": env["LABKIT_GROUP_ID"],
+                  "group.instance.id": "counter-1",  # a restart need not wait out the dead one
+                  "auto.offset.reset": "earliest", "auto.commit.interval.ms": 100})
+    p = Producer({"bootstrap.servers": env["LABKIT_BOOTSTRAP"]})
+    c.subscribe([env["LABKIT_INPUT_TOPIC"]])
+    counts = {}
+    while True:
+        for m in c.consume(10, timeout=0.2):
+            key = json.loads(m.value())["key"]
+            counts[key] = counts.get(key, 0) + 1
+            time.sleep(0.01)
+            p.produce(env["LABKIT_OUTPUT_TOPIC"], json.dumps({"key": key, "count": counts[key]}))
+        p.flush()
+""")
+
+
+@pytest.mark.parametrize("kills", [0, 1])
+def test_counts_are_compared_with_a_recount_of_the_input(cluster, tmp_path, kills):
+    script = tmp_path / "count.py"
+    script.write_text(COUNTING_APP)
+    # 300 records take the app ~3 s: a kill 1.5-2 s after its start lands while it counts.
+    result = harness.torture([sys.executable, str(script)], input=300, kills=kills, seed=4,
+                             check="counts", kill_after_s=(1.5, 2.0), cluster=cluster)
+    r = result.report
+    assert sum(r.state_expected.values()) == 300  # the recount of the input
+    if kills == 0:
+        assert (result.verdict, r.lost, r.state_actual) == ("exactly once", 0, r.state_expected)
+    else:  # the restart forgot the counts so far: every key ends short
+        assert result.kills == 1 and r.lost > 0 and r.duplicated == 0, result.summary()
+        assert result.verdict == "at most once"
+        assert "lost-write" in result.anomalies() and "state-drift" in result.anomalies()
