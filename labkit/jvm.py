@@ -1,7 +1,8 @@
 """The JVM side of the lab: check Java and Maven, resolve the pinned jars from Maven Central.
 
 ``jvm/pom.xml`` pins the Kafka broker and Spark's Kafka connector. ``classpath("kafka")``
-returns the broker's jars, ``classpath("spark")`` the connector's, resolving them with
+returns the broker's jars, ``classpath("spark")`` the connector's, ``classpath("tools")``
+kafka-tools (Kafka's TransactionalMessageCopier, for ``labkit torture``), resolving them with
 ``mvn`` into ``.cache/`` the first time (with a progress line) and reusing them after.
 """
 from __future__ import annotations
