@@ -178,6 +178,8 @@ def torture(
     seed: int = typer.Option(0, "--seed", help="seeds the input and the kill times"),
     broker_kills: int = typer.Option(0, "--broker-kills",
                                      help="SIGKILL + restart the lab broker (local lab only)"),
+    fault: str = typer.Option(None, "--fault",
+                              help="a network fault between app and broker, e.g. drop-ack:produce:3"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds for the whole run"),
     check: str = typer.Option("records", "--check",
                               help="records (output keeps input ids) | counts (a count per key)"),
@@ -203,7 +205,7 @@ def torture(
     try:
         result = harness.torture(command or [], input=records, kills=kills, seed=seed,
                                  broker_kills=broker_kills, timeout_s=timeout, check=check,
-                                 kill_after_s=window)
+                                 kill_after_s=window, fault=fault)
     except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(result.to_json() if as_json else result.summary())

@@ -29,6 +29,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from labkit import audit, data, history, topics
 from labkit import cluster as lab
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
+from labkit.faults import proxy as proxy_mod
 from labkit.paths import lab_home
 from labkit.progress import status
 
@@ -75,6 +77,7 @@ class TortureResult:
     run_dir: str = ""  # the app's logs (one per start) and the run's history
     restart_s: list[float] = field(default_factory=list)  # SIGKILL sent -> app running again
     notes: list[str] = field(default_factory=list)  # e.g. the app finished before every kill
+    fault_stats: dict | None = None  # the fault proxy's counters (with ``fault``)
 
     @property
     def verdict(self) -> str:
@@ -91,7 +94,7 @@ class TortureResult:
         return {**d, "kills": self.kills, "restarts": self.restarts,
                 "broker_kills": self.broker_kills, "seconds": self.seconds,
                 "command": self.command, "seed": self.seed, "run_dir": self.run_dir,
-                "notes": self.notes}
+                "notes": self.notes, "fault_stats": self.fault_stats}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -113,13 +116,15 @@ class TortureResult:
 
 def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: int = 0,
             broker_kills: int = 0, timeout_s: float = 120.0, check: str = "records",
-            kill_after_s: tuple[float, float] = (1.0, 4.0),
+            kill_after_s: tuple[float, float] = (1.0, 4.0), fault: str | None = None,
             cluster: lab.Cluster | None = None) -> TortureResult:
     """Run ``command`` as the pipeline under test, kill it ``kills`` times (each a seeded
     random ``kill_after_s`` after the previous fault), and audit its output.
 
     ``broker_kills`` SIGKILLs and restarts the lab's own broker that often, interleaved with
-    the app's kills (only with a local lab cluster). ``cluster`` defaults to
+    the app's kills (only with a local lab cluster). ``fault`` (a labkit.faults.proxy spec,
+    e.g. "drop-ack:produce:3") puts the fault proxy between the app and the broker; the
+    harness itself talks to the broker directly. ``cluster`` defaults to
     ``labkit.cluster.ensure()``. Raises HarnessError when the run cannot be judged.
     """
     command = _checked_command(command)
@@ -130,6 +135,11 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     if check not in CHECKS:
         raise HarnessError(f"unknown check {check!r}: use 'records' (output records keep the "
                            "input's id) or 'counts' (output records carry a count per key)")
+    if fault is not None:
+        try:
+            proxy_mod.parse_fault_spec(fault)
+        except ValueError as exc:
+            raise HarnessError(str(exc)) from None
     low, high = kill_after_s
     if not 0 < low <= high:
         raise HarnessError(f"kill_after_s must be (min, max) seconds with 0 < min <= max, "
@@ -148,20 +158,23 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     inputs = data.generate(input, seed=seed)
     data.load_into_topic(cluster.bootstrap, names[ENV_INPUT], inputs)
     topics.create(cluster.bootstrap, names[ENV_OUTPUT])
-    env = {**os.environ, ENV_BOOTSTRAP: cluster.bootstrap, **names,
-           history.ENV_FILE: str(run_dir / "history.jsonl")}
     result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
                            run_dir=str(run_dir))
     started = time.monotonic()
     with status(f"torture: {shlex.join(command)}") as progress, \
-            _App(command, env, run_dir) as app, \
+            (proxy_mod.FaultProxy(cluster.bootstrap, fault) if fault else nullcontext()) as proxy, \
+            _App(command, {**os.environ, **names, history.ENV_FILE: str(run_dir / "history.jsonl"),
+                           ENV_BOOTSTRAP: proxy.bootstrap if proxy else cluster.bootstrap},
+                 run_dir) as app, \
             _Watch(cluster.bootstrap, names[ENV_INPUT], names[ENV_OUTPUT],
                    names[ENV_GROUP]) as watch:
         _supervise(app, watch, cluster, result, kills=kills, broker_kills=broker_kills,
                    kill_after_s=kill_after_s, timeout_s=timeout_s, seed=seed,
                    progress=progress, started=started)
         app.stop()
+        result.fault_stats = proxy.stats() if proxy else None
     result.report = _audit(cluster.bootstrap, names[ENV_OUTPUT], inputs, check)
+    result.report.fault = fault
     result.seconds = round(time.monotonic() - started, 2)
     return result
 

@@ -207,3 +207,18 @@ def test_counts_are_compared_with_a_recount_of_the_input(cluster, tmp_path, kill
         assert result.kills == 1 and r.lost > 0 and r.duplicated == 0, result.summary()
         assert result.verdict == "at most once"
         assert "lost-write" in result.anomalies() and "state-drift" in result.anomalies()
+
+
+def test_a_network_fault_between_the_app_and_the_broker(cluster):
+    # The 2nd Produce reaches the log but its ack is dropped: the app's producer retries,
+    # and its idempotence (transactions imply it) keeps the log free of the copy.
+    result = harness.torture(EXACT, input=100, kills=1, seed=5, fault="drop-ack:produce:2",
+                             cluster=cluster)
+    assert result.report.fault == "drop-ack:produce:2"
+    assert result.fault_stats["responses_dropped"] == 1  # the fault did fire
+    assert (result.kills, result.verdict) == (1, "exactly once"), result.summary()
+
+
+def test_a_bad_fault_spec_lists_the_forms():
+    with pytest.raises(harness.HarnessError, match="drop-ack:produce:N"):
+        harness.torture(EXACT, fault="explode:now")
