@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import typer
 
@@ -127,6 +128,8 @@ def scenario(
                                        help="classic | consumer (KIP-848)"),
     fencing: str = typer.Option(None, "--fencing",
                                 help="zombie-rebalance only: group (KIP-447, default) | none"),
+    trace: Path = typer.Option(None, "--trace",
+                               help="write the workers' Kafka requests to this file (JSON lines)"),
     as_json: bool = typer.Option(False, "--json", help="print the audit as one JSON object"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit."""
@@ -136,6 +139,8 @@ def scenario(
         typer.echo(f"note: {instances} instances share {partitions} partition(s): "
                    f"{instances - partitions} instance(s) will stay idle", err=True)
     group = {"instances": instances, "partitions": partitions, "group_protocol": group_protocol}
+    if trace is not None:
+        group["trace"] = trace
     try:
         if name == scenarios.ZOMBIE:
             if (instances, partitions) != (1, 1) or crash_at or fault:

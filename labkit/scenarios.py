@@ -16,10 +16,11 @@ rebalances move partitions between them, and the audit must stay exact all the s
 from __future__ import annotations
 
 import inspect
+import json
 import shutil
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,6 +162,9 @@ def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | Non
         if fault:
             raise ValueError(f"network faults are not available for the Spark scenario {name!r}; "
                              "use --crash-at")
+        if options.get("trace"):
+            raise ValueError(f"--trace records Kafka scenarios' workers; the Spark scenario "
+                             f"{name!r} talks to Kafka from its JVM")
         if options.get("instances", 1) != 1 or options.get("partitions", 1) != 1:
             raise ValueError(f"the Spark scenario {name!r} runs one query over one partition; "
                              "--instances and --partitions apply to the Kafka scenarios")
@@ -178,7 +182,7 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
                  watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
                  inputs: list[dict] | None = None, instances: int = 1, partitions: int = 1,
                  group_protocol: str = "classic", crash_instance: int = 0,
-                 kills: int = 0) -> ScenarioRun:
+                 kills: int = 0, trace: str | Path | None = None) -> ScenarioRun:
     """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
     ``isolation`` is how the audited downstream consumer reads the output.
 
@@ -192,7 +196,11 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
 
     ``instances`` workers join one consumer group (``group_protocol`` classic or consumer)
     over an input of ``partitions`` partitions; the crash fires in ``crash_instance``, which
-    is also SIGKILLed ``kills`` times at random times (seeded by ``seed``)."""
+    is also SIGKILLed ``kills`` times at random times (seeded by ``seed``).
+
+    ``trace``: a file to write the workers' Kafka protocol exchanges to, one JSON object per
+    request (``api``, ``version``, ``client_id``, ``correlation_id``, ``error``, ``ms``, ...),
+    captured by the fault proxy the workers then talk through."""
     scenario = _scenario(name)
     _guarantee(guarantee)
     _instances(scenario, instances, partitions, crash_instance)
@@ -230,7 +238,8 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     try:
         watched = {**used, "history": str(history_file)}  # a live view may follow the workers
-        with _proxy(bootstrap, spec) as proxy, (watch(watched) if watch else nullcontext()):
+        with _tracer(trace) as recorder, _proxy(bootstrap, spec, recorder) as proxy, \
+                (watch(watched) if watch else nullcontext()):
             for member in members:
                 member["bootstrap"] = proxy.bootstrap if proxy else bootstrap
             result = run_workers(scenario.worker, members, crash_at=crash_at, hit=hit,
@@ -362,12 +371,22 @@ def _audit(scenario: Scenario, bootstrap: str, t: dict[str, str], workdir: Path,
                              state_field="count" if scenario.stateful else None)
 
 
-def _proxy(bootstrap: str, spec):
-    if spec is None:
+def _proxy(bootstrap: str, spec, recorder: Callable[[dict], None] | None = None):
+    if spec is None and recorder is None:
         return nullcontext(None)
     from labkit.faults.proxy import FaultProxy
 
-    return FaultProxy(bootstrap, fault=spec)
+    return FaultProxy(bootstrap, fault=spec, trace=recorder)
+
+
+@contextmanager
+def _tracer(path: str | Path | None):
+    """A recorder writing each exchange as a JSON line to ``path`` (None: no recorder)."""
+    if path is None:
+        yield None
+        return
+    with open(path, "w", encoding="utf-8") as out:
+        yield lambda entry: out.write(json.dumps(entry) + "\n")
 
 
 def _ensure_bootstrap() -> str:

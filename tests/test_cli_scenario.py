@@ -99,3 +99,30 @@ def test_more_instances_than_partitions_runs_and_says_some_stay_idle(bootstrap, 
     assert "1 instance(s) will stay idle" in result.stderr
     report = json.loads(result.stdout)
     assert (report["produced"], report["lost"], report["duplicated"]) == (30, 0, 0)
+
+
+def test_trace_writes_the_workers_protocol_exchanges_in_order(bootstrap, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
+    out = subprocess.run(
+        [str(LABKIT), "scenario", "consume-transform-produce", "--guarantee", "exactly_once",
+         "--trace", str(trace), "--records", "20", "--json"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["verdict"] == "exactly once"
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert all({"api", "version", "client_id", "correlation_id", "error", "ms"} <= set(r)
+               for r in rows)
+    apis = [r["api"] for r in rows]
+    # one transaction, in protocol order, each step after the one before it
+    order = ["InitProducerId", "AddPartitionsToTxn", "Produce", "AddOffsetsToTxn",
+             "TxnOffsetCommit", "EndTxn"]
+    at = -1
+    for api in order:
+        assert api in apis[at + 1:], (api, apis)
+        at = apis.index(api, at + 1)
+    # librdkafka speaks the classic transaction protocol: the epoch stays flat per transaction
+    epochs = {r["producer_epoch"] for r in rows if r["api"] == "EndTxn"}
+    assert len([r for r in rows if r["api"] == "EndTxn"]) >= 2 and len(epochs) == 1, epochs
+    # (JoinGroup's MEMBER_ID_REQUIRED and a coordinator still loading are normal on the way)
+    assert not [r for r in rows if r["error"] and r["api"] in order], rows

@@ -25,6 +25,8 @@ import random
 import socket
 import struct
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.index import load_response_schema
@@ -206,8 +208,11 @@ class FaultProxy:
     """Listens on 127.0.0.1 (one port per broker) and forwards to ``upstream_bootstrap``."""
 
     def __init__(self, upstream_bootstrap: str, fault: FaultSpec | str | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, trace: Callable[[dict], None] | None = None) -> None:
+        """``trace`` is called with every request/response exchange as plain data
+        (``protocol.describe_exchange`` plus ``ms``, the broker's answer time, and ``t``)."""
         self.upstream_bootstrap = upstream_bootstrap
+        self._trace = trace
         self.bootstrap = ""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -420,7 +425,9 @@ class FaultProxy:
                 await asyncio.sleep(due - loop.time())
             answered = protocol.expects_response(payload)
             if answered:  # registered before sending, so the response always finds it
-                link.pending.append((info, action))
+                link.pending.append((info, action, payload if self._trace else None, time.time()))
+            elif self._trace:
+                self._record(payload, None, time.time(), dropped=action == "drop")
             _write_frame(link.upstream, payload)
             await link.upstream.drain()
             if action == "drop" and not answered:
@@ -434,7 +441,9 @@ class FaultProxy:
             correlation_id = protocol.peek_correlation_id(payload)
             if not link.pending:
                 raise protocol.ProtocolError(f"unrequested response (correlation id {correlation_id})")
-            info, action = link.pending.popleft()
+            info, action, request, sent = link.pending.popleft()
+            if request is not None:
+                self._record(request, payload, sent, dropped=action == "drop")
             if info.correlation_id != correlation_id:
                 raise protocol.ProtocolError(
                     f"response for correlation id {correlation_id} where {info.correlation_id} "
@@ -446,6 +455,16 @@ class FaultProxy:
                 payload = await self._rewrite(payload, info)
             _write_frame(link.client, payload)
             await link.client.drain()
+
+    def _record(self, request: bytes, response: bytes | None, sent: float, dropped: bool) -> None:
+        entry = protocol.describe_exchange(request, response)
+        entry.update(ms=round((time.time() - sent) * 1000, 2), t=round(sent, 4))
+        if dropped:
+            entry["dropped"] = True
+        try:
+            self._trace(entry)
+        except Exception as exc:  # a broken recorder must not break the client's traffic
+            log.error("fault proxy: trace recorder failed: %s", exc)
 
     async def _rewrite(self, payload: bytes, info: protocol.RequestInfo) -> bytes:
         """Point every broker address in a response at the proxy; untouched bytes otherwise."""
