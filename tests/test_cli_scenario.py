@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from labkit.audit import REPORT_KEYS
 from labkit.cli import app
+from labkit.widgets.sequence import sequence_picture, steps
 
 LABKIT = Path(sys.executable).with_name("labkit")
 
@@ -126,3 +127,8 @@ def test_trace_writes_the_workers_protocol_exchanges_in_order(bootstrap, tmp_pat
     assert len([r for r in rows if r["api"] == "EndTxn"]) >= 2 and len(epochs) == 1, epochs
     # (JoinGroup's MEMBER_ID_REQUIRED and a coordinator still loading are normal on the way)
     assert not [r for r in rows if r["error"] and r["api"] in order], rows
+    # the sequence diagram is drawn from exactly that: one transaction, as sent
+    first = steps(rows)
+    assert first[0]["api"] == "InitProducerId" and first[-1]["api"] == "EndTxn"
+    assert [r["api"] for r in first if r["api"] != "Produce"] == [a for a in order if a != "Produce"]
+    assert sequence_picture(first).png.startswith(b"\x89PNG")

@@ -46,6 +46,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("read_for(committed_reader, 1.5)", "read_committed   got: ['t1-debit', 't3-debit']"),
         ("the hanging app wakes up", "_FENCED"),
         ("tail.assign(", "ABORT  hanging app               1"),
+        ("print(\" -> \".join(f\"{r['api']}", "AddOffsetsToTxn v0 -> TxnOffsetCommit v3 -> EndTxn v1"),
+        ("print(\" -> \".join(f\"{r['api']}", "every request that carries one: [0]"),
     ],
     "05_consume_transform_produce": [
         ("print(one.report.summary())", "markers in the output log: COMMIT ABORT COMMIT COMMIT COMMIT"),
