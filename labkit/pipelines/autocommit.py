@@ -54,6 +54,9 @@ def trace(bootstrap: str, topic: str, polls: int = 5, batch_size: int = 10,
         "enable.auto.commit": True, "auto.commit.interval.ms": interval_ms,
         "enable.auto.offset.store": store == "on-poll", "auto.offset.reset": "earliest",
     })
+    # A fixed assignment, not a group subscription (the other pipelines subscribe): this
+    # lesson reads the committed offset between polls, timer tick by timer tick, and a
+    # rebalance landing between two polls would commit on its own and blur what it shows.
     consumer.assign([TopicPartition(topic, 0, committed_offsets(consumer, topic, [0])[0])])
     steps: list[PollStep] = []
     processed = -1
