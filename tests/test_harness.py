@@ -51,11 +51,12 @@ def no_process_left_behind():
 
 
 def test_a_transactional_app_is_exactly_once_under_kills(cluster):
-    result = harness.torture(EXACT, input=300, kills=3, seed=1, cluster=cluster)
+    # 600 records take the app ~3 s of work: the seeded kills land while it works.
+    result = harness.torture(EXACT, input=600, kills=3, seed=1, cluster=cluster)
     assert (result.kills, result.restarts) == (3, 3)
     assert result.verdict == "exactly once", result.summary()
     r = result.report
-    assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (300, 300, 0, 0)
+    assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (600, 600, 0, 0)
     assert result.anomalies() == {}
     assert len(result.restart_s) == 3
     events = [json.loads(line)["kind"] for line in
