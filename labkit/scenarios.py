@@ -32,7 +32,7 @@ from labkit.faults import crashpoints
 from labkit.faults.runner import RunResult, run_workers, run_zombie
 from labkit.paths import lab_home
 from labkit.pipelines import consumer, ctp, producer, running_count
-from labkit.pipelines.group import GROUP_PROTOCOLS, check_group_protocol
+from labkit.pipelines.group import check_group_protocol
 from labkit.pipelines.guarantee import GUARANTEES
 from labkit.topics import ISOLATION_LEVELS
 
