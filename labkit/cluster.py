@@ -192,6 +192,18 @@ def broker_properties(broker: Broker, voters: str, n_brokers: int) -> str:
         f"offsets.topic.replication.factor={rf}",
         f"transaction.state.log.replication.factor={rf}",
         f"transaction.state.log.min.isr={min_isr}",
+        # Share groups (KIP-932): the share coordinator's state topic __share_group_state
+        # asks for 3 replicas by default, which one broker cannot create
+        # (INVALID_REPLICATION_FACTOR), so it is sized like the two topics above.
+        f"share.coordinator.state.topic.replication.factor={rf}",
+        f"share.coordinator.state.topic.min.isr={min_isr}",
+        "share.coordinator.state.topic.num.partitions=5",
+        # A record lock of 2 s (Kafka: 30 s, lower bound 15 s unless the minimum is lowered;
+        # 1 s is the floor) so a lesson sees a crashed consumer's records redelivered at
+        # once; the delivery limit stays Kafka's default 5, written out because lessons cite it.
+        "group.share.min.record.lock.duration.ms=1000",
+        "group.share.record.lock.duration.ms=2000",
+        "group.share.delivery.count.limit=5",
         # Lab-sized internals: fewer partitions start faster on a laptop.
         "offsets.topic.num.partitions=5",
         "transaction.state.log.num.partitions=5",
