@@ -105,6 +105,22 @@ def test_live_html_carries_the_same_data(bootstrap: str, lesson_topic: str) -> N
     assert 'data-mark="position" data-offset="5"' in offsets
     assert f"txn-{lesson_topic}" in producers_html(snap)
 
+    # One model, two renderers: every text the static figure draws (titles, labels,
+    # captions, table cells, counters) is in the live HTML's text too.
+    import re
+    from html import unescape
+    markup = "".join(view(snap) for view in (counters_html, offsets_html, strip_html,
+                                             producers_html))
+    page = unescape(re.sub(r"<[^>]+>", "", markup))  # the text a reader sees
+    fig = figure(snap)
+    drawn = {t.get_text() for ax in fig.axes for t in ax.texts}
+    drawn |= {ax.get_title(loc="left") for ax in fig.axes} - {""}
+    drawn |= {c.get_text().get_text() for ax in fig.axes for table in ax.tables
+              for c in table.get_celld().values()} - {""}
+    assert {"LSO 8 (open transaction)", "high watermark 10", "consumer position 5",
+            "partition 0 (offsets 0–9)", f"log of {lesson_topic}"} <= drawn
+    assert [t for t in drawn if t not in page] == []
+
 
 def wait_for(condition, timeout_s: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout_s

@@ -81,3 +81,88 @@ class Snapshot:
 
     def cells_of(self, partition: int) -> list[OffsetState]:
         return [c for c in self.cells if c.partition == partition]
+
+
+# ---------------------------------------------------------------- what the views say
+# Labels, scales and captions are computed here, once: the live HTML view (html.py) and
+# the static PNG (static.py) only place them, so the two pictures cannot say different things.
+
+MARK_LETTER = {"commit": "C", "abort": "A", "duplicate": "D"}  # lettered cells of the strip
+PRODUCER_HEAD = ("partition", "producer id", "epoch", "last sequence", "transaction",
+                 "transactional id")
+ALARM_COLOR, TEXT_COLOR = "#c0392b", "#222"
+RIGHT_FROM = 0.6  # labels right of this share of the scale hang to the left of their tick
+
+
+def view_title(view: str, topic: str) -> str:
+    return {"log": f"log of {topic}", "offsets": f"offsets of {topic}",
+            "producers": "producer state (DescribeProducers)", "counters": "audit"}[view]
+
+
+def strip_caption(snap: Snapshot, partition: int) -> str:
+    """The heading of one partition in the log strip: which offsets the window shows."""
+    cells = snap.cells_of(partition)
+    span = f"offsets {cells[0].offset}–{cells[-1].offset}" if cells else "empty"
+    return f"partition {partition} ({span})"
+
+
+def cell_title(cell: OffsetState) -> str:
+    label = STATE_STYLE[cell.state][0]
+    return f"offset {cell.offset}: {label}" + (
+        f", id {cell.business_id}" if cell.business_id is not None else "")
+
+
+def offsets_scale(snap: Snapshot) -> int:
+    """One scale for every partition's bar: past the furthest offset anyone points at."""
+    ends = [v for t in snap.tracks
+            for v in (t.high_watermark, t.position or 0, *t.committed.values())]
+    return max([10, *ends]) + 1
+
+
+@dataclass(frozen=True)
+class Label:
+    """A text pinned to an offset of a partition's bar (``kind`` names it for tests)."""
+
+    text: str
+    offset: int
+    color: str
+    kind: str
+
+    def hangs_left(self, scale_end: int) -> bool:
+        return self.offset > scale_end * RIGHT_FROM
+
+
+def labels_above(t: Track) -> list[Label]:
+    return [Label(f"log start {t.log_start}", t.log_start, "#333", "start"),
+            Label(f"high watermark {t.high_watermark}", t.high_watermark, "#333", "hw")]
+
+
+def labels_below(t: Track) -> list[Label]:
+    """LSO, each group's committed offset, the live consumer's position."""
+    lso = f"LSO {t.lso}" + (" = HW" if t.lso == t.high_watermark else " (open transaction)")
+    out = [Label(lso, t.lso, "#333", "lso")]
+    out += [Label(f"group {g} committed {o}", o, "#555", "group")
+            for g, o in sorted(t.committed.items())]
+    if t.position is not None:
+        out.append(Label(f"consumer position {t.position}", t.position, "#1f5fbf", "position"))
+    return out
+
+
+def counter_values(snap: Snapshot) -> list[tuple[str, int, str]]:
+    """(name, value, colour) per counter; duplicated or lost above 0 is an alarm."""
+    out = []
+    for name in COUNTER_NAMES:
+        value = getattr(snap.counts, name) if snap.counts else 0
+        alarm = name in ("duplicated", "lost") and value > 0
+        out.append((name, value, ALARM_COLOR if alarm else TEXT_COLOR))
+    return out
+
+
+def producer_rows(snap: Snapshot) -> list[tuple[str, ...]]:
+    """The producer-state table's cells, as text (empty list: no producer state yet)."""
+    return [(str(r.partition), str(r.producer_id), str(r.producer_epoch), str(r.last_sequence),
+             f"open since {r.txn_start_offset}" if r.open_transaction else "none",
+             r.transactional_id or "") for r in snap.producers]
+
+
+NO_PRODUCERS = "no producer state yet"

@@ -2,7 +2,8 @@
 (nbval, nbconvert, a finished experiment) where no live widget front end runs.
 
 Figures are built with the object API (no pyplot), so drawing never touches the notebook's
-current figure or backend.
+current figure or backend. What the figure says (labels, scales, captions) comes from
+``model``, as in the live HTML view: this module only places it.
 """
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from labkit.widgets.html import MARK_LETTER
-from labkit.widgets.model import COUNTER_NAMES, STATE_STYLE, Snapshot
+from labkit.widgets.model import (COUNTER_NAMES, MARK_LETTER, NO_PRODUCERS, PRODUCER_HEAD,
+                                  STATE_STYLE, Snapshot, counter_values, labels_above,
+                                  labels_below, offsets_scale, producer_rows, strip_caption,
+                                  view_title)
 
 PER_ROW = 40  # log strip cells per row
 WIDTH_IN = 9.0
@@ -24,27 +27,15 @@ def draw_counters(ax, snap: Snapshot) -> None:
     ax.set_axis_off()
     ax.set_xlim(0, len(COUNTER_NAMES))
     ax.set_ylim(0, 1)
-    for i, name in enumerate(COUNTER_NAMES):
-        value = getattr(snap.counts, name) if snap.counts else 0
-        alarm = name in ("duplicated", "lost") and value > 0
+    for i, (name, value, color) in enumerate(counter_values(snap)):
         ax.add_patch(Rectangle((i + 0.05, 0.05), 0.9, 0.9, facecolor="white", edgecolor="#ccc"))
         ax.text(i + 0.5, 0.7, name, ha="center", va="center", color="#777", fontsize=9)
         ax.text(i + 0.5, 0.35, str(value), ha="center", va="center", fontsize=16,
-                fontweight="bold", color="#c0392b" if alarm else "#222")
-
-
-def _below(t) -> list[tuple[str, int, str]]:
-    """Labels under a partition's bar: LSO, each group's committed offset, the position."""
-    lso_text = f"LSO {t.lso}" + (" = HW" if t.lso == t.high_watermark else " (open transaction)")
-    below = [(lso_text, t.lso, "#333")]
-    below += [(f"group {g} committed {o}", o, "#555") for g, o in sorted(t.committed.items())]
-    if t.position is not None:
-        below.append((f"consumer position {t.position}", t.position, "#1f5fbf"))
-    return below
+                fontweight="bold", color=color)
 
 
 def _track_units(t) -> float:
-    return 0.9 + 0.5 + 0.8 * len(_below(t)) + 0.3  # labels above, bar, labels below, gap
+    return 0.9 + 0.5 + 0.8 * len(labels_below(t)) + 0.3  # labels above, bar, labels below, gap
 
 
 def _track_rows(snap: Snapshot) -> float:
@@ -53,11 +44,10 @@ def _track_rows(snap: Snapshot) -> float:
 
 def draw_offsets(ax, snap: Snapshot) -> None:
     ax.set_axis_off()
-    ends = [v for t in snap.tracks for v in (t.high_watermark, t.position or 0, *t.committed.values())]
-    scale_end = max([10, *ends]) + 1
+    scale_end = offsets_scale(snap)
     ax.set_xlim(-0.1 * scale_end, scale_end * 1.02)
     ax.set_ylim(max(_track_rows(snap), 1), 0)
-    ax.set_title(f"offsets of {snap.topic}", loc="left", fontsize=10)
+    ax.set_title(view_title("offsets", snap.topic), loc="left", fontsize=10)
     top = 0.0
     for t in snap.tracks:
         y = top + 0.9  # the bar
@@ -68,14 +58,14 @@ def draw_offsets(ax, snap: Snapshot) -> None:
                                facecolor=STATE_STYLE["committed"][1]))
         ax.add_patch(Rectangle((t.lso, y), t.high_watermark - t.lso, 0.5,
                                facecolor=STATE_STYLE["open"][1]))
-        ax.text(t.log_start, y - 0.15, f"log start {t.log_start}", fontsize=8, va="bottom",
-                ha="left")
-        ax.text(t.high_watermark, y - 0.15, f"high watermark {t.high_watermark}", fontsize=8,
-                va="bottom", ha="right" if t.high_watermark > scale_end * 0.6 else "left")
-        for i, (text, offset, color) in enumerate(_below(t), start=1):
-            ax.plot([offset, offset], [y + 0.5, y + 0.3 + i * 0.8], color=color, lw=0.8, ls=":")
-            ax.text(offset, y + 0.3 + i * 0.8, text, fontsize=8, color=color, va="center",
-                    ha="right" if offset > scale_end * 0.6 else "left")
+        for label in labels_above(t):
+            ax.text(label.offset, y - 0.15, label.text, fontsize=8, va="bottom", color=label.color,
+                    ha="right" if label.hangs_left(scale_end) else "left")
+        for i, label in enumerate(labels_below(t), start=1):
+            ax.plot([label.offset, label.offset], [y + 0.5, y + 0.3 + i * 0.8], color=label.color,
+                    lw=0.8, ls=":")
+            ax.text(label.offset, y + 0.3 + i * 0.8, label.text, fontsize=8, color=label.color,
+                    va="center", ha="right" if label.hangs_left(scale_end) else "left")
         top += _track_units(t)
 
 
@@ -89,12 +79,11 @@ def draw_strip(ax, snap: Snapshot) -> None:
     ax.set_xlim(-0.5, PER_ROW + 0.5)
     ax.set_ylim(rows + 0.2, -0.4)
     ax.set_aspect("equal")
-    ax.set_title(f"log of {snap.topic}", loc="left", fontsize=10)
+    ax.set_title(view_title("log", snap.topic), loc="left", fontsize=10)
     y = 0
     for t in snap.tracks:
         cells = snap.cells_of(t.partition)
-        span = f"offsets {cells[0].offset}–{cells[-1].offset}" if cells else "empty"
-        ax.text(0, y + 0.3, f"partition {t.partition} ({span})", fontsize=8, color="#555")
+        ax.text(0, y + 0.3, strip_caption(snap, t.partition), fontsize=8, color="#555")
         y += 0.6
         for i, c in enumerate(cells):
             col, row = i % PER_ROW, y + i // PER_ROW
@@ -110,12 +99,10 @@ def draw_strip(ax, snap: Snapshot) -> None:
 
 def draw_producers(ax, snap: Snapshot) -> None:
     ax.set_axis_off()
-    ax.set_title("producer state (DescribeProducers)", loc="left", fontsize=10)
-    head = ["partition", "producer id", "epoch", "last sequence", "transaction", "transactional id"]
-    rows = [[str(r.partition), str(r.producer_id), str(r.producer_epoch), str(r.last_sequence),
-             f"open since {r.txn_start_offset}" if r.open_transaction else "none",
-             r.transactional_id or ""] for r in snap.producers] or [["", "no producer state yet", "", "", "", ""]]
-    table = ax.table(cellText=rows, colLabels=head, loc="upper left", cellLoc="right")
+    ax.set_title(view_title("producers", snap.topic), loc="left", fontsize=10)
+    rows = [list(r) for r in producer_rows(snap)] or [["", NO_PRODUCERS, "", "", "", ""]]
+    table = ax.table(cellText=rows, colLabels=list(PRODUCER_HEAD), loc="upper left",
+                     cellLoc="right")
     table.auto_set_font_size(False)
     table.set_fontsize(8)
     for (row, _col), cell in table.get_celld().items():
