@@ -191,6 +191,9 @@ def torture(
     kill_after: str = typer.Option("1.0,4.0", "--kill-after",
                                    help="MIN,MAX seconds between faults (seeded uniform)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
+    partitions: int = typer.Option(1, "--partitions", help="partitions of the input (and output)"),
+    keep_topics: bool = typer.Option(False, "--keep-topics",
+                                     help="keep the run's input and output topics (deleted by default)"),
 ) -> None:
     """Run any COMMAND as the pipeline under test: kill it at random, audit its output.
 
@@ -210,7 +213,8 @@ def torture(
     try:
         result = harness.torture(command or [], input=records, kills=kills, seed=seed,
                                  broker_kills=broker_kills, timeout_s=timeout, check=check,
-                                 kill_after_s=window, fault=fault)
+                                 kill_after_s=window, fault=fault, partitions=partitions,
+                                 keep_topics=keep_topics)
     except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(result.to_json() if as_json else result.summary())

@@ -78,6 +78,8 @@ class TortureResult:
     restart_s: list[float] = field(default_factory=list)  # SIGKILL sent -> app running again
     notes: list[str] = field(default_factory=list)  # e.g. the app finished before every kill
     fault_stats: dict | None = None  # the fault proxy's counters (with ``fault``)
+    partitions: int = 1  # of the input (and the output)
+    topics: dict | None = None  # {"input", "output", "kept"}: deleted after the run unless kept
 
     @property
     def verdict(self) -> str:
@@ -94,7 +96,8 @@ class TortureResult:
         return {**d, "kills": self.kills, "restarts": self.restarts,
                 "broker_kills": self.broker_kills, "seconds": self.seconds,
                 "command": self.command, "seed": self.seed, "run_dir": self.run_dir,
-                "notes": self.notes, "fault_stats": self.fault_stats}
+                "notes": self.notes, "fault_stats": self.fault_stats,
+                "partitions": self.partitions, "topics": self.topics}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -117,7 +120,8 @@ class TortureResult:
 def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: int = 0,
             broker_kills: int = 0, timeout_s: float = 120.0, check: str = "records",
             kill_after_s: tuple[float, float] = (1.0, 4.0), fault: str | None = None,
-            cluster: lab.Cluster | None = None) -> TortureResult:
+            cluster: lab.Cluster | None = None, partitions: int = 1,
+            keep_topics: bool = False) -> TortureResult:
     """Run ``command`` as the pipeline under test, kill it ``kills`` times (each a seeded
     random ``kill_after_s`` after the previous fault), and audit its output.
 
@@ -125,13 +129,17 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     the app's kills (only with a local lab cluster). ``fault`` (a labkit.faults.proxy spec,
     e.g. "drop-ack:produce:3") puts the fault proxy between the app and the broker; the
     harness itself talks to the broker directly. ``cluster`` defaults to
-    ``labkit.cluster.ensure()``. Raises HarnessError when the run cannot be judged.
+    ``labkit.cluster.ensure()``. ``partitions``: of the input topic (its records spread by
+    key) and of the output topic. The run's two topics are deleted afterwards (also after a
+    failed run) unless ``keep_topics``. Raises HarnessError when the run cannot be judged.
     """
     command = _checked_command(command)
     if input < 1 or kills < 0 or broker_kills < 0 or timeout_s <= 0:
         raise HarnessError(f"need input >= 1, kills >= 0, broker kills >= 0 and a positive "
                            f"timeout (got input={input}, kills={kills}, "
                            f"broker_kills={broker_kills}, timeout={timeout_s})")
+    if partitions < 1:
+        raise HarnessError(f"need at least one input partition (got partitions={partitions})")
     if check not in CHECKS:
         raise HarnessError(f"unknown check {check!r}: use 'records' (output records keep the "
                            "input's id) or 'counts' (output records carry a count per key)")
@@ -156,8 +164,27 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     run_dir = lab_home() / "torture" / run
     run_dir.mkdir(parents=True)
     inputs = data.generate(input, seed=seed)
-    data.load_into_topic(cluster.bootstrap, names[ENV_INPUT], inputs)
-    topics.create(cluster.bootstrap, names[ENV_OUTPUT])
+    made = [names[ENV_INPUT], names[ENV_OUTPUT]]
+    try:
+        data.load_into_topic(cluster.bootstrap, names[ENV_INPUT], inputs, partitions=partitions)
+        topics.create(cluster.bootstrap, names[ENV_OUTPUT], partitions=partitions)
+        result = _run(command, cluster, names, run_dir, inputs, kills=kills,
+                      broker_kills=broker_kills, timeout_s=timeout_s, check=check,
+                      kill_after_s=kill_after_s, fault=fault, seed=seed)
+    finally:
+        if not keep_topics:
+            # Each run makes two topics: a lab (or a CI broker) tortured all day would
+            # otherwise collect them. Best effort: a leftover topic only costs disk.
+            topics.delete(cluster.bootstrap, *made)
+    result.partitions = partitions
+    result.topics = {"input": made[0], "output": made[1], "kept": keep_topics}
+    return result
+
+
+def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_dir: Path,
+         inputs: list[dict], *, kills: int, broker_kills: int, timeout_s: float, check: str,
+         kill_after_s: tuple[float, float], fault: str | None, seed: int) -> TortureResult:
+    """Supervise the app over the prepared topics, stop it and audit its output."""
     result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
                            run_dir=str(run_dir))
     started = time.monotonic()
@@ -167,7 +194,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
                            ENV_BOOTSTRAP: proxy.bootstrap if proxy else cluster.bootstrap},
                  run_dir) as app, \
             _Watch(cluster.bootstrap, names[ENV_INPUT], names[ENV_OUTPUT],
-                   names[ENV_GROUP]) as watch:
+                   names[ENV_GROUP], history_file=run_dir / "history.jsonl") as watch:
         _supervise(app, watch, cluster, result, kills=kills, broker_kills=broker_kills,
                    kill_after_s=kill_after_s, timeout_s=timeout_s, seed=seed,
                    progress=progress, started=started)
@@ -184,7 +211,7 @@ def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 300
     line that reads the LABKIT_* environment when it runs, so the same command works for
     every run. It copies key and value unchanged, so the input's ids survive.
 
-    It assigns itself partition 0 of the input (the lab's input has one partition), commits
+    It assigns itself partition 0 of the input (the harness's default, one partition), commits
     the group's offsets inside each transaction and exits when it has copied everything.
 
     ``transaction_timeout_ms`` is short because a restarted copier asks for its committed
@@ -207,6 +234,70 @@ def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 300
               f"--transaction-size {transaction_size} "
               f"--transaction-timeout {transaction_timeout_ms}")
     return ["sh", "-c", script]
+
+
+# quixstreams 3.28 needs confluent-kafka < 2.13 while the lab pins 2.16.1: like any user's
+# app, it gets an environment of its own (the lab's pins do not move for it).
+QUIX_REQUIREMENTS = ("quixstreams==3.28.1", "confluent-kafka==2.12.2")
+QUIX_GUARANTEES = ("at-least-once", "exactly-once")
+
+
+def app_env(name: str, requirements: Sequence[str]) -> Path:
+    """The Python of a virtualenv of its own for an app under test, created once under
+    .cache/apps/NAME with exactly ``requirements`` (pip) and reused while they stay the
+    same (a stamp file named after their hash). Returns the environment's python."""
+    import fcntl
+    import hashlib
+
+    from labkit.paths import LabkitSetupError, cache_dir
+
+    home = cache_dir() / "apps" / f"{name}-venv"
+    python = home / "bin" / "python"
+    key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
+    stamp = home / f".installed-{key}"
+    if stamp.exists():
+        return python
+    home.parent.mkdir(parents=True, exist_ok=True)
+    # Two test processes (or a notebook and a test) may ask at once: one builds, one waits.
+    with open(home.parent / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists():
+            return python
+        steps = [[sys.executable, "-m", "venv", "--clear", str(home)],
+                 [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                  *requirements]]
+        with status(f"{name}: creating its own environment in {home} "
+                    f"({' '.join(requirements)}), once") as progress:
+            for i, step in enumerate(steps, 1):
+                progress(f"{name}: {'venv' if i == 1 else 'pip install ' + ' '.join(requirements)}"
+                         f" ({i}/{len(steps)})")
+                done = subprocess.run(step, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise LabkitSetupError(
+                        f"creating {name}'s environment failed ({shlex.join(step)}, exit "
+                        f"{done.returncode}); is PyPI reachable? Its last lines:\n"
+                        + "\n".join(done.stderr.splitlines()[-10:]))
+        for old in home.glob(".installed-*"):
+            old.unlink()
+        stamp.touch()
+    return python
+
+
+def quix_command(guarantee: str = "exactly-once", commit_interval_s: float | None = None
+                 ) -> list[str]:
+    """examples/torture/quix_app.py (a quixstreams Application) as a torture command, run by
+    the Python of quixstreams' own environment (created on first use, see app_env)."""
+    from labkit.paths import project_root
+
+    if guarantee not in QUIX_GUARANTEES:
+        raise HarnessError(f"unknown processing guarantee {guarantee!r}: use one of "
+                           f"{', '.join(QUIX_GUARANTEES)}")
+    python = app_env("quixstreams", QUIX_REQUIREMENTS)
+    command = [str(python), str(project_root() / "examples" / "torture" / "quix_app.py"),
+               "--guarantee", guarantee]
+    if commit_interval_s is not None:
+        command += ["--commit-interval", str(commit_interval_s)]
+    return command
 
 
 # --------------------------------------------------------------------------- the run
@@ -328,10 +419,14 @@ class _Quiet:
 
 class _Watch:
     """Progress as Kafka shows it: the group's committed offsets on the input, the input's
-    end, the output's size (high watermark, open transactions included)."""
+    end, the output's size (high watermark, open transactions included). Each change is a
+    "progress" event in the run's history (``history_file``): the timeline of the app's
+    commits and writes, as the broker saw them, next to the harness's kills."""
 
-    def __init__(self, bootstrap: str, input_topic: str, output_topic: str, group: str):
+    def __init__(self, bootstrap: str, input_topic: str, output_topic: str, group: str,
+                 history_file: Path | None = None):
         self.input, self.output, self.group = input_topic, output_topic, group
+        self.history_file = history_file
         # Same group id as the app, but this consumer never subscribes or commits: it only
         # asks the coordinator for the committed offsets, which does not join the group.
         self.consumer = Consumer(client_config({
@@ -356,9 +451,13 @@ class _Watch:
         try:
             committed = sum(max(tp.offset, 0) for tp in
                             self.consumer.committed(self.in_parts, timeout=2))
-            self.last = (committed, self.last[1], sum(self._end(tp) for tp in self.out_parts))
+            now = (committed, self.last[1], sum(self._end(tp) for tp in self.out_parts))
         except Exception:  # KafkaException / timeouts during a broker restart
-            pass
+            return self.last
+        if now != self.last and self.history_file is not None:
+            history.append(self.history_file, "progress", committed=now[0], end=now[1],
+                           output=now[2])
+        self.last = now
         return self.last
 
     def __enter__(self) -> "_Watch":

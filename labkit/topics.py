@@ -56,6 +56,28 @@ def create(bootstrap: str, *names: str, partitions: int = 1, replication: int = 
     wait_for_leaders(bootstrap, *names)
 
 
+def delete(bootstrap: str, *names: str, timeout_s: float = 30.0) -> None:
+    """Delete topics, best effort: one already gone, or a broker that does not answer in
+    time, leaves nothing worse than a topic on disk."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 5}))
+    for future in admin.delete_topics(list(names), operation_timeout=timeout_s).values():
+        try:
+            future.result(timeout=timeout_s)
+        except Exception:  # KafkaException (unknown topic, timeout): nothing to clean up
+            pass
+    # The controller has deleted them; wait until the metadata says so too, so a caller
+    # that looks right afterwards does not see a topic about to vanish.
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            listed = admin.list_topics(timeout=5).topics
+        except KafkaException:
+            return
+        if not set(names) & set(listed):
+            return
+        time.sleep(0.2)
+
+
 def wait_for_leaders(bootstrap: str, *names: str, timeout_s: float = 30.0) -> None:
     """Wait until metadata shows every partition of ``names`` with a leader.
 

@@ -77,13 +77,14 @@ def test_commit_before_flush_is_caught(cluster):
 def test_cli_json_has_the_scenario_keys_and_the_harness_keys(bootstrap):
     env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
     out = subprocess.run([str(LABKIT), "torture", "--input", "100", "--kills", "1", "--seed", "2",
-                          "--json", "--", *EXACT], capture_output=True, text=True, env=env,
-                         timeout=120)
+                          "--partitions", "2", "--json", "--", *EXACT], capture_output=True,
+                         text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert list(d)[:len(REPORT_KEYS)] == list(REPORT_KEYS)
     assert {"kills", "restarts", "anomalies", "verdict", "seconds"} <= set(d)
     assert (d["verdict"], d["kills"], d["anomalies"], d["produced"]) == ("exactly once", 1, {}, 100)
+    assert (d["partitions"], d["topics"]["kept"]) == (2, False)
 
 
 def test_kafkas_own_transactional_copier_is_exactly_once_under_8_kills(cluster):
@@ -225,3 +226,35 @@ def test_a_network_fault_between_the_app_and_the_broker(cluster):
 def test_a_bad_fault_spec_lists_the_forms():
     with pytest.raises(harness.HarnessError, match="drop-ack:produce:N"):
         harness.torture(EXACT, fault="explode:now")
+
+
+def test_several_input_partitions_kept_topics_and_topics_deleted_by_default(cluster):
+    from labkit import topics
+
+    # Three input partitions (records spread by key), topics kept for a look afterwards.
+    result = harness.torture(EXACT, input=300, kills=1, seed=3, partitions=3, keep_topics=True,
+                             cluster=cluster)
+    kept = result.topics
+    try:
+        assert kept["kept"] and result.partitions == 3
+        assert topics.partitions_of(cluster.bootstrap, kept["input"]) == [0, 1, 2]
+        by_partition = {p: 0 for p in range(3)}
+        for r in topics.read(cluster.bootstrap, kept["input"]):
+            by_partition[r.partition] += 1
+        assert all(by_partition.values()) and sum(by_partition.values()) == 300, by_partition
+        assert (result.kills, result.verdict) == (1, "exactly once"), result.summary()
+        assert result.report.delivered_unique == 300
+        # The harness's history shows the group's commits as the broker saw them, ending
+        # with every partition's offsets committed to the input's end.
+        progress = [e for e in (json.loads(line) for line in
+                                (Path(result.run_dir) / "history.jsonl").read_text().splitlines())
+                    if e["kind"] == "progress"]
+        assert progress and progress[-1]["committed"] == progress[-1]["end"] == 300
+    finally:
+        topics.delete(cluster.bootstrap, kept["input"], kept["output"])
+    # By default the run's topics are gone afterwards.
+    result = harness.torture(EXACT, input=20, kills=0, cluster=cluster)
+    assert result.verdict == "exactly once" and result.topics["kept"] is False
+    for name in (result.topics["input"], result.topics["output"]):
+        with pytest.raises(ValueError, match="does not exist"):
+            topics.partitions_of(cluster.bootstrap, name, timeout_s=5)
