@@ -155,3 +155,57 @@ def verdict(results: Iterable[Result]) -> str:
     if STATE_DRIFT in bad and not (lost or dup):
         return INCORRECT
     return AT_LEAST_ONCE if dup else AT_MOST_ONCE if lost else EXACTLY_ONCE
+
+
+# --------------------------------------------------------------------------- share groups
+# A queue (KIP-932 share group) has no order to keep across consumers and may legitimately
+# give up on a record: the broker archives it (REJECT, or the delivery limit reached). The
+# checkers below judge a share group's processing log: one ``Attempt`` per time a consumer
+# had a record, in the order the log shows them.
+
+ARCHIVED = "archived"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One time a consumer had a record: what it did, and the broker's delivery count."""
+
+    id: str
+    consumer: str
+    delivery_count: int | None
+    outcome: str  # processed | released | rejected
+
+
+def archived_ids(input_ids: Sequence[str], attempts: Sequence[Attempt], limit: int) -> list[str]:
+    """Input ids (in input order) never processed that the broker archived: rejected, or
+    released on their ``limit``-th delivery."""
+    done = {a.id for a in attempts if a.outcome == "processed"}
+    gone = {a.id for a in attempts if a.id not in done and (
+        a.outcome == "rejected" or (a.outcome == "released" and (a.delivery_count or 0) >= limit))}
+    return [i for i in input_ids if i in gone]
+
+
+def archived(input_ids: Sequence[str], attempts: Sequence[Attempt], limit: int) -> Result:
+    """Records the broker archived (see ``archived_ids``). Not an error of the queue (it is
+    how a poison record ends), so the verdict ignores it, and lost-write leaves them out."""
+    ids = archived_ids(input_ids, attempts, limit)
+    return _result(ARCHIVED, len(ids), ids)
+
+
+def delivery_counts(attempts: Sequence[Attempt]) -> dict[int, int]:
+    """How many records reached each highest delivery count (1: delivered once)."""
+    highest: dict[str, int] = {}
+    for a in attempts:
+        highest[a.id] = max(highest.get(a.id, 0), a.delivery_count or 0)
+    return dict(sorted(Counter(highest.values()).items()))
+
+
+def order_per_consumer(input_ids: Sequence[str], attempts: Sequence[Attempt]) -> dict[str, Result]:
+    """Per consumer, its processed records that came after a later input record it had
+    already processed: a queue keeps no order across consumers, and a redelivered record
+    comes back after its successors even within one."""
+    by_consumer: dict[str, list[Delivered]] = {}
+    for a in attempts:
+        if a.outcome == "processed":
+            by_consumer.setdefault(a.consumer, []).append(Delivered(a.id, None))
+    return {c: non_monotonic(input_ids, seen) for c, seen in sorted(by_consumer.items())}

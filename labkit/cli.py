@@ -131,11 +131,15 @@ def scenario(
     trace: Path = typer.Option(None, "--trace",
                                help="write the workers' Kafka requests to this file (JSON lines)"),
     as_json: bool = typer.Option(False, "--json", help="print the audit as one JSON object"),
+    ack_mode: str = typer.Option("explicit", "--ack-mode",
+                                 help="share-group only: explicit | implicit acknowledgement"),
+    poison: str = typer.Option(None, "--poison",
+                               help="share-group only: a poison record, release | reject"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit."""
     from labkit import scenarios
 
-    if instances > partitions:
+    if instances > partitions and name != scenarios.SHARE:  # a share group splits records
         typer.echo(f"note: {instances} instances share {partitions} partition(s): "
                    f"{instances - partitions} instance(s) will stay idle", err=True)
     group = {"instances": instances, "partitions": partitions, "group_protocol": group_protocol}
@@ -152,8 +156,18 @@ def scenario(
             report = zombie.report
             if not as_json:
                 typer.echo(f"zombie told: {zombie.zombie_error or 'nothing: its commit went through'}")
+        elif name == scenarios.SHARE:
+            if fault or fencing:
+                raise ValueError(f"{name} takes --crash-at, --instances, --ack-mode, --poison")
+            queue = scenarios.share_group(guarantee, crash_at, records=records, instances=instances,
+                                          partitions=partitions, ack_mode=ack_mode, poison=poison,
+                                          group_protocol=group_protocol, trace=trace)
+            typer.echo(queue.to_json() if as_json else queue.summary())
+            return
         elif fencing is not None:
             raise ValueError(f"--fencing applies to {scenarios.ZOMBIE} only")
+        elif ack_mode != "explicit" or poison:
+            raise ValueError(f"--ack-mode and --poison apply to {scenarios.SHARE} only")
         else:
             report = scenarios.run(name, guarantee=guarantee, crash_at=crash_at, fault=fault,
                                    records=records, **group)

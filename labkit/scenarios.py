@@ -31,7 +31,7 @@ from labkit.audit import AuditReport
 from labkit.faults import crashpoints
 from labkit.faults.runner import RunResult, run_workers, run_zombie
 from labkit.paths import lab_home
-from labkit.pipelines import consumer, ctp, producer, running_count
+from labkit.pipelines import consumer, ctp, producer, running_count, share
 from labkit.pipelines.group import check_group_protocol
 from labkit.pipelines.guarantee import GUARANTEES
 from labkit.topics import ISOLATION_LEVELS
@@ -96,6 +96,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 # The zombie experiment (``zombie_rebalance``): not a pipeline of its own but ctp's exactly_once
 # under a stall and a rebalance, so it is listed with the scenarios and dispatched apart.
 ZOMBIE = "zombie-rebalance"
+# Share groups (KIP-932): N consumers take records from one partition, acknowledge each;
+# its own runner and audit (a queue: no offsets, records may be archived), see share_group.
+SHARE = "share-group"
+SHARE_CRASH_POINTS = {ALO: ("after-acquire-before-process", "after-process-before-ack", "after-ack"),
+                      AMO: ("after-acquire-before-process", "after-ack")}
 FENCING_MODES = ctp.FENCING_MODES
 
 
@@ -131,13 +136,17 @@ def _spark_scenarios() -> dict[str, Callable[..., AuditReport]]:
 
 
 def names() -> list[str]:
-    return [*SCENARIOS, ZOMBIE, *_spark_scenarios()]
+    return [*SCENARIOS, ZOMBIE, SHARE, *_spark_scenarios()]
 
 
 def crash_points(name: str, guarantee: str | None = None) -> tuple[str, ...]:
     """The crash points a scenario's code passes (for one guarantee, or for any)."""
     if name == ZOMBIE:
         return ()  # it stalls at one fixed point instead of crashing
+    if name == SHARE:
+        if guarantee is not None:
+            return SHARE_CRASH_POINTS.get(_guarantee(guarantee), ())
+        return tuple(dict.fromkeys(p for pts in SHARE_CRASH_POINTS.values() for p in pts))
     scenario = _scenario(name)
     if guarantee is not None:
         return scenario.crash_points[_guarantee(guarantee)]
@@ -158,6 +167,11 @@ def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | Non
             raise ValueError(f"{ZOMBIE} stalls one instance at a fixed point; it takes no "
                              "--crash-at or --fault (choose --fencing group | none)")
         return zombie_rebalance(guarantee, records=records, bootstrap=bootstrap, **options).report
+    if name == SHARE:
+        if fault:
+            raise ValueError(f"{SHARE} takes --crash-at, not --fault")
+        return share_group(guarantee, crash_at, records=records, bootstrap=bootstrap,
+                           **options).report
     if name in _spark_scenarios() and name not in SCENARIOS:
         if fault:
             raise ValueError(f"network faults are not available for the Spark scenario {name!r}; "
@@ -311,6 +325,127 @@ def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", re
         shutil.rmtree(workdir, ignore_errors=True)
     errors = [e["error"] for e in events if e["kind"] == "fenced" and e["instance"] == "0"]
     return ZombieRun(report, fencing, errors[0] if errors else None, outcome.stalled_s, events)
+
+
+@dataclass
+class ShareRun:
+    """A share-group run: the audit (lost, duplicated = processed twice), what the broker
+    archived, the delivery counts and each consumer's order, and the share coordinator's
+    stored state of the partition at the end (``labkit.inspect.share``)."""
+
+    report: AuditReport
+    run: RunResult
+    topics: dict[str, str]
+    group: str
+    archived: int
+    delivery_counts: dict[int, int]  # highest delivery count -> records (1: delivered once)
+    processed_by: dict[str, int]  # consumer -> records it processed
+    out_of_order: dict[str, int]  # consumer -> records it processed after a later one
+    share_state: object  # labkit.inspect.share.ShareState
+    attempts: list = field(default_factory=list, repr=False)  # checkers.Attempt, log order
+
+    def to_dict(self) -> dict:
+        """``labkit scenario --json``'s keys, then the queue's own (appended)."""
+        return {**self.report.to_dict(), "archived": self.archived,
+                "delivery_counts": {str(k): v for k, v in self.delivery_counts.items()},
+                "processed_by": self.processed_by, "out_of_order": self.out_of_order,
+                "share_state": self.share_state.counts(), "seconds": self.run.total_s}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    def summary(self) -> str:
+        """The audit's summary plus one stable line for the queue (nbval compares both)."""
+        return (f"{self.report.summary()}\n  archived={self.archived} delivery counts "
+                f"(highest per record -> records): {self.delivery_counts}")
+
+
+def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, records: int = 40,
+                bootstrap: str | None = None, *, instances: int = 1, partitions: int = 1,
+                ack_mode: str = "explicit", poison: str | None = None, hit: int | None = None,
+                seed: int = 0, group_protocol: str | None = None, trace=None,
+                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None) -> ShareRun:
+    """``instances`` share consumers (processes) take ``records`` records from one partition;
+    instance 0 is SIGKILLed at ``crash_at`` on its ``hit``-th visit and restarted (default:
+    the 2nd record with explicit acknowledgement; the 1st poll with implicit, because the
+    ShareConsumer of confluent-kafka 2.16.1 ignores max.poll.records and one poll returns
+    every record the broker handed over).
+
+    ``poison="release"|"reject"`` makes the input's third record fail every time it is
+    processed: released (redelivered until the broker archives it at its delivery limit)
+    or rejected (archived at once). ``watch(topics)`` as in ``run_detailed`` (its dict also
+    has "group", the share group's id, for a live view of its state)."""
+    from labkit.checkers import Attempt
+    from labkit.inspect import Inspector
+    from labkit.inspect.share import share_state
+
+    if guarantee == "exactly_once":
+        raise ValueError(share.NO_EXACTLY_ONCE)
+    _guarantee(guarantee)
+    if partitions != 1 or trace or group_protocol not in (None, "classic"):
+        raise ValueError(f"{SHARE} runs its consumers on one partition, with their own "
+                         "protocol (ShareGroupHeartbeat): drop --partitions, --group-protocol "
+                         "and --trace")
+    if not isinstance(instances, int) or instances < 1:
+        raise ValueError(f"instances must be a positive whole number, not {instances!r}")
+    _records(records)
+    crashpoints.validate(crash_at)
+    if crash_at is not None and crash_at not in SHARE_CRASH_POINTS[guarantee]:
+        raise ValueError(f"crash point {crash_at!r} is not on the path of {SHARE} [{guarantee}]. "
+                         f"Valid crash points here: {', '.join(SHARE_CRASH_POINTS[guarantee])}")
+    hit = hit or (CRASH_HIT if ack_mode == "explicit" else 1)
+    inputs = data.generate(records, seed=seed)
+    poison_ids = [inputs[min(2, records - 1)]["id"]] if poison else []
+    share.check_options(guarantee, ack_mode, poison or "release", poison_ids)
+    bootstrap = bootstrap or _ensure_bootstrap()
+    base = f"share-{guarantee}-{uuid.uuid4().hex[:8]}".replace("_", "-")
+    names_ = {"input": f"{base}-in", "output": f"{base}-out"}
+    data.load_into_topic(bootstrap, names_["input"], inputs)
+    topics.create(bootstrap, names_["output"])
+    share.prepare_group(bootstrap, base)
+    member = {"bootstrap": bootstrap, "input_topic": names_["input"],
+              "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
+              "batch_size": batch_size(records), "ack_mode": ack_mode,
+              "poison_ids": poison_ids, "poison": poison or "release"}
+    workdir = lab_home() / "runs" / base
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with watch({**names_, "group": base}) if watch else nullcontext():
+            result = run_workers(share.run, [dict(member) for _ in range(instances)],
+                                 crash_at=crash_at, hit=hit, label=f"{SHARE} [{guarantee}]",
+                                 history_file=str(workdir / "history.jsonl"), seed=seed)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    log = topics.read(bootstrap, names_["output"])
+    attempts = [Attempt(str(r.value["id"]), str(r.value["consumer"]), r.value["delivery_count"],
+                        r.value["outcome"]) for r in log]
+    with Inspector(bootstrap) as inspector:
+        state = share_state(inspector, base, names_["input"])
+    return _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state)
+
+
+def _audit_share(guarantee: str, crash_at: str | None, inputs: list[dict], attempts: list,
+                 result: RunResult, names_: dict[str, str], group: str, state) -> ShareRun:
+    """The queue's audit: duplicated = processed more than once, lost = never processed and
+    not archived by the broker, archived = given up on (rejected, or the delivery limit)."""
+    from labkit import checkers
+
+    ids = [r["id"] for r in inputs]
+    archived_ids = set(checkers.archived_ids(ids, attempts, share.DELIVERY_LIMIT))
+    processed = [a.id for a in attempts if a.outcome == "processed"]
+    lost = checkers.lost_write([i for i in ids if i not in archived_ids], processed)
+    dup = checkers.duplicate(ids, processed)
+    report = audit.report_of(SHARE, guarantee, [lost, dup], produced=len(ids),
+                             delivered_unique=len(set(ids) & set(processed)), crash_at=crash_at)
+    order = checkers.order_per_consumer(ids, attempts)
+    by: dict[str, int] = {}
+    for a in attempts:
+        if a.outcome == "processed":
+            by[a.consumer] = by.get(a.consumer, 0) + 1
+    return ShareRun(report, result, names_, group, len(archived_ids),
+                    checkers.delivery_counts(attempts),
+                    dict(sorted(by.items())), {c: r.count for c, r in order.items()}, state,
+                    attempts)
 
 
 # --------------------------------------------------------------------------- internals

@@ -40,6 +40,10 @@ CRASH_POINTS: dict[str, CrashPoint] = {p.name: p for p in [
     CrashPoint("after-send-offsets-before-commit", "send_offsets_to_transaction done, commit_transaction not called"),
     CrashPoint("after-commit", "right after commit_transaction (or the offset commit) returned"),
     CrashPoint("after-state-update-before-commit", "local state store updated, changelog/output/offsets not committed"),
+    # Share groups (KIP-932), per record: the record is acquired (locked) for this consumer.
+    CrashPoint("after-acquire-before-process", "share group: record acquired (locked), not processed yet"),
+    CrashPoint("after-process-before-ack", "share group: record processed (output written), its acknowledgement not yet committed"),
+    CrashPoint("after-ack", "share group: acknowledgement committed (at_most_once: before processing)"),
     CrashPoint("spark-mid-sink", "Spark sink wrote part of a micro-batch"),
     CrashPoint("spark-after-sink-before-commit", "Spark sink wrote the micro-batch, the commit log entry not yet written"),
     CrashPoint("spark-after-commit", "Spark wrote the micro-batch's commit log entry"),

@@ -1,0 +1,176 @@
+"""A share group (KIP-932, "queues for Kafka"): N consumers take records from one partition.
+
+Each record a consumer gets is *acquired*: locked for it for the group's record lock
+(the lab broker: 2 s). The consumer then acknowledges it, one record at a time:
+
+- ACCEPT: done, never delivered again;
+- RELEASE: give it back now, to be delivered again (its delivery count goes up);
+- REJECT: give up on it: the broker *archives* it, it is never delivered again.
+
+A lock that expires (the consumer died, or is too slow) releases the record like RELEASE.
+After ``group.share.delivery.count.limit`` deliveries (the lab broker: 5) a released
+record is archived instead. There is no offset to commit and none to rewind.
+
+The worker writes one output record per processing attempt, ``{"id", "key", "consumer",
+"attempt", "delivery_count", "outcome"}``: outcome ``processed`` is the business work (the
+audit counts those), ``released``/``rejected`` a poison record the work failed on.
+
+- at_least_once: process, then acknowledge (a crash in between: the record comes back
+  when its lock expires and is processed twice);
+- at_most_once: acknowledge, then process (a crash in between: the record is gone);
+- exactly_once: not offered. An acknowledgement cannot join a Kafka transaction (that is
+  a proposal, not in Kafka 4.2), so the output and the ACCEPT never commit together.
+
+``ack_mode="explicit"`` acknowledges and commits each record on its own (the crash points
+fire per record, so a crash repeats exactly one record); ``"implicit"`` lets the client
+accept a whole poll's records at the next poll or commit (the points around the
+acknowledgement fire per poll, so a crash repeats that poll's records: all the broker handed
+over, as the ShareConsumer of confluent-kafka 2.16.1 ignores ``max.poll.records``).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   ResourceType)
+
+from labkit import history
+from labkit.clientlog import client_config
+from labkit.faults.crashpoints import crash_point
+from labkit.pipelines.common import PIPELINE_TUNING, record_of
+from labkit.pipelines.guarantee import guarantee as guarantee_named
+
+ACK_MODES = ("explicit", "implicit")
+POISON_ACTIONS = ("release", "reject")
+SHARE_GUARANTEES = ("at_least_once", "at_most_once")
+# The lab broker's settings (labkit.cluster): the lock and the delivery limit.
+RECORD_LOCK_S = 2.0
+DELIVERY_LIMIT = 5
+# A worker stops once it has polled nothing for this long: three record locks, so a record
+# a crashed consumer held comes back (lock expiry) well before everyone gives up on it.
+IDLE_S = 3 * RECORD_LOCK_S
+OUTCOMES = ("processed", "released", "rejected")
+NO_EXACTLY_ONCE = (
+    "share groups offer no exactly_once: an acknowledgement cannot join a Kafka transaction "
+    "(transactional acknowledgements are a proposal, not in Kafka 4.2), so the output and the "
+    "ACCEPT never commit together; choose at_least_once or at_most_once")
+
+
+def check_options(guarantee: str, ack_mode: str, poison: str, poison_ids: list[str]) -> None:
+    """ValueError naming the valid choices for anything a share-group run cannot do."""
+    if guarantee == "exactly_once":
+        raise ValueError(NO_EXACTLY_ONCE)
+    if guarantee not in SHARE_GUARANTEES:
+        raise ValueError(f"unknown guarantee {guarantee!r}; a share group runs "
+                         f"{' or '.join(SHARE_GUARANTEES)}")
+    if ack_mode not in ACK_MODES:
+        raise ValueError(f"ack_mode must be one of {', '.join(ACK_MODES)}, not {ack_mode!r}")
+    if poison not in POISON_ACTIONS:
+        raise ValueError(f"poison must be one of {', '.join(POISON_ACTIONS)}, not {poison!r}")
+    if poison_ids and ack_mode != "explicit":
+        raise ValueError("a poison record needs ack_mode='explicit': only an explicit "
+                         "acknowledgement can RELEASE or REJECT one record")
+
+
+def prepare_group(bootstrap: str, group_id: str) -> None:
+    """Share groups start at the log's *end* by default (share.auto.offset.reset=latest, a
+    group config, not a client one); the lab's groups read the input from its start."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
+    resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guarantee: str,
+        batch_size: int = 10, ack_mode: str = "explicit", poison_ids: list[str] | None = None,
+        poison: str = "release", idle_s: float = IDLE_S) -> None:
+    """Take records from ``input_topic`` as a member of share group ``group_id`` until the
+    queue has been empty for ``idle_s``; write each processing to ``output_topic``.
+
+    ``poison_ids``: records whose processing always fails; the worker ``poison``s them
+    (``release``: hand back for a retry, archived by the broker at the delivery limit;
+    ``reject``: archived at once). ``batch_size`` is max.poll.records."""
+    poison_ids = [str(p) for p in poison_ids or []]
+    check_options(guarantee, ack_mode, poison, poison_ids)
+    g = guarantee_named(guarantee)
+    out = g.open_output(bootstrap, tuning=PIPELINE_TUNING)
+    me = os.environ.get(history.ENV_INSTANCE, "0")
+    consumer = ShareConsumer(client_config({
+        "bootstrap.servers": bootstrap, "group.id": group_id,
+        "share.acknowledgement.mode": ack_mode, "max.poll.records": batch_size}))
+    consumer.subscribe([input_topic])
+    last_record = time.monotonic()  # a restarted member counts from its start
+    try:
+        while time.monotonic() - last_record < idle_s:
+            messages = [m for m in consumer.poll(0.5) if _ok(m)]
+            if not messages:
+                continue
+            history.record("acquired", offsets=[m.offset() for m in messages])
+            if ack_mode == "explicit":
+                for msg in messages:
+                    _one_explicit(consumer, out, output_topic, msg, me, g.name, poison_ids, poison)
+            else:
+                _one_poll_implicit(consumer, out, output_topic, messages, me, g.name)
+            last_record = time.monotonic()
+    finally:
+        consumer.close()  # commits what was acknowledged, leaves the group at once
+        out.flush()
+
+
+def _ok(msg: Message) -> bool:
+    err = msg.error()
+    if err is None:
+        return True
+    if err.fatal() or not err.retriable():
+        raise KafkaException(err)
+    return False
+
+
+def _write(out, topic: str, msg: Message, me: str, outcome: str) -> None:
+    record = record_of(msg)
+    out.produce(topic, str(record["key"]), {
+        "id": record["id"], "key": record["key"], "consumer": me, "attempt": history.attempt(),
+        "delivery_count": msg.delivery_count(), "outcome": outcome})
+    out.flush()  # the work is done (durable) before anything is acknowledged
+
+
+def _one_explicit(consumer: ShareConsumer, out, topic: str, msg: Message, me: str,
+                  guarantee: str, poison_ids: list[str], poison: str) -> None:
+    crash_point("after-acquire-before-process")
+    if str(record_of(msg)["id"]) in poison_ids:
+        # The work fails on this record, every time: hand it back or give up on it.
+        _write(out, topic, msg, me, "released" if poison == "release" else "rejected")
+        consumer.acknowledge(msg, AcknowledgeType.RELEASE if poison == "release"
+                             else AcknowledgeType.REJECT)
+        consumer.commit_sync()
+        return
+    if guarantee == "at_most_once":
+        consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+        crash_point("after-ack")
+        _write(out, topic, msg, me, "processed")
+        return
+    _write(out, topic, msg, me, "processed")
+    crash_point("after-process-before-ack")
+    consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+    consumer.commit_sync()  # this record's ACCEPT reaches the broker now, not at the next poll
+    crash_point("after-ack")
+
+
+def _one_poll_implicit(consumer: ShareConsumer, out, topic: str, messages: list[Message],
+                       me: str, guarantee: str) -> None:
+    """Implicit acknowledgement: commit_sync (or the next poll) ACCEPTs *every* record of
+    the last poll, processed or not."""
+    if guarantee == "at_most_once":
+        consumer.commit_sync()
+        crash_point("after-ack")
+    for msg in messages:
+        crash_point("after-acquire-before-process")
+        _write(out, topic, msg, me, "processed")
+    if guarantee == "at_least_once":
+        crash_point("after-process-before-ack")
+        consumer.commit_sync()
+        crash_point("after-ack")
