@@ -19,7 +19,8 @@ audit counts those), ``released``/``rejected`` a poison record the work failed o
   when its lock expires and is processed twice);
 - at_most_once: acknowledge, then process (a crash in between: the record is gone);
 - exactly_once: not offered. An acknowledgement cannot join a Kafka transaction (that is
-  a proposal, not in Kafka 4.2), so the output and the ACCEPT never commit together.
+  a proposal, KIP-1289, under discussion; not in Kafka 4.2), so the output and the ACCEPT
+  never commit together.
 
 ``ack_mode="explicit"`` acknowledges and commits each record on its own (the crash points
 fire per record, so a crash repeats exactly one record); ``"implicit"`` lets the client
@@ -54,8 +55,8 @@ IDLE_S = 3 * RECORD_LOCK_S
 OUTCOMES = ("processed", "released", "rejected")
 NO_EXACTLY_ONCE = (
     "share groups offer no exactly_once: an acknowledgement cannot join a Kafka transaction "
-    "(transactional acknowledgements are a proposal, not in Kafka 4.2), so the output and the "
-    "ACCEPT never commit together; choose at_least_once or at_most_once")
+    "(transactional acknowledgements are a proposal, KIP-1289, not in Kafka 4.2), so the "
+    "output and the ACCEPT never commit together; choose at_least_once or at_most_once")
 
 
 def check_options(guarantee: str, ack_mode: str, poison: str, poison_ids: list[str]) -> None:
@@ -72,6 +73,19 @@ def check_options(guarantee: str, ack_mode: str, poison: str, poison_ids: list[s
     if poison_ids and ack_mode != "explicit":
         raise ValueError("a poison record needs ack_mode='explicit': only an explicit "
                          "acknowledgement can RELEASE or REJECT one record")
+
+
+SETTINGS = ("group.share.record.lock.duration.ms", "group.share.delivery.count.limit",
+            "share.coordinator.state.topic.replication.factor")
+
+
+def broker_settings(bootstrap: str, names: tuple[str, ...] = SETTINGS) -> dict[str, str]:
+    """The share-group settings a broker of the cluster really runs with (DescribeConfigs)."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
+    broker = min(admin.list_topics(timeout=10).brokers)
+    resource = ConfigResource(ResourceType.BROKER, str(broker))
+    config = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {name: config[name].value for name in names}
 
 
 def prepare_group(bootstrap: str, group_id: str) -> None:

@@ -1,0 +1,122 @@
+"""Share groups (KIP-932) against the real broker: issue 12's "Done when".
+
+One share consumer takes 40 records from one partition and acknowledges each record on its
+own (ACCEPT, commit_sync), so a crash repeats at most the record it was on:
+
+- killed after processing its 2nd record, before acknowledging it: the lock expires, the
+  record comes back and is processed twice: lost 0, duplicated exactly 1, every run;
+- killed right after acknowledging: lost 0, duplicated 0;
+- a poison record released every time: the broker delivers it 5 times (its delivery limit),
+  then archives it: archived 1, and the share coordinator's stored state says so;
+- rejected: archived at its first delivery.
+
+The four runs go side by side (each mostly waits: the group join, the 2 s lock, the 6 s
+idle end), each with its own topics and group; each is asserted on its own. The counts come
+from the output topic (what each consumer wrote per attempt) and from the broker.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from labkit import scenarios
+from labkit.inspect import Inspector
+from labkit.inspect.share import java_string_hash, share_state
+from labkit.pipelines import share
+
+RECORDS = 40
+LABKIT = Path(sys.executable).with_name("labkit")
+
+
+def _cli_share(bootstrap: str, *args: str) -> dict:
+    out = subprocess.run([str(LABKIT), "scenario", "share-group", "--records", str(RECORDS),
+                          "--json", *args], capture_output=True, text=True, timeout=240,
+                         env={**__import__("os").environ, "LABKIT_BOOTSTRAP": bootstrap})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
+    runs = {
+        "before-ack": lambda: scenarios.share_group("at_least_once", "after-process-before-ack",
+                                                    records=RECORDS, bootstrap=bootstrap),
+        "after-ack": lambda: _cli_share(bootstrap, "--guarantee", "at_least_once",
+                                        "--crash-at", "after-ack"),
+        "release": lambda: scenarios.share_group("at_least_once", records=RECORDS,
+                                                 bootstrap=bootstrap, poison="release"),
+        "reject": lambda: scenarios.share_group("at_least_once", records=RECORDS,
+                                                bootstrap=bootstrap, poison="reject"),
+    }
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = {name: pool.submit(fn) for name, fn in runs.items()}
+        done = {name: f.result() for name, f in futures.items()}
+
+    before = done["before-ack"]
+    assert before.run.crashed and before.run.exit_codes == [-9, 0]
+    assert (before.report.lost, before.report.duplicated) == (0, 1)
+    # the processed-twice record is the 2nd input record, delivered twice
+    twice = [a for a in before.attempts if a.id == before.report.examples["duplicated"][0]]
+    assert [a.outcome for a in twice] == ["processed", "processed"]
+    assert [a.delivery_count for a in twice] == [1, 2]
+    assert before.report.verdict == "at least once"
+    # the broker holds nothing still to deliver: every record acknowledged or done
+    counts = before.share_state.counts()
+    assert counts["available"] == 0 and counts["not recorded"] == 0 and counts["archived"] == 0
+
+    after = done["after-ack"]  # through the CLI: its JSON keys too
+    assert (after["lost"], after["duplicated"], after["archived"]) == (0, 0, 0)
+    assert after["verdict"] == "exactly once"
+    assert list(after)[:15] == list(before.report.to_dict())  # the audit's keys, then the queue's
+    assert {"archived", "delivery_counts", "processed_by", "out_of_order", "share_state"} <= set(after)
+
+    release = done["release"]
+    poison = [a for a in release.attempts if a.outcome != "processed"]
+    assert [a.delivery_count for a in poison] == list(range(1, share.DELIVERY_LIMIT + 1))
+    assert {a.outcome for a in poison} == {"released"} and len({a.id for a in poison}) == 1
+    assert (release.archived, release.report.lost, release.report.duplicated) == (1, 0, 0)
+    assert release.report.delivered_unique == RECORDS - 1
+    # what the broker stored: the poison offset archived after 5 deliveries (or, once the
+    # start offset moved past it, done with), and nothing left to deliver
+    offset = 2  # the input's third record
+    state = release.share_state.offsets()
+    assert state.get(offset, ("archived", 5)) == ("archived", share.DELIVERY_LIMIT)
+    assert release.share_state.counts()["available"] == 0
+
+    reject = done["reject"]
+    poison = [a for a in reject.attempts if a.outcome != "processed"]
+    assert [(a.outcome, a.delivery_count) for a in poison] == [("rejected", 1)]
+    assert (reject.archived, reject.report.lost, reject.report.duplicated) == (1, 0, 0)
+
+
+def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
+    with pytest.raises(ValueError, match="no exactly_once.*transaction"):
+        scenarios.share_group("exactly_once", bootstrap="127.0.0.1:1")
+    with pytest.raises(ValueError, match="not on the path of share-group.*after-process-before-ack"):
+        scenarios.share_group("at_least_once", "after-process-before-commit", bootstrap="127.0.0.1:1")
+    with pytest.raises(ValueError, match="ack_mode='explicit'"):
+        scenarios.share_group("at_least_once", poison="release", ack_mode="implicit",
+                              bootstrap="127.0.0.1:1")
+    with pytest.raises(ValueError, match="takes --crash-at, not --fault"):
+        scenarios.run("share-group", "at_least_once", fault="drop-ack:produce:1")
+    assert scenarios.crash_points("share-group", "at_most_once") == (
+        "after-acquire-before-process", "after-ack")
+    assert "share-group" in scenarios.names()
+    out = subprocess.run([str(LABKIT), "scenario", "consumer", "--guarantee", "at_least_once",
+                          "--poison", "reject"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "apply to share-group only" in out.stderr
+
+
+def test_share_state_of_a_group_that_never_read(bootstrap, topic_name):
+    from labkit import topics
+
+    # Kafka's String.hashCode, which places a share-partition on its coordinator
+    assert java_string_hash("hello") == 99162322 and java_string_hash("") == 0
+    topics.create(bootstrap, topic_name)
+    with Inspector(bootstrap) as inspector:
+        state = share_state(inspector, "nobody-reads-this", topic_name)
+    assert (state.start_offset, state.end_offset, state.batches) == (-1, 0, ())
