@@ -94,6 +94,14 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("results = capstone.run_capstone", "lost produce ack"),
         ("capstone.check_capstone(settings, results)", "🔁 Not yet"),
     ],
+    "11_share_groups": [
+        ("print(crash.summary())", "lost=0 duplicated=1"),
+        ("if a.id == twice", "r-000002: processed, delivery count 2"),
+        ("left to deliver", "left to deliver (available or never delivered): 0"),
+        ("implicit.summary()", "duplicated=40"),
+        ("poison.summary()", "r-000003: delivery 5: released"),
+        ('share_group("exactly_once"', "KIP-1289"),
+    ],
 }
 RAW_LIBRDKAFKA_LINE = re.compile(r"^%\d\|", re.M)
 
