@@ -90,3 +90,53 @@ def takeover(events: list[dict]) -> Takeover | None:
     rejoined = any(e["kind"] == "assigned" and e["owned"] and e.get("instance") == dead[0]
                    and e.get("attempt", 0) > dead[1] for e in events)
     return Takeover(dead[0], tuple(sorted(held)), pause, rejoined, idle)
+
+
+# ------------------------------------------------------------ a tortured app (labkit.harness)
+# The harness writes "started", "killed", "stopped" (and "broker-killed"/"broker-restarted")
+# when it acts, and "progress" when Kafka shows the app got further: the offsets its group
+# committed on the input, the input's end, the records in the output (high watermark).
+
+FAULT_KINDS = ("started", "killed", "stopped", "broker-killed", "broker-restarted")
+
+
+def torture_progress(events: list[dict]) -> pd.DataFrame:
+    """One row per "progress" event: seconds from the run's first event, offsets committed by
+    the app's group, the input's end, output records (aborted transactions' included)."""
+    t0 = min((e["t"] for e in events), default=0.0)
+    rows = [(round(e["t"] - t0, 2), e["committed"], e["end"], e["output"])
+            for e in events if e["kind"] == "progress"]
+    return pd.DataFrame(rows, columns=["t", "committed", "end", "output"])
+
+
+def torture_faults(events: list[dict]) -> pd.DataFrame:
+    """One row per thing the harness did (start, kill, final stop, broker kill/restart):
+    seconds from the run's first event, kind, the app's start number."""
+    t0 = min((e["t"] for e in events), default=0.0)
+    rows = [(round(e["t"] - t0, 2), e["kind"], e.get("attempt"))
+            for e in events if e["kind"] in FAULT_KINDS]
+    return pd.DataFrame(rows, columns=["t", "kind", "attempt"])
+
+
+@dataclass(frozen=True)
+class TortureStory:
+    """A tortured run in numbers a notebook line can state."""
+
+    starts: int
+    kills: int
+    committed: int  # the group's last committed offsets (summed over partitions)
+    end: int  # the input's end offsets (summed)
+    commits_seen: int  # how often the committed offsets moved forward, as sampled
+    output: int  # output records at the end (aborted ones included)
+
+
+def torture_story(events: list[dict]) -> TortureStory:
+    progress = torture_progress(events)
+    kinds = [e["kind"] for e in events]
+    last = progress.iloc[-1] if len(progress) else None
+    moves = int((progress["committed"].diff().fillna(progress["committed"]) > 0).sum())
+    return TortureStory(starts=kinds.count("started"), kills=kinds.count("killed"),
+                        committed=int(last["committed"]) if last is not None else 0,
+                        end=int(last["end"]) if last is not None else 0,
+                        commits_seen=moves,
+                        output=int(last["output"]) if last is not None else 0)

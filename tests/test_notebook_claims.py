@@ -102,6 +102,14 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("poison.summary()", "r-000003: delivery 5: released"),
         ('share_group("exactly_once"', "KIP-1289"),
     ],
+    "12_your_own_pipeline": [
+        ("buggy = harness.torture(", "lost > 0: True"),
+        ("buggy = harness.torture(", "verdict: at most once"),
+        ("story = timeline.torture_story(events)", "starts: 4, kills: 3"),
+        ("story = timeline.torture_story(events)", "committed offsets reached the input's end: True"),
+        ("story = timeline.torture_story(events)", "output records fewer than input records: True"),
+        ("own_pipeline.check_own_pipeline(my_app, app_dir)", "there are duplicates"),
+    ],
 }
 RAW_LIBRDKAFKA_LINE = re.compile(r"^%\d\|", re.M)
 

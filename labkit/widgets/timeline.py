@@ -3,6 +3,7 @@ where an instance was killed. Drawn from a run's history (``labkit.timeline``), 
 end (``ownership_picture``) or live while the run goes on (``LiveOwnership``)."""
 from __future__ import annotations
 
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -74,3 +75,34 @@ class LiveOwnership:
         events = history.read(self.path)
         if events:
             display(ownership_picture(events, self.title))
+
+
+def torture_picture(events: list[dict], title: str = "the app under torture") -> StaticPicture:
+    """A tortured run from its history (labkit.harness): the input offsets the app's group
+    committed and the records in its output over time, a red line at each kill, a grey one
+    at each start. Output rising past the input's end is replayed work (duplicates, or
+    aborted transactions); a kill with committed offsets ahead of the output is loss."""
+    progress = timeline.torture_progress(events)
+    faults = timeline.torture_faults(events)
+    fig = Figure(figsize=(9.0, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    if len(progress):
+        # Hold the last values until the run's end (a change is recorded, a still app is not).
+        end_t = max(progress["t"].iloc[-1], faults["t"].max() if len(faults) else 0.0)
+        progress = pd.concat([progress, progress.iloc[[-1]].assign(t=end_t)], ignore_index=True)
+        ax.step(progress["t"], progress["committed"], where="post", color=COLOURS[0],
+                label="input offsets committed by the app's group")
+        ax.step(progress["t"], progress["output"], where="post", color=COLOURS[1],
+                label="records in the output (aborted ones too)")
+        ax.axhline(progress["end"].iloc[-1], color="#999", linewidth=0.8, linestyle=":")
+    for row in faults.itertuples():
+        if row.kind == "killed":
+            ax.axvline(row.t, color="#c0392b", linestyle="--", linewidth=1.2)
+        elif row.kind == "started" and row.attempt and row.attempt > 1:
+            ax.axvline(row.t, color="#777", linestyle=":", linewidth=1.0)
+    ax.set_xlabel("seconds since the first start (dashed red: SIGKILL, dotted grey: restart)")
+    ax.set_ylabel("records / offsets")
+    ax.set_title(title, fontsize=10)
+    if len(progress):
+        ax.legend(loc="upper left", fontsize=8)
+    return StaticPicture(png_bytes(fig), title)

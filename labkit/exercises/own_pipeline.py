@@ -1,0 +1,91 @@
+"""12 · your own pipeline: the harness settings the notebook uses, and the exercise check.
+
+The learner's app is a file outside the repository (``workdir()``); the harness runs it
+with the kernel's Python (which has confluent-kafka), kills it at the same seeded times in
+the notebook and in the check, and judges it only by what its output topic shows.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from labkit import harness
+from labkit.exercises import Verdict, check, unanswered
+
+# The same torture for the notebook's runs and for the check. 400 records at the apps'
+# 10 ms of work each take ~5 s per pass: each kill, 1.5-2.5 s after a start, lands while
+# the app is inside a batch (read, partly written, not yet committed), not while it starts.
+TORTURE = {"input": 400, "kills": 3, "seed": 12, "kill_after_s": (1.5, 2.5), "timeout_s": 120}
+APP_FILE = "my_fixed_app.py"
+
+
+def workdir() -> Path:
+    """A fresh directory for the learner's app files: a temp dir, never the repository."""
+    return Path(tempfile.mkdtemp(prefix="own-pipeline-"))
+
+
+def torture_app(path: str | Path, **overrides) -> harness.TortureResult:
+    """Run the app file ``path`` under the harness with the notebook's settings."""
+    return harness.torture([sys.executable, str(path)], **{**TORTURE, **overrides})
+
+
+def verdict_lines(result: harness.TortureResult) -> str:
+    """What a run showed, in words that stay the same between runs (counts vary with the
+    kills' timing; whether there are any does not)."""
+    r = result.report
+    return "\n".join([
+        f"kills: {result.kills}, restarts: {result.restarts}",
+        f"input records: {r.produced}, every one in the output: {r.delivered_unique == r.produced}",
+        f"lost > 0: {r.lost > 0}",
+        f"duplicated > 0: {r.duplicated > 0}",
+        f"verdict: {result.verdict}",
+    ])
+
+
+def check_own_pipeline(source: str | None, directory: str | Path) -> Verdict:
+    """12 · make the app exactly once: write ``source`` to a file in ``directory``, torture
+    it with the notebook's kills and judge its output."""
+    if unanswered(source) or not str(source).strip():
+        return check(False, "", "put your app's source in my_app (a string), then run this "
+                                "cell again.")
+    path = Path(directory) / APP_FILE
+    path.write_text(str(source))
+    try:
+        result = torture_app(path)
+    except harness.HarnessError as exc:
+        first = str(exc).splitlines()[0]
+        return check(False, "", f"the harness could not judge your app: {first} (run "
+                                "own_pipeline.torture_app(path) to see the whole message).")
+    r = result.report
+    if result.kills < TORTURE["kills"]:
+        return check(False, "", "your app exited before every kill landed: a streaming app "
+                                "keeps running (loop forever) until it is stopped.")
+    if r.lost > 0 and r.duplicated > 0:
+        return check(False, "", "records were lost and others duplicated: commit the input "
+                                "offsets only together with the output they produced.")
+    if r.lost > 0:
+        return check(False, "", "records are still lost: some input offsets are committed "
+                                "before the output they produced is safely in the topic. What "
+                                "happens to a batch whose offsets are committed when the kill "
+                                "comes before producer.flush()?")
+    if r.duplicated > 0:
+        return check(False, "", "nothing is lost any more, but there are duplicates: a kill "
+                                "after some output is written and before the offsets are "
+                                "committed replays the batch (at least once). The output and "
+                                "the offsets must be committed together or not at all: which "
+                                "Kafka feature makes them one atomic write (notebook 05, "
+                                "section 1)?")
+    if r.aborted_in_log == 0:
+        # Without transactions a kill inside a batch leaves its written records visible; a
+        # run that shows none was lucky with the kills' timing, not exactly once.
+        return check(False, "", "no record lost or duplicated this time, but no kill hit an "
+                                "open transaction either (no aborted records in the output's "
+                                "log): without transactions, a kill inside a batch leaves what "
+                                "it wrote, and its replay duplicates it. Make the output and the "
+                                "offsets one transaction.")
+    return check(result.verdict == "exactly once",
+                 f"exactly once under {result.kills} kills: nothing lost, nothing duplicated "
+                 "(aborted transactions stay in the log, invisible to read_committed).",
+                 f"the audit says {result.verdict!r}: read its findings with "
+                 "own_pipeline.torture_app(path).summary().")
