@@ -100,3 +100,15 @@ def test_conda_environment_matches_pip_setup(conda, pins, pyproject):
     assert "openjdk=17" in deps and "maven" in deps
     pip_section = next(d["pip"] for d in deps if isinstance(d, dict))
     assert dict(d.split("==") for d in pip_section) == pins
+
+
+def test_delta_jars_match_the_python_delta_spark(pins):
+    """The PyPI delta-spark (its Python API) and the jars the pom fetches are one release,
+    built for the pinned Spark: delta-spark 4.4.x supports pyspark 4.2.x."""
+    versions = jvm.pinned_versions()
+    assert versions["delta.version"] == pins["delta-spark"]
+    assert pins["delta-spark"].startswith("4.4.") and pins["pyspark"].startswith("4.2.")
+    pom = (ROOT / "jvm" / "pom.xml").read_text()
+    spark_profile = pom.split("<id>spark</id>", 1)[1].split("</profile>", 1)[0]
+    assert "<artifactId>delta-spark_${scala.binary.version}</artifactId>" in spark_profile
+    assert "<artifactId>delta-storage</artifactId>" in spark_profile
