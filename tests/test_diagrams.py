@@ -45,3 +45,24 @@ def test_caption_lists_parts_and_numbered_steps_in_order() -> None:
     assert "3. runner (supervisor) -> worker processes: start, kill, restart" in steps
     assert ("1. producer -> transaction coordinator: InitProducerId, AddPartitionsToTxn, "
             "AddOffsetsToTxn, EndTxn") in TRANSACTION.caption().splitlines()
+
+
+def test_fencing_exchanges_do_not_depend_on_timing() -> None:
+    """A retry (or a flush split in two requests) shows once; a coordinator still loading on
+    a fresh broker is left out; each line names client, API, version, epoch and error."""
+    from labkit.widgets.sequence import exchanges, label
+
+    def row(t, client, api, error=None, epoch=None):
+        r = {"t": t, "client_id": client, "api": api, "version": 4, "error": error}
+        return r if epoch is None else {**r, "producer_epoch": epoch}
+
+    trace = [row(1, "A", "InitProducerId", "COORDINATOR_LOAD_IN_PROGRESS", -1),
+             row(2, "A", "InitProducerId", epoch=0), row(3, "A", "Metadata"),
+             row(4, "A", "Produce"), row(5, "A", "Produce"),
+             row(6, "B", "InitProducerId", "CONCURRENT_TRANSACTIONS", -1),
+             row(7, "B", "InitProducerId", "CONCURRENT_TRANSACTIONS", -1),
+             row(8, "B", "InitProducerId", epoch=2), row(9, "A", "Produce", "INVALID_PRODUCER_EPOCH")]
+    assert [label(r, by_client=True) for r in exchanges(list(reversed(trace)))] == [
+        "A: InitProducerId v4  (epoch 0)", "A: Produce v4",
+        "B: InitProducerId v4  -> CONCURRENT_TRANSACTIONS", "B: InitProducerId v4  (epoch 2)",
+        "A: Produce v4  -> INVALID_PRODUCER_EPOCH"]

@@ -17,6 +17,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
     "00_tour": [
         ("last acknowledged offset + 1", "on every partition written: True"),
         ("view.offsets_frame()", "high_watermark"),
+        ("print(LAB.caption())", "3. runner (supervisor) -> worker processes: start, kill, restart"),
     ],
     "01_at_most_once": [
         ("print(crash.report.summary())", "lost=10 duplicated=0"),
@@ -48,6 +49,11 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("tail.assign(", "ABORT  hanging app               1"),
         ("print(\" -> \".join(f\"{r['api']}", "AddOffsetsToTxn v0 -> TxnOffsetCommit v3 -> EndTxn v1"),
         ("print(\" -> \".join(f\"{r['api']}", "every request that carries one: [0]"),
+        ("print(TRANSACTION.caption())", "5. transaction coordinator -> partition leaders: WriteTxnMarkers"),
+        ("def epochs_in_words", "librdkafka  epoch per transaction: flat at 0"),
+        ("def epochs_in_words", "Java copier epoch per transaction: rising, 0 -> 1 -> 2 -> 3"),
+        ("def epochs_in_words", "Java copier sent: InitProducerId v5, Produce v13, TxnOffsetCommit v5, "
+                                "EndTxn v5; never: ['AddPartitionsToTxn', 'AddOffsetsToTxn']"),
     ],
     "05_consume_transform_produce": [
         ("print(one.report.summary())", "markers in the output log: COMMIT ABORT COMMIT COMMIT COMMIT"),
@@ -61,6 +67,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
     ],
     "06_zombies": [
         ("records the zombie added to the log", "ProducerFenced"),
+        ("fencing = exchanges(wire)", "instance-B: InitProducerId v4  -> CONCURRENT_TRANSACTIONS"),
+        ("fencing = exchanges(wire)", "instance-A: Produce v10  -> INVALID_PRODUCER_EPOCH"),
         ('for isolation in ("read_committed", "read_uncommitted")', "verdict: exactly once"),
         ("takeover_lines(group_run)", "given partitions again: True"),
         ("takeover_lines(group_run)", "verdict: exactly once"),
