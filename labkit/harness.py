@@ -46,6 +46,11 @@ from labkit.progress import status
 ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = "LABKIT_BOOTSTRAP", "LABKIT_INPUT_TOPIC", "LABKIT_OUTPUT_TOPIC"
 ENV_GROUP, ENV_TRANSACTIONAL_ID = "LABKIT_GROUP_ID", "LABKIT_TRANSACTIONAL_ID"
 CHECKS = ("records", "counts")
+# When a fault's seeded delay starts counting: at the app's (re)start, or at its first offset
+# commit after it. "commit" puts every kill between two commits of the app, whatever its
+# start took (a JVM may take seconds on a loaded machine, and a kill during its start hits
+# nothing the app has processed): what it processed since that commit is in flight.
+KILL_CLOCKS = ("start", "commit")
 SCENARIO = "torture"
 # The harness does not know what the app claims; the verdict says what it showed.
 GUARANTEE = "unknown"
@@ -121,7 +126,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
             broker_kills: int = 0, timeout_s: float = 120.0, check: str = "records",
             kill_after_s: tuple[float, float] = (1.0, 4.0), fault: str | None = None,
             cluster: lab.Cluster | None = None, partitions: int = 1,
-            keep_topics: bool = False) -> TortureResult:
+            keep_topics: bool = False, kill_clock: str = "start") -> TortureResult:
     """Run ``command`` as the pipeline under test, kill it ``kills`` times (each a seeded
     random ``kill_after_s`` after the previous fault), and audit its output.
 
@@ -131,7 +136,10 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     harness itself talks to the broker directly. ``cluster`` defaults to
     ``labkit.cluster.ensure()``. ``partitions``: of the input topic (its records spread by
     key) and of the output topic. The run's two topics are deleted afterwards (also after a
-    failed run) unless ``keep_topics``. Raises HarnessError when the run cannot be judged.
+    failed run) unless ``keep_topics``. ``kill_clock="commit"`` starts each fault's delay at
+    the app's first offset commit (to LABKIT_GROUP_ID) after its (re)start instead of at the
+    start: with a delay shorter than the app's commit interval, every kill lands between two
+    of its commits. Raises HarnessError when the run cannot be judged.
     """
     command = _checked_command(command)
     if input < 1 or kills < 0 or broker_kills < 0 or timeout_s <= 0:
@@ -140,6 +148,10 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
                            f"broker_kills={broker_kills}, timeout={timeout_s})")
     if partitions < 1:
         raise HarnessError(f"need at least one input partition (got partitions={partitions})")
+    if kill_clock not in KILL_CLOCKS:
+        raise HarnessError(f"unknown kill clock {kill_clock!r}: use 'start' (delays count from "
+                           "the app's start) or 'commit' (from its first offset commit after a "
+                           "start)")
     if check not in CHECKS:
         raise HarnessError(f"unknown check {check!r}: use 'records' (output records keep the "
                            "input's id) or 'counts' (output records carry a count per key)")
@@ -170,7 +182,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
         topics.create(cluster.bootstrap, names[ENV_OUTPUT], partitions=partitions)
         result = _run(command, cluster, names, run_dir, inputs, kills=kills,
                       broker_kills=broker_kills, timeout_s=timeout_s, check=check,
-                      kill_after_s=kill_after_s, fault=fault, seed=seed)
+                      kill_after_s=kill_after_s, fault=fault, seed=seed, kill_clock=kill_clock)
     finally:
         if not keep_topics:
             # Each run makes two topics: a lab (or a CI broker) tortured all day would
@@ -183,7 +195,8 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
 
 def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_dir: Path,
          inputs: list[dict], *, kills: int, broker_kills: int, timeout_s: float, check: str,
-         kill_after_s: tuple[float, float], fault: str | None, seed: int) -> TortureResult:
+         kill_after_s: tuple[float, float], fault: str | None, seed: int,
+         kill_clock: str = "start") -> TortureResult:
     """Supervise the app over the prepared topics, stop it and audit its output."""
     result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
                            run_dir=str(run_dir))
@@ -197,7 +210,7 @@ def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_di
                    names[ENV_GROUP], history_file=run_dir / "history.jsonl") as watch:
         _supervise(app, watch, cluster, result, kills=kills, broker_kills=broker_kills,
                    kill_after_s=kill_after_s, timeout_s=timeout_s, seed=seed,
-                   progress=progress, started=started)
+                   progress=progress, started=started, kill_clock=kill_clock)
         app.stop()
         result.fault_stats = proxy.stats() if proxy else None
     result.report = _audit(cluster.bootstrap, names[ENV_OUTPUT], inputs, check)
@@ -234,6 +247,38 @@ def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 300
               f"--transaction-size {transaction_size} "
               f"--transaction-timeout {transaction_timeout_ms}")
     return ["sh", "-c", script]
+
+
+STREAMS_GUARANTEES = ("at_least_once", "exactly_once_v2")
+STREAMS_APP = "StreamsRunningCount.java"
+
+
+def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: int = 1000,
+                    work_ms: float = 0.0) -> list[str]:
+    """examples/torture/StreamsRunningCount.java, a running count per key in real Kafka
+    Streams (kafka-streams, fetched by `labkit setup`), as a command for
+    ``torture(..., check="counts")``: Java 17's single-file launcher compiles it in memory at
+    each start, so there is no build step. The app reads the LABKIT_* environment itself.
+
+    ``guarantee`` is its processing.guarantee; ``commit_interval_ms`` the same for both (a
+    kill between two commits replays what was processed since the last one);
+    ``work_ms`` the processing time per record, so a run lasts long enough for the kills to
+    land while it works."""
+    from labkit import jvm
+    from labkit.paths import project_root
+
+    if guarantee not in STREAMS_GUARANTEES:
+        raise HarnessError(f"unknown processing.guarantee {guarantee!r}: use one of "
+                           f"{', '.join(STREAMS_GUARANTEES)}")
+    java = jvm.check_java()
+    jvm.resolve("streams")
+    return [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            # a classpath wildcard (expanded by java itself) keeps the command readable
+            "-cp", str(jvm.jar_dir("streams") / "*"),
+            str(project_root() / "examples" / "torture" / STREAMS_APP),
+            "--guarantee", guarantee, "--commit-interval-ms", str(commit_interval_ms),
+            "--work-ms", str(work_ms)]
 
 
 # quixstreams 3.28 needs confluent-kafka < 2.13 while the lab pins 2.16.1: like any user's
@@ -316,18 +361,33 @@ def _checked_command(command: Sequence[str]) -> list[str]:
 
 def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: TortureResult, *,
                kills: int, broker_kills: int, kill_after_s: tuple[float, float],
-               timeout_s: float, seed: int, progress, started: float) -> None:
+               timeout_s: float, seed: int, progress, started: float,
+               kill_clock: str = "start") -> None:
     """Start the app, inject the seeded faults, restart it, return once it is done."""
     rng = random.Random(seed)
     faults = ["app"] * kills + ["broker"] * broker_kills
     rng.shuffle(faults)  # the seed decides the interleaving too
+
+    def arm() -> tuple[float, float | None, int]:
+        """The next fault's seeded delay, when it is due (None: at the app's next commit),
+        and the group's committed offsets now (for kill_clock="commit")."""
+        delay = rng.uniform(*kill_after_s)
+        if kill_clock == "start":
+            return delay, time.monotonic() + delay, 0
+        watch.next_at = 0.0  # fresh: the killed app may have committed just before
+        return delay, None, watch.sample()[0]
+
     app.start()
-    due = time.monotonic() + rng.uniform(*kill_after_s)
+    delay, due, consumed_at_start = arm()
     own_crashes = 0
     quiet = _Quiet()
     while True:
         now = time.monotonic()
+        if due is None:
+            watch.next_at = 0.0  # waiting for the commit that starts the clock: sample now
         consumed, end, written = watch.sample()
+        if due is None and consumed > consumed_at_start:
+            due = now + delay
         progress(f"torture: kills {result.kills}/{kills}, broker kills "
                  f"{result.broker_kills}/{broker_kills}, input consumed {consumed}/{end}, "
                  f"output {written} records")
@@ -343,7 +403,7 @@ def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: Tortu
             app.start()  # as a supervisor would: it has worked before
             result.restarts += 1
             continue
-        if faults and code is None and now >= due:
+        if faults and code is None and due is not None and now >= due:
             if faults.pop(0) == "app":
                 t0 = time.monotonic()
                 app.kill()
@@ -358,7 +418,7 @@ def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: Tortu
                 cluster.restart()
                 result.broker_kills += 1
                 history.append(app.history, "broker-restarted")
-            due = time.monotonic() + rng.uniform(*kill_after_s)
+            delay, due, consumed_at_start = arm()
             quiet = _Quiet()
             continue
         if code == 0:  # the app finished by itself: no process left to fault
@@ -375,6 +435,13 @@ def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: Tortu
                 faults.clear()
             if quiet.still(written, QUIET_S):
                 return
+        elif faults and due is None and consumed >= end and quiet.still(written, QUIET_S):
+            # kill_clock="commit": the app was done before it committed again after a fault
+            result.notes.append(
+                f"the app had consumed its input after {result.kills} of {kills} kill(s) and "
+                f"{result.broker_kills} of {broker_kills} broker kill(s), before it committed "
+                "again: give it more input (--input) so every fault lands")
+            faults.clear()
         elif not faults:
             if consumed >= end and quiet.still(written, QUIET_S):
                 return

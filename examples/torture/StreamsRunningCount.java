@@ -1,0 +1,151 @@
+/*
+ * A running count per key written with real Kafka Streams (kafka-streams 4.2.0), the way a
+ * user would: a KStream grouped by key, a count in a persistent state store (its changelog
+ * in Kafka), every new count sent downstream. One setting, processing.guarantee, decides
+ * between at_least_once and exactly_once_v2.
+ *
+ * Run by `labkit torture --check counts` (no compile step: Java 17's single-file launcher):
+ *
+ *     java -cp '.cache/jars/streams/*' examples/torture/StreamsRunningCount.java \
+ *         --guarantee exactly_once_v2
+ *
+ * (`labkit.harness.streams_command(guarantee)` builds that command.) It reads the
+ * environment the harness sets: LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC,
+ * LABKIT_GROUP_ID (the application.id, so the consumer group whose committed offsets the
+ * harness watches) and LABKIT_HISTORY (its directory holds this run's state.dir).
+ * PROCESSING_GUARANTEE in the environment is the same as --guarantee.
+ *
+ * Input: the lab's JSON records, keyed by their `key` field (labkit.data.load_into_topic),
+ * so the count groups by the record key with no repartition topic. Output: for every input
+ * record, {"key": ..., "count": <the count so far for that key>} keyed by the same key.
+ */
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Properties;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+
+public class StreamsRunningCount {
+
+    public static void main(String[] args) throws Exception {
+        String guarantee = System.getenv().getOrDefault("PROCESSING_GUARANTEE", "exactly_once_v2");
+        long commitIntervalMs = 1000;
+        double workMs = 0;
+        String stateDir = null;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "--guarantee" -> guarantee = args[++i];
+                case "--commit-interval-ms" -> commitIntervalMs = Long.parseLong(args[++i]);
+                case "--work-ms" -> workMs = Double.parseDouble(args[++i]);
+                case "--state-dir" -> stateDir = args[++i];
+                default -> usage("unknown argument " + args[i]);
+            }
+        }
+        if (!guarantee.equals(StreamsConfig.AT_LEAST_ONCE) && !guarantee.equals(StreamsConfig.EXACTLY_ONCE_V2)) {
+            usage("--guarantee must be at_least_once or exactly_once_v2, not " + guarantee);
+        }
+        String appId = env("LABKIT_GROUP_ID");
+        if (stateDir == null) {
+            // One state directory per torture run, kept across the restarts of that run:
+            // Kafka Streams keeps its process id there, so a restarted instance gets the same
+            // transactional.id (exactly_once_v2) and fences its killed predecessor at once.
+            String history = System.getenv("LABKIT_HISTORY");
+            stateDir = history != null
+                    ? Path.of(history).toAbsolutePath().getParent().resolve("streams-state").toString()
+                    : Path.of(System.getProperty("java.io.tmpdir"), "kafka-streams").toString();
+        }
+
+        Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, env("LABKIT_BOOTSTRAP"));
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
+        // The same interval for both guarantees (exactly_once_v2 would default to 100 ms,
+        // at_least_once to 30 s): the experiment changes one setting only.
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, commitIntervalMs);
+        // No record cache: every new count goes to the changelog and downstream at once (as
+        // the lab's Python running count does), not only at the next commit.
+        props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+        // Static membership: a restarted instance takes its predecessor's place in the group
+        // at once instead of waiting for the dead one's session to time out.
+        props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, appId + "-1");
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+
+        ObjectMapper json = new ObjectMapper();
+        long workNanos = (long) (workMs * 1_000_000);
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.stream(env("LABKIT_INPUT_TOPIC"), Consumed.with(Serdes.String(), Serdes.String()))
+                .peek((key, value) -> work(workNanos))  // a real app does something per record
+                .groupByKey()
+                .count(Materialized.as("running-count"))
+                .toStream()
+                .mapValues((key, count) -> {
+                    Map<String, Object> out = new LinkedHashMap<>();
+                    out.put("key", key);
+                    out.put("count", count);
+                    try {
+                        return json.writeValueAsString(out);
+                    } catch (Exception e) {
+                        throw new IllegalStateException(e);
+                    }
+                })
+                .to(env("LABKIT_OUTPUT_TOPIC"), Produced.with(Serdes.String(), Serdes.String()));
+
+        KafkaStreams streams = new KafkaStreams(builder.build(), props);
+        // An error the app cannot handle ends the process with a non-zero code, so a
+        // supervisor (the harness) sees a crash instead of a silent, idle JVM.
+        streams.setUncaughtExceptionHandler(e -> {
+            System.err.println("StreamsRunningCount: " + e);
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.ERROR) {
+                Runtime.getRuntime().halt(1);
+            }
+        });
+        // SIGTERM: close cleanly (commit, flush); SIGKILL, the harness's fault, skips this.
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(5))));
+        System.out.println("StreamsRunningCount: " + guarantee + ", commit.interval.ms="
+                + commitIntervalMs + ", state.dir=" + stateDir);
+        streams.start();
+        Thread.currentThread().join();  // runs until stopped, like a real streaming app
+    }
+
+    private static void work(long nanos) {
+        if (nanos <= 0) {
+            return;
+        }
+        try {
+            Thread.sleep(nanos / 1_000_000, (int) (nanos % 1_000_000));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private static String env(String name) {
+        String value = System.getenv(name);
+        if (value == null || value.isEmpty()) {
+            usage(name + " is not set (labkit torture sets it)");
+        }
+        return value;
+    }
+
+    private static void usage(String problem) {
+        System.err.println("StreamsRunningCount: " + problem + "\nusage: java -cp <kafka-streams jars> "
+                + "StreamsRunningCount.java [--guarantee at_least_once|exactly_once_v2] "
+                + "[--commit-interval-ms N] [--work-ms MS] [--state-dir DIR]");
+        System.exit(2);
+    }
+}
