@@ -178,13 +178,23 @@ def scenario(
 
 @app.command()
 def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
-            as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="machine-readable"),
+            share_group: str = typer.Option(None, "--share-group",
+                                            help="instead: this share group's state of the "
+                                                 "topic's partition 0 (start offset, acked, "
+                                                 "archived, delivery counts)")) -> None:
     """Show a topic's record batches, markers and offsets (log start, LSO, high watermark)."""
     from labkit import inspect as inspector
 
     try:
-        view = inspector.describe_topic(lab.ensure().bootstrap, topic)
-    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        if share_group:
+            from labkit.inspect.share import share_state
+
+            with inspector.Inspector(lab.ensure().bootstrap) as i:
+                view = share_state(i, share_group, topic)
+        else:
+            view = inspector.describe_topic(lab.ensure().bootstrap, topic)
+    except (ValueError, lab.ClusterError, LabkitSetupError, inspector.InspectError) as exc:
         _fail(str(exc))
     typer.echo(view.to_json() if as_json else view.to_text())
 

@@ -17,6 +17,7 @@ from the output topic (what each consumer wrote per attempt) and from the broker
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ LABKIT = Path(sys.executable).with_name("labkit")
 def _cli_share(bootstrap: str, *args: str) -> dict:
     out = subprocess.run([str(LABKIT), "scenario", "share-group", "--records", str(RECORDS),
                           "--json", *args], capture_output=True, text=True, timeout=240,
-                         env={**__import__("os").environ, "LABKIT_BOOTSTRAP": bootstrap})
+                         env={**os.environ, "LABKIT_BOOTSTRAP": bootstrap})
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -87,6 +88,12 @@ def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
     assert state.get(offset, ("archived", 5)) == ("archived", share.DELIVERY_LIMIT)
     assert release.share_state.counts()["available"] == 0
 
+    # the picture of that state renders (images are not compared, its text form is stable)
+    from labkit.widgets.share import share_picture
+
+    picture = share_picture(release.share_state)
+    assert picture.png.startswith(b"\x89PNG") and repr(picture) == "<share-partition state (static picture)>"
+
     reject = done["reject"]
     poison = [a for a in reject.attempts if a.outcome != "processed"]
     assert [(a.outcome, a.delivery_count) for a in poison] == [("rejected", 1)]
@@ -120,3 +127,8 @@ def test_share_state_of_a_group_that_never_read(bootstrap, topic_name):
     with Inspector(bootstrap) as inspector:
         state = share_state(inspector, "nobody-reads-this", topic_name)
     assert (state.start_offset, state.end_offset, state.batches) == (-1, 0, ())
+    out = subprocess.run([str(LABKIT), "inspect", topic_name, "--share-group", "nobody", "--json"],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "LABKIT_BOOTSTRAP": bootstrap})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["start_offset"] == -1
