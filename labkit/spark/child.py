@@ -24,6 +24,7 @@ from pathlib import Path
 
 from labkit.faults.crashpoints import ENV_POINT, crash_point
 from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
+from labkit.spark import delta
 
 
 class _CommitWatcher:
@@ -119,7 +120,7 @@ def recount(spark, job: dict, send) -> dict:
     return {"counts": {r["key"]: int(r["count"]) for r in rows}}
 
 
-JOBS = {"stream": run_stream, "recount": recount}
+JOBS = {"stream": run_stream, "recount": recount, "delta-read": delta.read_job}
 
 
 def main(argv: list[str]) -> None:

@@ -22,6 +22,9 @@ spark-kafka-sink       at_least_once   Spark's Kafka sink, the output topic as w
 spark-kafka-sink       exactly_once    the same, audited after a downstream dedupe by id
 spark-running-count    exactly_once    running count in Spark's state store, upserted
 spark-running-count    at_least_once   per-batch counts added to the table (replay adds twice)
+spark-delta            exactly_once    a Delta table, one commit per batch with txnAppId +
+                                       txnVersion=batch id: Delta skips a replayed batch
+spark-delta            at_least_once   the same table, plain appends: a replay is appended
 =====================  ==============  ===================================================
 """
 from __future__ import annotations
@@ -39,10 +42,10 @@ import pandas as pd
 
 from labkit import data, topics
 from labkit.audit import AuditReport
-from labkit.spark import check
+from labkit.spark import check, delta
 from labkit.spark.db import default_url
 from labkit.spark.runner import SPARK_CRASH_POINTS, Run, StreamJob, recount, run_until_done
-from labkit.spark.sinks import SinkSpec
+from labkit.spark.sinks import DELTA_KINDS, SinkSpec
 
 PIPELINES: dict[str, dict[str, str]] = {  # scenario -> guarantee -> sink kind
     "spark-naive": {"at_least_once": "naive"},
@@ -50,6 +53,7 @@ PIPELINES: dict[str, dict[str, str]] = {  # scenario -> guarantee -> sink kind
     "spark-transactional": {"exactly_once": "transactional"},
     "spark-kafka-sink": {"at_least_once": "kafka", "exactly_once": "kafka"},
     "spark-running-count": {"exactly_once": "running-count", "at_least_once": "increment-count"},
+    "spark-delta": {"exactly_once": "delta", "at_least_once": "delta-append"},
 }
 BATCHES = 3
 CRASH_HIT = 2  # the crash hits the 2nd micro-batch: one committed batch before, one after
@@ -113,9 +117,10 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     data.load_into_topic(bootstrap, topic, inputs, partitions=PARTITIONS)
     if kind == "kafka":
         topics.create(bootstrap, out_topic, partitions=1)
-    sink = SinkSpec(kind, db_url=None if kind == "kafka" else default_url(workdir),
+    sink = SinkSpec(kind, db_url=None if kind in ("kafka", *DELTA_KINDS) else default_url(workdir),
                     table=f"{kind.replace('-', '_')}_{run_id}",
-                    output_topic=out_topic if kind == "kafka" else None)
+                    output_topic=out_topic if kind == "kafka" else None,
+                    path=str(workdir / "delta-table") if kind in DELTA_KINDS else None)
     job = StreamJob(query=name, topic=topic, bootstrap=bootstrap,
                     checkpoint=str(workdir / "checkpoint"), sink=sink,
                     max_offsets_per_trigger=math.ceil(records / BATCHES))
@@ -134,6 +139,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
             output = check.topic_records(bootstrap, out_topic)
             if guarantee == "exactly_once":
                 output = check.dedupe_by_id(output)
+        elif kind in DELTA_KINDS:  # read back by Spark, in the order of the table's commits
+            output, _ = delta.read_table(sink.path)
         else:
             output = check.table_records(sink.db_url, sink.table)
         report = check.audit_output(name, guarantee, crash_at, inputs, output, expected)

@@ -35,6 +35,12 @@ def session(app_name: str = "labkit", java_options: str = "", **conf: str):
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # Delta Lake (its jars are in the spark jar set): the SQL extension and catalog Delta
+        # documents, for DESCRIBE HISTORY on a path table (labkit.spark.delta).
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        # Small tables: a snapshot's state in 2 partitions, not Delta's default 50 tasks.
+        .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level=WARN {java_options}".strip())

@@ -15,6 +15,8 @@ an open transaction that the database rolls back).
 - ``running-count``: the absolute running count per key from Spark's state store, upserted.
 - ``increment-count``: per-batch counts added to the table (``total = total + n``): a replay
   adds them twice.
+- ``delta`` / ``delta-append``: a Delta Lake table, one commit per batch, with or without
+  Delta's idempotent-write options txnAppId/txnVersion (labkit.spark.delta).
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ from dataclasses import dataclass
 from labkit.faults.crashpoints import crash_point, halves
 from labkit.spark.db import Database
 
-SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count")
+SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count",
+              "delta", "delta-append")
+DELTA_KINDS = ("delta", "delta-append")  # Delta Lake tables (labkit.spark.delta), not a database
 STATEFUL_KINDS = ("running-count",)  # the query aggregates in Spark before the sink
 OFFSETS_TABLE = "labkit_spark_offsets"
 RECORD_COLUMNS = ("id", "key", "value", "topic", "kafka_partition", "kafka_offset", "batch_id")
@@ -40,13 +44,16 @@ class SinkSpec:
     db_url: str | None = None
     table: str = "results"
     output_topic: str | None = None
+    path: str | None = None  # a Delta table's directory (the delta sinks)
 
     def __post_init__(self):
         if self.kind not in SINK_KINDS:
             raise ValueError(f"unknown sink {self.kind!r}; valid sinks: {', '.join(SINK_KINDS)}")
         if self.kind == "kafka" and not self.output_topic:
             raise ValueError("the kafka sink needs output_topic")
-        if self.kind != "kafka" and not self.db_url:
+        if self.kind in DELTA_KINDS and not self.path:
+            raise ValueError(f"the {self.kind} sink needs path (the Delta table's directory)")
+        if self.kind not in ("kafka", *DELTA_KINDS) and not self.db_url:
             raise ValueError(f"the {self.kind} sink needs db_url (sqlite:///file.db or a PostgreSQL DSN)")
         if not self.table.replace("_", "").isalnum():
             raise ValueError(f"table name {self.table!r}: use letters, digits and _ only")
@@ -57,8 +64,9 @@ class OffsetGap(RuntimeError):
 
 
 def create_tables(spec: SinkSpec) -> None:
-    """Create the sink's tables (idempotent); the kafka sink needs none."""
-    if spec.kind == "kafka":
+    """Create the sink's tables (idempotent); the kafka sink needs none, a Delta table is
+    created by its first write."""
+    if spec.kind in ("kafka", *DELTA_KINDS):
         return
     with Database(spec.db_url) as db:
         if spec.kind in ("running-count", "increment-count"):
@@ -109,6 +117,10 @@ def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str) -
     """
     if spec.kind == "kafka":
         return _write_kafka(spec, df, rows, bootstrap)
+    if spec.kind in DELTA_KINDS:
+        from labkit.spark.delta import write_delta  # delta reads this module's columns
+
+        return write_delta(spec.kind, spec.table, spec.path, df, rows, batch_id)
     with Database(spec.db_url) as db:
         if spec.kind == "transactional":
             return _write_transactional(spec, db, rows, batch_id)
