@@ -83,6 +83,9 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("markers in the changelog", "markers in the changelog: COMMIT ABORT COMMIT COMMIT COMMIT"),
         ("topics.ISOLATION_LEVELS", "changelog records read"),
         ("def over_counted", "DRIFTED"),
+        ("def streams_count", "at_least_once over-counted: yes"),
+        ("def streams_count", "exactly_once_v2 over-count: 0"),
+        ("eo_streams.aborted_in_log", "records of aborted transactions in the log: yes | seen by the audit: 0"),
     ],
     "08_spark_structured_streaming": [
         ("checkpoint_view(first.checkpoint)", "MISSING"),
