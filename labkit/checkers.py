@@ -209,3 +209,48 @@ def order_per_consumer(input_ids: Sequence[str], attempts: Sequence[Attempt]) ->
         if a.outcome == "processed":
             by_consumer.setdefault(a.consumer, []).append(Delivered(a.id, None))
     return {c: non_monotonic(input_ids, seen) for c, seen in sorted(by_consumer.items())}
+
+
+# --------------------------------------------------------------------------- one processing
+# Exactly once means the output equals *one* processing of each record. A transform that is
+# not deterministic across attempts (a lookup in a table that changed, a clock) computes a
+# replayed batch differently; a sink that keeps the first attempt's output (a transaction,
+# Delta's txnVersion) or the second's still shows one processing, an upsert that the second
+# attempt only partly overwrites shows both mixed.
+
+MIXED_ATTEMPTS = "mixed-attempts"
+_NOTHING = object()  # a processing that gives no output for a record (e.g. filtered out)
+
+
+def single_processing(inputs: Sequence[tuple[str, str]], observed: Iterable[tuple[str, object]],
+                      processings: Sequence[Mapping[str, object]]) -> Result:
+    """Keys whose output matches no single processing of each of their records.
+
+    ``inputs``: (id, key) in input order. ``observed``: (id, value) for every output row (an
+    id absent: no output for it). ``processings``: what each possible processing gives, id ->
+    value (an id absent: that processing writes nothing for it), in the order they can
+    happen (the lookup changed once, from the first to the second).
+
+    A key matches when its records, in input order, can each be given one processing, never
+    going back to an earlier one (records processed before the change, then after it), such
+    that each record's output is exactly that processing's. Two copies of a record with
+    different values never match. Examples: the mixed keys.
+    """
+    seen: dict[str, set] = {}
+    for i, value in observed:
+        seen.setdefault(i, set()).add(value)
+    by_key: dict[str, list[str]] = {}
+    for i, key in inputs:
+        by_key.setdefault(key, []).append(i)
+    mixed = []
+    for key, ids in by_key.items():
+        current = 0
+        for i in ids:
+            got = seen.get(i, {_NOTHING})
+            fits = [n for n in range(current, len(processings))
+                    if len(got) == 1 and next(iter(got)) == processings[n].get(i, _NOTHING)]
+            if not fits:
+                mixed.append(key)
+                break
+            current = fits[0]  # the earliest that fits leaves the most room for the rest
+    return _result(MIXED_ATTEMPTS, len(mixed), mixed)

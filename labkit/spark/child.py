@@ -85,6 +85,10 @@ def run_stream(spark, job: dict, send) -> dict:
         started = time.monotonic()
         order = ["key"] if stateful else ["partition", "offset"]
         rows = [r.asDict() for r in df.orderBy(*order).collect()]
+        if job.get("lookup"):  # the non-deterministic transform (labkit.spark.replay)
+            from labkit.spark.replay import apply_threshold
+
+            rows = apply_threshold(job["lookup"], rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
               "t": round(started - t0, 3)})
         notes = write_batch(spec, df, rows, batch_id, job["bootstrap"])

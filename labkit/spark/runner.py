@@ -63,6 +63,9 @@ class StreamJob:
     sink: SinkSpec
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = 20
+    # A lookup table (database url) the batch's rows are transformed with when processed:
+    # labkit.spark.replay's review threshold, which changes between a crash and the replay.
+    lookup: str | None = None
 
     def message(self) -> dict:
         return {"op": "stream", **asdict(self)}  # asdict turns the nested SinkSpec into a dict too

@@ -1,0 +1,152 @@
+"""Non-determinism on replay: the replayed batch is computed with a lookup that changed.
+
+Exactly once means the output equals *one* processing of each record. Idempotent writes
+assume the replay computes the same thing as the first attempt; a transform that looks
+something up (or reads a clock) does not. Here payments above a review threshold are held
+for review (not written), and the threshold lives in a table risk operations edit
+(``set_threshold``): the lookup happens when a micro-batch is processed, and each written
+row says which threshold let it through (``threshold_version`` in its value).
+
+The experiment is fixed by construction: the threshold is ``V1`` (everything passes) until
+the query is SIGKILLed between its sink and Spark's commit log in the 2nd micro-batch; while
+it is down the threshold is lowered to ``V2``; the restart replays that batch under ``V2``.
+
+- the idempotent (upsert) sink keeps the first attempt's rows that ``V2`` holds back and
+  overwrites the others: output of two attempts mixed, per key, matching no single processing
+  (``labkit.checkers.single_processing``: mixed keys > 0);
+- the transactional sink (offsets in the database) and Delta's txnVersion skip the replay:
+  the batch stays as its first attempt wrote it, one processing (mixed keys 0).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from labkit import checkers, data
+from labkit.checkers import Result
+from labkit.spark import check, delta
+from labkit.spark.db import Database, default_url
+from labkit.spark.runner import Run, StreamJob, run_until_done
+from labkit.spark.sinks import DELTA_KINDS, SinkSpec
+
+THRESHOLD_TABLE = "labkit_review_threshold"
+V1 = ("v1", 50_000)  # cents: no generated payment is above it (labkit.data: at most 50,000)
+V2 = ("v2", 25_000)  # about half of them are
+SINKS = ("idempotent", "transactional", "delta")
+CRASH_AT, CRASH_HIT, BATCHES, PARTITIONS = "spark-after-sink-before-commit", 2, 3, 2
+
+
+def set_threshold(db_url: str, version: tuple[str, int]) -> None:
+    """Write the review threshold the next micro-batch will look up (one row)."""
+    name, cents = version
+    with Database(db_url) as db, db.transaction():
+        db.execute(f"CREATE TABLE IF NOT EXISTS {THRESHOLD_TABLE} (version TEXT, cents BIGINT)")
+        db.execute(f"DELETE FROM {THRESHOLD_TABLE}")
+        db.execute(f"INSERT INTO {THRESHOLD_TABLE} (version, cents) VALUES (?, ?)", (name, cents))
+
+
+def apply_threshold(db_url: str, rows: list[dict]) -> list[dict]:
+    """The transform (run on the driver for each micro-batch): look the threshold up now, drop
+    payments above it, tag the others' value with the threshold's version."""
+    with Database(db_url) as db:
+        (name, cents), = db.query(f"SELECT version, cents FROM {THRESHOLD_TABLE}")
+    out = []
+    for r in rows:
+        payment = json.loads(r["value"])
+        if payment["amount_cents"] <= cents:
+            out.append({**r, "value": json.dumps({**payment, "threshold_version": name})})
+    return out
+
+
+def processing(inputs: list[dict], version: tuple[str, int]) -> dict[str, str]:
+    """What one processing of every record under ``version`` writes: id -> version tag."""
+    name, cents = version
+    return {r["id"]: name for r in inputs if r["amount_cents"] <= cents}
+
+
+def observed(output: pd.DataFrame) -> list[tuple[str, str]]:
+    """(id, threshold version) of every output row, duplicates included."""
+    return [(i, json.loads(v)["threshold_version"]) for i, v in zip(output["id"], output["value"])]
+
+
+def audit(inputs: list[dict], output: pd.DataFrame) -> Result:
+    """Mixed keys: keys whose rows match no single processing under V1-then-V2."""
+    return checkers.single_processing([(r["id"], r["key"]) for r in inputs], observed(output),
+                                      [processing(inputs, V1), processing(inputs, V2)])
+
+
+@dataclass
+class ReplayExperiment:
+    sink: str
+    mixed: Result
+    output: pd.DataFrame  # the sink's rows (the table as the audit read it)
+    run: Run
+    inputs: list[dict]
+    workdir: Path
+    history: pd.DataFrame | None = None  # the Delta sink's DESCRIBE HISTORY + txn entries
+
+    def versions_by_position(self) -> pd.DataFrame:
+        """Per input partition and threshold version: how many rows, and the input offsets
+        they span (what the table shows: the offsets are columns the sink writes). One
+        processing with one change gives, per partition, V1 offsets all below V2 offsets;
+        overlapping spans are two attempts mixed."""
+        tags = [v for _, v in observed(self.output)]
+        frame = self.output.assign(threshold_version=tags)
+        return (frame.groupby(["kafka_partition", "threshold_version"])["kafka_offset"]
+                .agg(rows="size", first_offset="min", last_offset="max").reset_index())
+
+    def summary(self) -> str:
+        """Stable text for notebooks: the sink, its row count and the mixed keys."""
+        return (f"{self.sink}: {len(self.output)} rows, {self.mixed.count} mixed keys"
+                f" -> {'matches ONE processing' if self.mixed.valid else 'matches NO single processing'}")
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def experiment(bootstrap: str, sink: str, records: int = 60, *,
+               workdir: str | Path | None = None,
+               on_event: Callable[[dict], None] | None = None,
+               spare: bool = True) -> ReplayExperiment:
+    """Run the threshold pipeline into ``sink`` (idempotent | transactional | delta), crash it
+    between its sink and the commit log in the 2nd micro-batch, lower the threshold while it
+    is down, restart it, and audit the output for mixed attempts."""
+    if sink not in SINKS:
+        raise ValueError(f"unknown sink {sink!r} for the replay experiment; valid: {', '.join(SINKS)}")
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="labkit-replay-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:8]
+    topic = f"replay-{sink}-{run_id}-in"
+    inputs = data.generate(records, seed=0)
+    data.load_into_topic(bootstrap, topic, inputs, partitions=PARTITIONS)
+    lookup = f"sqlite:///{(workdir / 'lookup.db').resolve()}"
+    set_threshold(lookup, V1)
+    table = f"{sink.replace('-', '_')}_{run_id}"
+    spec = (SinkSpec(sink, table=table, path=str(workdir / "delta-table")) if sink in DELTA_KINDS
+            else SinkSpec(sink, db_url=default_url(workdir), table=table))
+    job = StreamJob(query=f"replay-{sink}", topic=topic, bootstrap=bootstrap,
+                    checkpoint=str(workdir / "checkpoint"), sink=spec,
+                    max_offsets_per_trigger=math.ceil(records / BATCHES), lookup=lookup)
+
+    def between(event: dict) -> None:
+        if event.get("event") == "crashed":  # the query is down: risk ops edit the table
+            set_threshold(lookup, V2)
+        if on_event is not None:
+            on_event(event)
+
+    run = run_until_done(job, CRASH_AT, CRASH_HIT, log_dir=workdir, on_event=between, spare=spare,
+                         resume="database" if sink == "transactional" else "checkpoint")
+    history = None
+    if sink in DELTA_KINDS:
+        output, history = delta.read_table(spec.path)
+    else:
+        output = check.table_records(spec.db_url, spec.table)
+    return ReplayExperiment(sink, audit(inputs, output), output, run, inputs, workdir, history)
