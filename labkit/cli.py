@@ -214,6 +214,9 @@ def torture(
                               help="records (output keeps input ids) | counts (a count per key)"),
     kill_after: str = typer.Option("1.0,4.0", "--kill-after",
                                    help="MIN,MAX seconds between faults (seeded uniform)"),
+    kill_clock: str = typer.Option("start", "--kill-clock",
+                                   help="start | commit: the delay counts from the app's "
+                                        "(re)start or from its first offset commit after it"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
     partitions: int = typer.Option(1, "--partitions", help="partitions of the input (and output)"),
     keep_topics: bool = typer.Option(False, "--keep-topics",
@@ -238,7 +241,7 @@ def torture(
         result = harness.torture(command or [], input=records, kills=kills, seed=seed,
                                  broker_kills=broker_kills, timeout_s=timeout, check=check,
                                  kill_after_s=window, fault=fault, partitions=partitions,
-                                 keep_topics=keep_topics)
+                                 keep_topics=keep_topics, kill_clock=kill_clock)
     except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(result.to_json() if as_json else result.summary())

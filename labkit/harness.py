@@ -253,8 +253,8 @@ STREAMS_GUARANTEES = ("at_least_once", "exactly_once_v2")
 STREAMS_APP = "StreamsRunningCount.java"
 
 
-def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: int = 1000,
-                    work_ms: float = 0.0) -> list[str]:
+def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: int = 1500,
+                    work_ms: float = 5.0) -> list[str]:
     """examples/torture/StreamsRunningCount.java, a running count per key in real Kafka
     Streams (kafka-streams, fetched by `labkit setup`), as a command for
     ``torture(..., check="counts")``: Java 17's single-file launcher compiles it in memory at
@@ -263,7 +263,8 @@ def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: i
     ``guarantee`` is its processing.guarantee; ``commit_interval_ms`` the same for both (a
     kill between two commits replays what was processed since the last one);
     ``work_ms`` the processing time per record, so a run lasts long enough for the kills to
-    land while it works."""
+    land while it works. The defaults are those of tests/test_harness_streams.py and
+    notebook 07 (with ``kill_clock="commit"``, ``kill_after_s=(0.5, 1.0)``)."""
     from labkit import jvm
     from labkit.paths import project_root
 
@@ -629,10 +630,16 @@ def _audit(bootstrap: str, output: str, inputs: list[dict], check: str) -> Audit
 
 
 if __name__ == "__main__":
-    # `python -m labkit.harness copier`: the copier as a command line for `labkit torture`
-    # (exec, so the harness's SIGKILL hits the JVM itself, not a Python parent).
-    if sys.argv[1:] != ["copier"]:
-        sys.exit("usage: python -m labkit.harness copier   (Kafka's TransactionalMessageCopier, "
-                 "configured from the LABKIT_* environment that `labkit torture` sets)")
-    cmd = copier_command()
+    # `python -m labkit.harness copier` / `... streams GUARANTEE`: an app the lab did not
+    # write as a command line for `labkit torture` (exec, so the harness's SIGKILL hits the
+    # JVM itself, not a Python parent).
+    if sys.argv[1:] == ["copier"]:
+        cmd = copier_command()
+    elif len(sys.argv) == 3 and sys.argv[1] == "streams" and sys.argv[2] in STREAMS_GUARANTEES:
+        cmd = streams_command(sys.argv[2])
+    else:
+        sys.exit("usage: python -m labkit.harness copier   (Kafka's TransactionalMessageCopier)\n"
+                 f"       python -m labkit.harness streams {'|'.join(STREAMS_GUARANTEES)}   "
+                 "(a Kafka Streams running count, for --check counts)\n"
+                 "both configured from the LABKIT_* environment that `labkit torture` sets")
     os.execvp(cmd[0], cmd)
