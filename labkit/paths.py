@@ -45,3 +45,16 @@ def lab_home() -> Path:
     home = Path(os.environ.get("LABKIT_HOME") or project_root() / ".lab")
     home.mkdir(parents=True, exist_ok=True)
     return home
+
+
+def spark_remote() -> str | None:
+    """``LABKIT_SPARK_REMOTE``: a Spark Connect server (``sc://host:port``) the Spark lessons
+    use instead of starting their own driver; None when unset (a local driver)."""
+    url = os.environ.get("LABKIT_SPARK_REMOTE", "").strip()
+    if not url:
+        return None
+    if not url.startswith("sc://"):
+        raise LabkitSetupError(f"LABKIT_SPARK_REMOTE={url!r} is not a Spark Connect address: "
+                               "use sc://host:port (e.g. sc://127.0.0.1:15002, what "
+                               "`labkit spark-server` prints), or unset it for a local Spark")
+    return url
