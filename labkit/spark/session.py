@@ -1,22 +1,36 @@
-"""A small, quiet local SparkSession with the Kafka connector on the classpath."""
+"""A small, quiet local SparkSession with the Kafka connector on the classpath, or a Spark
+Connect session to a shared server when LABKIT_SPARK_REMOTE is set (labkit.spark.connect)."""
 from __future__ import annotations
 
 import os
 import sys
 
 from labkit import jvm
+from labkit.paths import spark_remote
 from labkit.progress import status
 
 DRIVER_MEMORY = os.environ.get("LABKIT_SPARK_MEMORY", "1g")
 
+# Settings a Connect client sets on the server for its own session (runtime SQL settings);
+# the static ones below (jars, memory, UI, bind address) are the server's (labkit.spark.connect).
+REMOTE_CONF = {"spark.sql.shuffle.partitions": "2",
+               "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"}
 
-def session(app_name: str = "labkit", java_options: str = "", **conf: str):
+
+def session(app_name: str = "labkit", java_options: str = "", *, local: bool = False, **conf: str):
     """Return the lab's SparkSession (created once per Python process).
 
     local[2] matches a 2-core laptop; the UI is off and logs are quiet so notebook output
     shows the experiment, not Spark's chatter. Extra settings go in ``conf``; extra JVM
     flags in ``java_options`` (added to the quiet-logging default, not replacing it).
+
+    With LABKIT_SPARK_REMOTE=sc://host:port this is a Spark Connect session on that server
+    (no local JVM; ``java_options`` do not apply), unless ``local=True``: a driver this
+    process owns, for the crash experiments that kill it.
     """
+    remote = None if local else spark_remote()
+    if remote:
+        return remote_session(remote, app_name, **conf)
     from pyspark.sql import SparkSession
 
     java = jvm.check_java()
@@ -52,3 +66,32 @@ def session(app_name: str = "labkit", java_options: str = "", **conf: str):
         spark.sparkContext.setLogLevel("WARN")
     return spark
 
+
+
+def remote_session(url: str, app_name: str = "labkit", **conf: str):
+    """A Spark Connect session on the server at ``url``: a session of its own there, so its
+    settings do not touch other learners' sessions on the same server."""
+    import warnings
+
+    # pyspark 4.2's Connect client warns about pandas 3 on import; nothing the lab uses lacks.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                            category=FutureWarning)
+    from pyspark.sql import SparkSession
+
+    with status(f"Connecting to the Spark Connect server {url}"):
+        spark = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+        for key, value in {**REMOTE_CONF, **{k.replace("_", "."): v for k, v in conf.items()}}.items():
+            spark.conf.set(key, value)
+    return spark
+
+
+def stop_remote() -> None:
+    """End this process's Spark Connect session, if it has one, while its server is up: a
+    client whose server has gone retries for minutes when the interpreter exits."""
+    if "pyspark.sql.connect.session" not in sys.modules:
+        return  # never connected
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    remote = RemoteSession._get_default_session()
+    if remote is not None:
+        remote.stop()
