@@ -143,7 +143,10 @@ def main(argv: list[str]) -> None:
     # Workers are short-lived with tiny batches: the C1-only JIT and the serial GC start
     # faster and use fewer threads than the defaults (about 15% faster per crash run here).
     java_opts = os.environ.get("LABKIT_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    spark = session("labkit-spark-worker", java_options=f"-Dlabkit.worker={tag} {java_opts}")
+    # local=True even with LABKIT_SPARK_REMOTE: the crash points SIGKILL this driver, and a
+    # Connect server would run foreachBatch in a process of its own, where nothing is armed.
+    spark = session("labkit-spark-worker", java_options=f"-Dlabkit.worker={tag} {java_opts}",
+                    local=True)
     send({"event": "ready", "pid": os.getpid(),
           "jvm_pid": int(spark._jvm.java.lang.ProcessHandle.current().pid()),
           "startup_s": round(time.monotonic() - started, 3)})
