@@ -34,6 +34,7 @@ import pandas as pd
 from labkit import topics
 from labkit.cluster import die_with_owner, pid_alive
 from labkit.faults.crashpoints import CRASH_POINTS, arm
+from labkit.paths import spark_remote
 from labkit.progress import status
 from labkit.spark import checkpoint as ckpt
 from labkit.spark.sinks import SinkSpec, create_tables, stored_offsets
@@ -306,8 +307,20 @@ def close_workers() -> None:
     _shared = _spare = None
 
 
+def _remote_recount(bootstrap: str, topic: str, source_options: dict[str, str] | None) -> dict[str, int]:
+    """The recount on the Spark Connect server (LABKIT_SPARK_REMOTE): a batch query kills no
+    driver, so it runs where the room's Spark is; the same query as the worker's."""
+    from labkit.spark.child import recount as batch_recount
+    from labkit.spark.session import session
+
+    job = {"bootstrap": bootstrap, "topic": topic, "source_options": source_options or {}}
+    return dict(sorted(batch_recount(session("labkit-recount"), job, None)["counts"].items()))
+
+
 def recount(bootstrap: str, topic: str, worker: SparkWorker | None = None) -> dict[str, int]:
     """Counts per key of a whole topic by a Spark batch query (the stream's ground truth)."""
+    if worker is None and spark_remote():
+        return _remote_recount(bootstrap, topic, None)
     res = (worker or shared_worker()).run({"op": "recount", "bootstrap": bootstrap, "topic": topic})
     return dict(sorted(res.result["counts"].items()))
 
@@ -386,6 +399,20 @@ def _start_of(job: StreamJob) -> dict[str, dict[int, int]] | None:
             for t, parts in json.loads(job.starting_offsets).items()}
 
 
+_said_local = False
+
+
+def _say_local_driver() -> None:
+    """Once per process: with LABKIT_SPARK_REMOTE set, a crash experiment still runs its
+    query on a local driver (stderr, beside the progress lines; compared outputs stay alike)."""
+    global _said_local
+    if spark_remote() and not _said_local:
+        _said_local = True
+        print(f"LABKIT_SPARK_REMOTE={spark_remote()} is set, but crash experiments SIGKILL their "
+              "Spark driver: they run on a local one (batch queries such as the recount run "
+              "on the server)", file=sys.stderr)
+
+
 def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
                    resume: str = "checkpoint", max_attempts: int = 3,
                    worker: SparkWorker | None = None, log_dir: str | Path | None = None,
@@ -406,6 +433,7 @@ def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
     if resume == "database" and job.sink.kind != "transactional":
         raise ValueError("resume='database' needs the transactional sink (it stores offsets)")
     create_tables(job.sink)
+    _say_local_driver()
     attempts: list[Attempt] = []
     for number in range(1, max_attempts + 1):
         current = job
