@@ -144,8 +144,9 @@ def test_sink_spec_rejects_bad_input():
 
 
 def test_scenario_registry_and_validation():
-    assert set(SPARK_SCENARIOS) == {"spark-naive", "spark-idempotent", "spark-transactional",
-                                    "spark-kafka-sink", "spark-running-count"}
+    assert set(SPARK_SCENARIOS) >= {"spark-naive", "spark-idempotent", "spark-transactional",
+                                    "spark-kafka-sink", "spark-running-count",
+                                    "spark-txn-input", "spark-txn-input-default"}
     assert validate("spark-kafka-sink", "exactly_once", None, 60) == "kafka"
     assert validate("spark-running-count", "at_least_once", None, 60) == "increment-count"
     with pytest.raises(ValueError, match="runs with guarantee at_least_once, not 'exactly_once'"):

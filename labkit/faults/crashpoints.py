@@ -47,6 +47,8 @@ CRASH_POINTS: dict[str, CrashPoint] = {p.name: p for p in [
     CrashPoint("spark-mid-sink", "Spark sink wrote part of a micro-batch"),
     CrashPoint("spark-after-sink-before-commit", "Spark sink wrote the micro-batch, the commit log entry not yet written"),
     CrashPoint("spark-after-commit", "Spark wrote the micro-batch's commit log entry"),
+    # Not a SIGKILL of the driver: one executor task fails and Spark retries it.
+    CrashPoint("spark-task-first-attempt", "a Spark task writing to the Kafka sink fails on its first attempt, after half its partition was sent; Spark retries the task"),
 ]}
 
 
@@ -92,6 +94,18 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)  # returns once the supervisor sends SIGCONT
     elif not os.environ.get(ENV_STALL) and _visits[name] >= hit:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def reached(name: str) -> bool:
+    """Count a visit of ``name`` and say whether it is the armed hit, without acting on it:
+    for a point whose failure happens elsewhere (a Spark task on an executor fails instead
+    of this process dying)."""
+    if name not in CRASH_POINTS:
+        raise UnknownCrashPoint(name)
+    if os.environ.get(ENV_POINT) != name:
+        return False
+    _visits[name] = _visits.get(name, 0) + 1
+    return _visits[name] == int(os.environ.get(ENV_HIT, "1"))
 
 
 def halves(items: list) -> tuple[list, list]:

@@ -47,11 +47,22 @@ def delivered(records: pd.DataFrame) -> list[Delivered]:
     return [Delivered(str(i), k) for i, k in zip(records["id"], records["key"])]
 
 
+def aborted_rows(bootstrap: str, input_topic: str, rows: pd.DataFrame) -> list[Delivered]:
+    """The sink's rows that came from aborted transactions of the input: their input
+    position (kafka_partition, kafka_offset) is one a read_committed reader never gets."""
+    committed = {(r.partition, r.offset) for r in topics.read(bootstrap, input_topic)}
+    hit = rows[[(int(p), int(o)) not in committed
+                for p, o in zip(rows["kafka_partition"], rows["kafka_offset"])]]
+    return delivered(hit)
+
+
 def audit_output(scenario: str, guarantee: str, crash_at: str | None, inputs: list[dict],
-                 output: pd.DataFrame, state_expected: dict[str, int]) -> AuditReport:
-    """labkit.audit.check on a record sink's output; the state is the output's count per key."""
+                 output: pd.DataFrame, state_expected: dict[str, int],
+                 aborted: list[Delivered] | None = None) -> AuditReport:
+    """labkit.audit.check on a record sink's output; the state is the output's count per key.
+    ``aborted``: the output's records of aborted input transactions (``aborted_rows``)."""
     return audit.check(scenario, guarantee, inputs, delivered(output), crash_at=crash_at,
-                       state_expected=state_expected,
+                       aborted=aborted or [], state_expected=state_expected,
                        state_actual=audit.expected_counts(output.to_dict("records")))
 
 

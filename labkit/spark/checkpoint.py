@@ -76,6 +76,15 @@ def committed_batches(checkpoint: str | Path) -> list[int]:
     return list(_log_entries(Path(checkpoint) / "commits"))
 
 
+def starting_positions(starting_offsets: str) -> dict[str, dict[int, int]] | None:
+    """Where batch 0 began, from a query's ``startingOffsets`` option: None for "earliest" or
+    "latest", else the JSON's offsets (-2, "earliest", is offset 0 on the lab's topics)."""
+    if not starting_offsets.startswith("{"):
+        return None
+    return {t: {int(p): max(int(o), 0) for p, o in parts.items()}
+            for t, parts in json.loads(starting_offsets).items()}
+
+
 def batches(checkpoint: str | Path, start: dict[str, dict[int, int]] | None = None) -> pd.DataFrame:
     """One row per (batch, partition): the offset range it covers and whether it is committed.
 

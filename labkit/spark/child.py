@@ -7,6 +7,8 @@ It reads one JSON job per line from JOBS_FD and answers with JSON event lines on
 - ``stream``: a Structured Streaming query, Kafka source -> foreachBatch sink, run with
   ``trigger(availableNow=True)`` until everything present at start is processed;
 - ``recount``: the batch recomputation (``spark.read.format("kafka")``) of counts per key;
+
+Both take ``source_options``, extra Kafka source options (``kafka.isolation.level``).
 - ``exit``.
 
 A job may carry ``arm`` (the variables of ``labkit.faults.crashpoints.arm``), put into this
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 from labkit.faults.crashpoints import ENV_POINT, crash_point
+from labkit.spark import checkpoint as ckpt
 from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
 from labkit.spark import delta
 
@@ -60,16 +63,31 @@ class _CommitWatcher:
             self.thread = None
 
 
+def _batch_ranges(job: dict, batch_id: int) -> dict[tuple[str, int], tuple[int, int]]:
+    """Spark's own offset range of each partition in this batch, from the checkpoint's
+    ``offsets/`` log (written before the batch runs): (topic, partition) -> (start, end).
+
+    Not the rows' first and last offsets: transaction markers and aborted records take
+    offsets that no row shows, so a batch's rows need not be consecutive nor reach its end.
+    """
+    frame = ckpt.batches(job["checkpoint"], ckpt.starting_positions(job["starting_offsets"]))
+    mine = frame[frame["batch_id"] == batch_id]
+    return {(t, int(p)): (int(b), int(e)) for t, p, b, e in
+            mine[["topic", "partition", "start_offset", "end_offset"]].itertuples(index=False)}
+
+
 def run_stream(spark, job: dict, send) -> dict:
     from pyspark.sql import functions as F
 
     spec = SinkSpec(**job["sink"])
-    raw = (spark.readStream.format("kafka")
-           .option("kafka.bootstrap.servers", job["bootstrap"])
-           .option("subscribe", job["topic"])
-           .option("startingOffsets", job["starting_offsets"])
-           .option("maxOffsetsPerTrigger", str(job["max_offsets_per_trigger"]))
-           .load())
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", job["bootstrap"])
+              .option("subscribe", job["topic"])
+              .option("startingOffsets", job["starting_offsets"])
+              .option("maxOffsetsPerTrigger", str(job["max_offsets_per_trigger"])))
+    for key, value in job.get("source_options", {}).items():  # e.g. kafka.isolation.level
+        reader = reader.option(key, value)
+    raw = reader.load()
     records = raw.select(F.get_json_object(F.col("value").cast("string"), "$.id").alias("id"),
                          F.col("key").cast("string").alias("key"),
                          F.col("value").cast("string").alias("value"),
@@ -91,7 +109,8 @@ def run_stream(spark, job: dict, send) -> dict:
             rows = apply_threshold(job["lookup"], rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
               "t": round(started - t0, 3)})
-        notes = write_batch(spec, df, rows, batch_id, job["bootstrap"])
+        notes = write_batch(spec, df, rows, batch_id, job["bootstrap"],
+                            ranges=_batch_ranges(job, batch_id))
         seen.append(batch_id)
         send({"event": "batch-end", "batch": batch_id, "rows": len(rows),
               "seconds": round(time.monotonic() - started, 3), **notes})
@@ -115,11 +134,13 @@ def run_stream(spark, job: dict, send) -> dict:
 
 def recount(spark, job: dict, send) -> dict:
     """Counts per key of the whole topic, by a batch query: the ground truth for a stream."""
-    df = (spark.read.format("kafka")
-          .option("kafka.bootstrap.servers", job["bootstrap"])
-          .option("subscribe", job["topic"])
-          .option("startingOffsets", "earliest").option("endingOffsets", "latest")
-          .load())
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", job["bootstrap"])
+              .option("subscribe", job["topic"])
+              .option("startingOffsets", "earliest").option("endingOffsets", "latest"))
+    for key, value in job.get("source_options", {}).items():  # the stream's isolation too
+        reader = reader.option(key, value)
+    df = reader.load()
     rows = df.selectExpr("CAST(key AS STRING) AS key").groupBy("key").count().collect()
     return {"counts": {r["key"]: int(r["count"]) for r in rows}}
 

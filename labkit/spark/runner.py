@@ -67,6 +67,9 @@ class StreamJob:
     # A lookup table (database url) the batch's rows are transformed with when processed:
     # labkit.spark.replay's review threshold, which changes between a crash and the replay.
     lookup: str | None = None
+    # Extra Kafka source options, e.g. {"kafka.isolation.level": "read_committed"} (Spark's
+    # source inherits the Java client's default, read_uncommitted).
+    source_options: dict[str, str] = field(default_factory=dict)
 
     def message(self) -> dict:
         return {"op": "stream", **asdict(self)}  # asdict turns the nested SinkSpec into a dict too
@@ -317,11 +320,14 @@ def _remote_recount(bootstrap: str, topic: str, source_options: dict[str, str] |
     return dict(sorted(batch_recount(session("labkit-recount"), job, None)["counts"].items()))
 
 
-def recount(bootstrap: str, topic: str, worker: SparkWorker | None = None) -> dict[str, int]:
-    """Counts per key of a whole topic by a Spark batch query (the stream's ground truth)."""
+def recount(bootstrap: str, topic: str, worker: SparkWorker | None = None,
+            source_options: dict[str, str] | None = None) -> dict[str, int]:
+    """Counts per key of a whole topic by a Spark batch query (the stream's ground truth);
+    ``source_options`` as the stream's (a transactional input is recounted read_committed)."""
     if worker is None and spark_remote():
-        return _remote_recount(bootstrap, topic, None)
-    res = (worker or shared_worker()).run({"op": "recount", "bootstrap": bootstrap, "topic": topic})
+        return _remote_recount(bootstrap, topic, source_options)
+    res = (worker or shared_worker()).run({"op": "recount", "bootstrap": bootstrap, "topic": topic,
+                                           "source_options": source_options or {}})
     return dict(sorted(res.result["counts"].items()))
 
 
@@ -393,10 +399,7 @@ def database_offsets(job: StreamJob) -> str:
 
 def _start_of(job: StreamJob) -> dict[str, dict[int, int]] | None:
     """Where batch 0 began, for the checkpoint view (-2, "earliest", is offset 0 here)."""
-    if not job.starting_offsets.startswith("{"):
-        return None
-    return {t: {int(p): max(o, 0) for p, o in parts.items()}
-            for t, parts in json.loads(job.starting_offsets).items()}
+    return ckpt.starting_positions(job.starting_offsets)
 
 
 _said_local = False

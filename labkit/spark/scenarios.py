@@ -25,13 +25,23 @@ spark-running-count    at_least_once   per-batch counts added to the table (repl
 spark-delta            exactly_once    a Delta table, one commit per batch with txnAppId +
                                        txnVersion=batch id: Delta skips a replayed batch
 spark-delta            at_least_once   the same table, plain appends: a replay is appended
+spark-txn-input        exactly_once    input written in transactions, some aborted; read
+                                       with kafka.isolation.level=read_committed into the
+                                       transactional sink (Spark's offset ranges stored)
+spark-txn-input-       exactly_once    the same input and sink with Spark's default
+default                                isolation (read_uncommitted): aborted records read
 =====================  ==============  ===================================================
+
+The crash point ``spark-task-first-attempt`` (spark-kafka-sink only) is not a driver crash:
+one task of the 2nd micro-batch's Kafka write fails once after sending half its rows, and
+Spark's retry sends them again (local[2,4] allows 4 attempts per task).
 """
 from __future__ import annotations
 
 import math
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -42,6 +52,7 @@ import pandas as pd
 
 from labkit import data, topics
 from labkit.audit import AuditReport
+from labkit.inspect import describe_topic
 from labkit.spark import check, delta
 from labkit.spark.db import default_url
 from labkit.spark.runner import SPARK_CRASH_POINTS, Run, StreamJob, recount, run_until_done
@@ -54,7 +65,17 @@ PIPELINES: dict[str, dict[str, str]] = {  # scenario -> guarantee -> sink kind
     "spark-kafka-sink": {"at_least_once": "kafka", "exactly_once": "kafka"},
     "spark-running-count": {"exactly_once": "running-count", "at_least_once": "increment-count"},
     "spark-delta": {"exactly_once": "delta", "at_least_once": "delta-append"},
+    "spark-txn-input": {"exactly_once": "transactional"},
+    "spark-txn-input-default": {"exactly_once": "transactional"},
 }
+# Scenarios whose input is written by the lab's exactly-once producer (labkit.pipelines.txn)
+# in transactions of TXN_SIZE records, every ABORT_EVERY-th aborted; -> Kafka source options.
+TXN_INPUT: dict[str, dict[str, str]] = {
+    "spark-txn-input": {"kafka.isolation.level": "read_committed"},
+    "spark-txn-input-default": {},  # Spark's source keeps the Java client's read_uncommitted
+}
+TXN_SIZE, ABORT_EVERY = 5, 3
+TASK_FAILURE = "spark-task-first-attempt"  # only the Kafka sink has executor-side writes
 BATCHES = 3
 CRASH_HIT = 2  # the crash hits the 2nd micro-batch: one committed batch before, one after
 PARTITIONS = 2
@@ -85,6 +106,9 @@ def validate(name: str, guarantee: str, crash_at: str | None, records: int) -> s
     if crash_at is not None and crash_at not in SPARK_CRASH_POINTS:
         raise ValueError(f"{name} can crash at {', '.join(SPARK_CRASH_POINTS)} (or nowhere), "
                          f"not at {crash_at!r}")
+    if crash_at == TASK_FAILURE and valid[guarantee] != "kafka":
+        raise ValueError(f"{TASK_FAILURE} fails a task of the Kafka sink's write: use it with "
+                         f"spark-kafka-sink, not {name}")
     if records < BATCHES:
         raise ValueError(f"records must be at least {BATCHES} (the input is read in "
                          f"{BATCHES} micro-batches), not {records}")
@@ -96,7 +120,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
                resume: str | None = None,
                on_event: Callable[[dict], None] | None = None,
                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
-               spare: bool = True) -> SparkExperiment:
+               spare: bool = True,
+               source_options: dict[str, str] | None = None) -> SparkExperiment:
     """Run scenario ``name`` and audit it; keeps the checkpoint and database in ``workdir``.
 
     ``resume`` overrides where a restart starts: the transactional sink resumes from the
@@ -106,15 +131,22 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     gets the topic names ({"input", and "output" for the Kafka sink}) and its context is held
     while the query runs (e.g. ``lambda t: Dashboard(bootstrap, t["output"])``).
     ``spare=False`` for the last crash experiment of a series: no spare Spark worker is
-    started for a next one.
+    started for a next one. ``source_options`` replaces the scenario's Kafka source options
+    (e.g. a learner's attempt at reading a transactional input).
     """
     kind = validate(name, guarantee, crash_at, records)
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"labkit-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
     topic, out_topic = f"{name}-{run_id}-in", f"{name}-{run_id}-out"
-    inputs = data.generate(records, seed=0)
-    data.load_into_topic(bootstrap, topic, inputs, partitions=PARTITIONS)
+    source_options = TXN_INPUT.get(name, {}) if source_options is None else source_options
+    if name in TXN_INPUT:  # only the committed records are input; aborted ones must not show
+        inputs, _ = load_transactional(bootstrap, topic, data.generate(records, seed=0))
+    else:
+        inputs = data.generate(records, seed=0)
+        data.load_into_topic(bootstrap, topic, inputs, partitions=PARTITIONS)
+    # Markers and aborted records take offsets too: split the offsets, not the records.
+    span = sum(p.high_watermark for p in describe_topic(bootstrap, topic).partitions)
     if kind == "kafka":
         topics.create(bootstrap, out_topic, partitions=1)
     sink = SinkSpec(kind, db_url=None if kind in ("kafka", *DELTA_KINDS) else default_url(workdir),
@@ -123,13 +155,17 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
                     path=str(workdir / "delta-table") if kind in DELTA_KINDS else None)
     job = StreamJob(query=name, topic=topic, bootstrap=bootstrap,
                     checkpoint=str(workdir / "checkpoint"), sink=sink,
-                    max_offsets_per_trigger=math.ceil(records / BATCHES))
+                    max_offsets_per_trigger=math.ceil(span / BATCHES),
+                    source_options=dict(source_options))
     names = {"input": topic, **({"output": out_topic} if kind == "kafka" else {})}
     with watch(names) if watch else nullcontext():
         run = run_until_done(job, crash_at, CRASH_HIT, log_dir=workdir, on_event=on_event,
                              spare=spare, resume=resume or (
                                  "database" if kind == "transactional" else "checkpoint"))
-    expected = recount(bootstrap, topic)  # ground truth: a batch query over the same input
+    # Ground truth: a batch query over the same input (read_committed for a transactional
+    # input whatever the stream used: aborted records are not part of it).
+    expected = recount(bootstrap, topic, source_options=(
+        {"kafka.isolation.level": "read_committed"} if name in TXN_INPUT else None))
     if kind in ("running-count", "increment-count"):
         counts = check.table_counts(sink.db_url, sink.table)
         output = pd.DataFrame(sorted(counts.items()), columns=["key", "total"])
@@ -143,8 +179,51 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
             output, _ = delta.read_table(sink.path)
         else:
             output = check.table_records(sink.db_url, sink.table)
-        report = check.audit_output(name, guarantee, crash_at, inputs, output, expected)
+        aborted = check.aborted_rows(bootstrap, topic, output) if name in TXN_INPUT else None
+        report = check.audit_output(name, guarantee, crash_at, inputs, output, expected,
+                                    aborted=aborted)
     return SparkExperiment(report, run, job, workdir, inputs, output)
+
+
+def load_transactional(bootstrap: str, topic: str, records: list[dict],
+                       partitions: int = PARTITIONS, txn_size: int = TXN_SIZE,
+                       abort_every: int = ABORT_EVERY) -> tuple[list[dict], list[dict]]:
+    """Create ``topic`` and write ``records`` with the lab's exactly-once producer, in
+    transactions of ``txn_size`` records (keyed, so spread over the partitions); every
+    ``abort_every``-th transaction is aborted. Returns (committed, aborted) records.
+
+    Waits until every partition's last stable offset reaches its high watermark: the
+    coordinator writes the markers after it answered, and a reader started before the last
+    marker would stop short of the last committed records.
+    """
+    from labkit.inspect.client import Inspector
+    from labkit.pipelines.txn import Transactions
+
+    topics.create(bootstrap, topic, partitions=partitions)
+    txn = Transactions(bootstrap, f"{topic}-writer")
+    committed, aborted = [], []
+    try:
+        for number, start in enumerate(range(0, len(records), txn_size), start=1):
+            chunk = records[start:start + txn_size]
+            txn.begin()
+            for r in chunk:
+                txn.produce(topic, str(r["key"]), r)
+            txn.flush()
+            if number % abort_every == 0:
+                txn.abort()
+                aborted += chunk
+            else:
+                txn.commit()
+                committed += chunk
+    finally:
+        txn.producer.flush(10)
+    with Inspector(bootstrap) as inspector:
+        deadline = time.monotonic() + 30
+        while not all(o.lso == o.high_watermark for o in inspector.offsets(topic).values()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: the last transaction marker did not arrive in 30 s")
+            time.sleep(0.05)
+    return committed, aborted
 
 
 def _scenario(name: str) -> Callable[..., AuditReport]:

@@ -10,6 +10,10 @@ from labkit.paths import spark_remote
 from labkit.progress import status
 
 DRIVER_MEMORY = os.environ.get("LABKIT_SPARK_MEMORY", "1g")
+# local[2, 4]: 2 threads, and a failed task is tried up to 4 times, as spark.task.maxFailures
+# (default 4) does on a cluster. Plain local[2] fails the job at a task's first failure, so
+# the task-retry lesson (a task dies once, its retry writes the partition again) needs this.
+MASTER = os.environ.get("LABKIT_SPARK_MASTER", "local[2,4]")
 
 # Settings a Connect client sets on the server for its own session (runtime SQL settings);
 # the static ones below (jars, memory, UI, bind address) are the server's (labkit.spark.connect).
@@ -20,7 +24,7 @@ REMOTE_CONF = {"spark.sql.shuffle.partitions": "2",
 def session(app_name: str = "labkit", java_options: str = "", *, local: bool = False, **conf: str):
     """Return the lab's SparkSession (created once per Python process).
 
-    local[2] matches a 2-core laptop; the UI is off and logs are quiet so notebook output
+    Two threads match a 2-core laptop; the UI is off and logs are quiet so notebook output
     shows the experiment, not Spark's chatter. Extra settings go in ``conf``; extra JVM
     flags in ``java_options`` (added to the quiet-logging default, not replacing it).
 
@@ -34,13 +38,15 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
     from pyspark.sql import SparkSession
 
     java = jvm.check_java()
-    jars = ",".join(str(p) for p in jvm.resolve("spark"))
+    # LABKIT_SPARK_JARS (comma-separated) replaces the pinned connector jars: only for
+    # measuring another Spark version (benchmarks/spark.py), whose connector must match it.
+    jars = os.environ.get("LABKIT_SPARK_JARS") or ",".join(str(p) for p in jvm.resolve("spark"))
     # Python workers must use this interpreter (the venv's), not whatever python3 is on PATH.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("JAVA_HOME", os.path.dirname(os.path.dirname(os.path.realpath(java))))
     builder = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(MASTER)
         .appName(app_name)
         .config("spark.jars", jars)
         .config("spark.driver.memory", DRIVER_MEMORY)
@@ -61,7 +67,7 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
     )
     for key, value in conf.items():
         builder = builder.config(key.replace("_", "."), value)
-    with status("Starting Spark (local[2]) with the Kafka connector"):
+    with status(f"Starting Spark ({MASTER}) with the Kafka connector"):
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -7,11 +7,14 @@ an open transaction that the database rolls back).
 - ``naive``: INSERT every row. A replayed batch is inserted again: duplicates.
 - ``idempotent``: upsert keyed by the record id. A replay rewrites the same rows.
 - ``transactional``: rows and the next offset per partition in ONE transaction, applied only
-  if the stored offset still equals the batch's first offset (optimistic check); a replay of
-  an applied batch is rolled back, a gap fails the query. The query resumes from the
-  database's offsets (``stored_offsets``), not from the checkpoint.
+  if the stored offset still equals the start of Spark's range for the batch (optimistic
+  check); a replay of an applied batch is rolled back, a gap fails the query. The offsets
+  stored are Spark's own range ends (``offsets/N``), not the rows' last offset + 1: on a
+  transactional input, markers and aborted records take offsets no row shows. The query
+  resumes from the database's offsets (``stored_offsets``), not from the checkpoint.
 - ``kafka``: Spark's official Kafka sink (``df.write.format("kafka")``), at-least-once; the
-  output key is the record id so a downstream reader can drop duplicates.
+  output key is the record id so a downstream reader can drop duplicates. The crash point
+  ``spark-task-first-attempt`` makes one of its tasks fail once (``fail_first_attempt``).
 - ``running-count``: the absolute running count per key from Spark's state store, upserted.
 - ``increment-count``: per-batch counts added to the table (``total = total + n``): a replay
   adds them twice.
@@ -23,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from labkit.faults.crashpoints import crash_point, halves
+from labkit.faults.crashpoints import crash_point, halves, reached
 from labkit.spark.db import Database
 
 SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count",
@@ -110,9 +113,17 @@ _UPSERT = _INSERT + " ON CONFLICT (id) DO UPDATE SET " + ", ".join(
     f"{c} = excluded.{c}" for c in RECORD_COLUMNS[1:])
 
 
-def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str) -> dict:
+Range = tuple[int, int]  # [start, end) offsets of one partition in one micro-batch
+
+
+def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str,
+                ranges: dict[tuple[str, int], Range] | None = None) -> dict:
     """Write one micro-batch; ``rows`` are the batch collected on the driver (small batches).
 
+    ``ranges`` is Spark's own offset range per (topic, partition) for this batch (from the
+    checkpoint's ``offsets/N``); the transactional sink stores those ends. Without them it
+    falls back to the rows' first and last offsets, which is only right when the input has
+    no transaction markers or aborted records (offsets then are consecutive).
     Returns notes for the runner's event log (what was written or skipped).
     """
     if spec.kind == "kafka":
@@ -123,7 +134,7 @@ def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str) -
         return write_delta(spec.kind, spec.table, spec.path, df, rows, batch_id)
     with Database(spec.db_url) as db:
         if spec.kind == "transactional":
-            return _write_transactional(spec, db, rows, batch_id)
+            return _write_transactional(spec, db, rows, batch_id, ranges)
         if spec.kind in ("running-count", "increment-count"):
             return _write_counts(spec, db, rows)
         sql = (_INSERT if spec.kind == "naive" else _UPSERT).format(table=spec.table)
@@ -142,10 +153,14 @@ def _write_counts(spec: SinkSpec, db: Database, rows: list) -> dict:
     return {"written": len(items)}
 
 
-def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int) -> dict:
-    by_partition: dict[tuple[str, int], list] = {}
+def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int,
+                         ranges: dict[tuple[str, int], Range] | None = None) -> dict:
+    by_partition: dict[tuple[str, int], list] = {tp: [] for tp in ranges or {}}
     for r in rows:
         by_partition.setdefault((r["topic"], r["partition"]), []).append(r)
+    if ranges is None:  # no range from Spark: assume consecutive offsets (no transactions)
+        ranges = {tp: (min(r["offset"] for r in recs), max(r["offset"] for r in recs) + 1)
+                  for tp, recs in by_partition.items()}
     applied, skipped = [], []
     with db.transaction():  # results and offsets commit together or not at all
         stored = {}
@@ -155,7 +170,9 @@ def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int
             stored[(topic, part)] = found[0][0] if found else None
         todo = []
         for tp, recs in sorted(by_partition.items()):
-            first, end = min(r["offset"] for r in recs), max(r["offset"] for r in recs) + 1
+            first, end = ranges[tp]
+            if first == end:  # Spark planned nothing new on this partition
+                continue
             have = stored[tp]
             if have is None or have == first:  # the optimistic check: still where we left off
                 todo.append((tp, recs, end, have is None))
@@ -181,6 +198,36 @@ def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int
     return {"written": len(records), "applied": applied, "skipped": skipped}
 
 
+class TaskFailure(RuntimeError):
+    """Raised inside a Spark task on its first attempt (crash point spark-task-first-attempt)."""
+
+
+def fail_first_attempt(frame, key: str):
+    """``frame`` with one executor-side failure: the task whose rows include ``key``, on its
+    first attempt only, hands half of its rows on and then fails. Written to the Kafka sink,
+    that half is already sent when the task dies; Spark retries the task (local[2,4]: up to
+    4 attempts) and the retry sends the whole partition again, within the same micro-batch.
+
+    The task is found by a row it holds, not by its index: the order of a Kafka batch's
+    input partitions among its tasks is not fixed from one run to the next."""
+    from pyspark import TaskContext
+
+    def run(chunks):
+        chunks = list(chunks)
+        if TaskContext.get().attemptNumber() > 0 or not any((c["key"] == key).any() for c in chunks):
+            yield from chunks
+            return
+        import pandas as pd
+
+        rows = pd.concat(chunks, ignore_index=True)
+        done = len(rows) // 2
+        yield rows.iloc[:done]  # an Arrow batch the Kafka writer sends before the failure
+        raise TaskFailure(f"the task holding {key} failed on attempt 0 after {done} of "
+                          f"{len(rows)} rows (spark-task-first-attempt)")
+
+    return frame.mapInPandas(run, frame.schema)
+
+
 def _write_kafka(spec: SinkSpec, df, rows: list, bootstrap: str) -> dict:
     from pyspark.sql import functions as F
 
@@ -192,7 +239,10 @@ def _write_kafka(spec: SinkSpec, df, rows: list, bootstrap: str) -> dict:
         (part.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", spec.output_topic).save())
 
-    save(out.filter(in_first))
+    first_part = out.filter(in_first)
+    if reached("spark-task-first-attempt") and first:  # armed for this batch: a task fails once
+        first_part = fail_first_attempt(first_part, first[0])  # the one with the batch's 1st row
+    save(first_part)
     crash_point("spark-mid-sink")
     save(out.filter(~in_first))
     return {"written": len(rows)}
