@@ -247,6 +247,29 @@ def torture(
     typer.echo(result.to_json() if as_json else result.summary())
 
 
+@app.command("spark-server")
+def spark_server(port: int = typer.Option(15002, help="the Spark Connect port (127.0.0.1)"),
+                 ui_port: int = typer.Option(0, "--ui-port", help="its Spark UI (default: any free port)")) -> None:
+    """Run a Spark Connect server with the Kafka connector until Ctrl-C: one Spark for a room
+    (learners set LABKIT_SPARK_REMOTE to the address it prints)."""
+    from labkit.spark.connect import ConnectServer, ConnectServerError
+
+    server = ConnectServer(port, ui_port=ui_port or None)
+    try:
+        server.start()
+    except (ConnectServerError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(f"Spark Connect server ready in {server.startup_s:.0f} s (Ctrl-C stops it)\n"
+               f"  export LABKIT_SPARK_REMOTE={server.url}\n"
+               f"  Spark UI (every session's queries): {server.ui_url}\n"
+               f"  log: {server.log_file}")
+    code = server.serve()
+    typer.echo("Spark Connect server stopped", err=True)
+    if code:
+        _fail(f"the server exited by itself (code {code}); its log {server.log_file} ends with:\n"
+              f"{server.log_tail()}")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

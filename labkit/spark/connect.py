@@ -201,12 +201,18 @@ class ConnectServer:
         self.proc = None
 
     def serve(self) -> int:
-        """Block until the server exits by itself (its exit code) or Ctrl-C (0, stopped)."""
+        """Block until the server exits by itself (its exit code) or Ctrl-C / SIGTERM (0,
+        stopped)."""
+        def interrupt(signum, frame):  # a supervisor's SIGTERM stops the server like Ctrl-C
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, interrupt)
         try:
             return self.proc.wait()
         except KeyboardInterrupt:
             return 0
         finally:
+            signal.signal(signal.SIGTERM, previous)
             self.stop()
 
     def __enter__(self) -> "ConnectServer":
