@@ -15,10 +15,12 @@ request shows it; a record released by a crash shows up as available with its co
 
 Why not FindCoordinator: the broker answers INVALID_REQUEST to key type 2 (share) from a
 client, so the coordinator is found as the broker does: the leader of partition
-abs(hash("group:topicId:partition")) mod N of ``__share_group_state``.
+abs(hash("group:topicId:partition")) mod N of ``__share_group_state`` (the topic id in
+Kafka's base64 form); should that miss, the other brokers are asked.
 """
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from dataclasses import asdict, dataclass
@@ -105,6 +107,11 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def kafka_uuid(value: uuid.UUID) -> str:
+    """A topic id as Kafka writes it (Uuid.toString: URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
 def _topic(inspector: Inspector, topic: str):
     request = metadata.MetadataRequest(
         topics=(metadata.MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
@@ -123,7 +130,7 @@ def share_coordinator(inspector: Inspector, group: str, topic_id: uuid.UUID, par
     """The address of the broker holding this share-partition's state."""
     state_topic, brokers = _topic(inspector, STATE_TOPIC)
     n = len(state_topic.partitions)
-    h = java_string_hash(f"{group}:{topic_id}:{partition}")
+    h = java_string_hash(f"{group}:{kafka_uuid(topic_id)}:{partition}")
     index = 0 if h == -(1 << 31) else abs(h) % n  # Kafka's Utils.abs
     leader = {int(p.partition_index): int(p.leader_id) for p in state_topic.partitions}[index]
     if leader not in brokers:
@@ -153,6 +160,12 @@ def share_state(inspector: Inspector, group: str, topic: str, partition: int = 0
                                      leader_epoch=i32(epochs[partition])),)),))
     (result,) = inspector._send(address, request).results
     (p,) = result.partitions
+    if p.error_code == ErrorCode.not_coordinator:  # moved since, or a hash we got wrong
+        for other in inspector.brokers().values():
+            if other != address:
+                (p,) = inspector._send(other, request).results[0].partitions
+                if p.error_code != ErrorCode.not_coordinator:
+                    break
     uninitialized = p.error_code == ErrorCode.invalid_request and "uninitialized" in (
         p.error_message or "")  # the broker's word for "this group never read it"
     if uninitialized or p.error_code in (ErrorCode.unknown_topic_or_partition,
