@@ -78,21 +78,26 @@ def target_name(worker: Callable | str) -> str:
 
 def run_worker(worker: Callable | str, kwargs: dict, crash_at: str | None = None, hit: int = 1,
                max_attempts: int = 4, timeout_s: float = 300.0, label: str | None = None,
-               history_file: str | None = None) -> RunResult:
+               history_file: str | None = None,
+               on_crash: Callable[[], None] | None = None) -> RunResult:
     """Run ``worker(**kwargs)`` in a child process until it finishes, crashing it once.
+    ``on_crash`` runs after the armed crash killed it and before the restart (the world
+    changing while the worker is down, e.g. a lookup table edited).
 
     Raises UnknownCrashPoint for a bad ``crash_at`` (listing the valid ones) and WorkerFailed
     if an attempt exits with an error, times out, or the worker never finishes.
     """
     return run_workers(worker, [kwargs], crash_at, hit, max_attempts=max_attempts,
-                       timeout_s=timeout_s, label=label, history_file=history_file)
+                       timeout_s=timeout_s, label=label, history_file=history_file,
+                       on_crash=on_crash)
 
 
 def run_workers(worker: Callable | str, instances: list[dict], crash_at: str | None = None,
                 hit: int = 1, crash_instance: int = 0, max_attempts: int = 4,
                 timeout_s: float = 300.0, label: str | None = None,
                 history_file: str | None = None, kills: int = 0,
-                kill_after_s: tuple[float, float] = (1.0, 4.0), seed: int = 0) -> RunResult:
+                kill_after_s: tuple[float, float] = (1.0, 4.0), seed: int = 0,
+                on_crash: Callable[[], None] | None = None) -> RunResult:
     """Run one child process per entry of ``instances`` (each ``worker``'s kwargs) at once,
     as N instances of one application; crash instance ``crash_instance`` at ``crash_at``
     and restart every crashed instance, like a supervisor, until all have finished.
@@ -154,6 +159,8 @@ def run_workers(worker: Callable | str, instances: list[dict], crash_at: str | N
                                        f"code {code}\n{_tail(log)}")
                 if attempts[i] == 1 and i == crash_instance and crash_at:
                     result.crashed = True
+                    if on_crash is not None:  # while it is down, before the restart
+                        on_crash()
                 if attempts[i] >= max_attempts:
                     raise WorkerFailed(f"{label}: killed {attempts[i]} times, giving up")
                 where = crash_at if attempts[i] == 1 and i == crash_instance and crash_at \

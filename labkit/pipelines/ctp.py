@@ -14,6 +14,9 @@ instead of the next one to read. ``idempotent=True`` turns on the idempotent pro
 at_least_once (it dedupes retries, not reprocessing after a crash). ``side_effect_db=path``
 also writes each payment to a SQLite ledger *outside* Kafka (like calling a card API): the
 Kafka transaction cannot take that write back, so a crash before the commit repeats it.
+``lookup=path`` screens each batch with the review threshold read from that table when the
+batch is processed (labkit.pipelines.lookup): a transform that is not deterministic across a
+replay when the table changes in between (labkit.nondeterminism).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from labkit.pipelines import consumer as ledger
 from labkit.pipelines.common import (PIPELINE_TUNING, commit, next_offsets, produce_in_halves,
                                      record_of)
 from labkit.pipelines.group import GroupInput, first_start, bare_group_metadata, run_batches
+from labkit.pipelines.lookup import current_threshold, screen
 from labkit.pipelines.guarantee import guarantee as guarantee_named
 
 OFFSET_MODES = ("in-transaction", "outside-before-commit", "outside-after-commit")
@@ -36,8 +40,12 @@ def transform(record: dict) -> dict:
     return {**record, "fee_cents": round(record["amount_cents"] * 0.029) + 30}
 
 
-def emit(out, topic: str, batch: list[Message]) -> None:
-    produce_in_halves(out, topic, [(msg.key().decode(), transform(record_of(msg))) for msg in batch])
+def emit(out, topic: str, batch: list[Message], lookup: str | None = None) -> None:
+    items = [(msg.key().decode(), transform(record_of(msg))) for msg in batch]
+    if lookup:  # the threshold as the table says *now*: a replay may see another one
+        threshold = current_threshold(lookup)
+        items = [(k, s) for k, v in items if (s := screen(v, threshold)) is not None]
+    produce_in_halves(out, topic, items)
 
 
 def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
@@ -45,7 +53,8 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
         idempotent: bool | None = None, offsets: str = "in-transaction",
         offset_delta: int = 1, side_effect_db: str | None = None,
         group_protocol: str = "classic", instance_id: str | None = None,
-        fencing: str = "group", max_batches: int | None = None, group_size: int = 1) -> None:
+        fencing: str = "group", max_batches: int | None = None, group_size: int = 1,
+        lookup: str | None = None) -> None:
     """Transform ``input_topic`` into ``output_topic`` until the input's end.
 
     ``instance_id`` makes this instance a static group member; ``fencing="none"`` sends the
@@ -81,7 +90,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
                 elif offsets == "outside-before-commit":
                     commit(source.consumer, positions)  # the mistake: survives an abort
 
-            g.run_batch(out, lambda: emit(out, output_topic, batch), save_position)
+            g.run_batch(out, lambda: emit(out, output_topic, batch, lookup), save_position)
             if offsets == "outside-after-commit":
                 commit(source.consumer, positions)  # the mistake: a crash just before repeats
             done += 1

@@ -4,7 +4,7 @@ Exactly once means the output equals *one* processing of each record. Idempotent
 assume the replay computes the same thing as the first attempt; a transform that looks
 something up (or reads a clock) does not. Here payments above a review threshold are held
 for review (not written), and the threshold lives in a table risk operations edit
-(``set_threshold``): the lookup happens when a micro-batch is processed, and each written
+(labkit.pipelines.lookup): the lookup happens when a micro-batch is processed, and each written
 row says which threshold let it through (``threshold_version`` in its value).
 
 The experiment is fixed by construction: the threshold is ``V1`` (everything passes) until
@@ -15,7 +15,9 @@ it is down the threshold is lowered to ``V2``; the restart replays that batch un
   overwrites the others: output of two attempts mixed, per key, matching no single processing
   (``labkit.checkers.single_processing``: mixed keys > 0);
 - the transactional sink (offsets in the database) and Delta's txnVersion skip the replay:
-  the batch stays as its first attempt wrote it, one processing (mixed keys 0).
+  the batch stays as its first attempt wrote it, one processing (mixed keys 0);
+- a plain Delta append (``delta-append``) adds the replay's rows next to the first
+  attempt's: some payments twice, with two different outcomes (no single processing).
 """
 from __future__ import annotations
 
@@ -33,48 +35,31 @@ import pandas as pd
 from labkit import checkers, data
 from labkit.checkers import Result
 from labkit.spark import check, delta
-from labkit.spark.db import Database, default_url
+from labkit.pipelines.lookup import (V1, V2, VERSION_FIELD, current_threshold, processing,
+                                     screen, set_threshold)
+from labkit.spark.db import default_url
 from labkit.spark.runner import Run, StreamJob, run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
 
-THRESHOLD_TABLE = "labkit_review_threshold"
-V1 = ("v1", 50_000)  # cents: no generated payment is above it (labkit.data: at most 50,000)
-V2 = ("v2", 25_000)  # about half of them are
-SINKS = ("idempotent", "transactional", "delta")
+SINKS = ("idempotent", "transactional", "delta", "delta-append")
 CRASH_AT, CRASH_HIT, BATCHES, PARTITIONS = "spark-after-sink-before-commit", 2, 3, 2
 
 
-def set_threshold(db_url: str, version: tuple[str, int]) -> None:
-    """Write the review threshold the next micro-batch will look up (one row)."""
-    name, cents = version
-    with Database(db_url) as db, db.transaction():
-        db.execute(f"CREATE TABLE IF NOT EXISTS {THRESHOLD_TABLE} (version TEXT, cents BIGINT)")
-        db.execute(f"DELETE FROM {THRESHOLD_TABLE}")
-        db.execute(f"INSERT INTO {THRESHOLD_TABLE} (version, cents) VALUES (?, ?)", (name, cents))
-
-
-def apply_threshold(db_url: str, rows: list[dict]) -> list[dict]:
-    """The transform (run on the driver for each micro-batch): look the threshold up now, drop
-    payments above it, tag the others' value with the threshold's version."""
-    with Database(db_url) as db:
-        (name, cents), = db.query(f"SELECT version, cents FROM {THRESHOLD_TABLE}")
+def apply_threshold(path: str, rows: list[dict]) -> list[dict]:
+    """The transform (run on the driver for each micro-batch): look the threshold up now,
+    drop payments above it, tag the others' value with the threshold's version."""
+    threshold = current_threshold(path)
     out = []
     for r in rows:
-        payment = json.loads(r["value"])
-        if payment["amount_cents"] <= cents:
-            out.append({**r, "value": json.dumps({**payment, "threshold_version": name})})
+        screened = screen(json.loads(r["value"]), threshold)
+        if screened is not None:
+            out.append({**r, "value": json.dumps(screened)})
     return out
-
-
-def processing(inputs: list[dict], version: tuple[str, int]) -> dict[str, str]:
-    """What one processing of every record under ``version`` writes: id -> version tag."""
-    name, cents = version
-    return {r["id"]: name for r in inputs if r["amount_cents"] <= cents}
 
 
 def observed(output: pd.DataFrame) -> list[tuple[str, str]]:
     """(id, threshold version) of every output row, duplicates included."""
-    return [(i, json.loads(v)["threshold_version"]) for i, v in zip(output["id"], output["value"])]
+    return [(i, json.loads(v)[VERSION_FIELD]) for i, v in zip(output["id"], output["value"])]
 
 
 def audit(inputs: list[dict], output: pd.DataFrame) -> Result:
@@ -116,7 +101,7 @@ def experiment(bootstrap: str, sink: str, records: int = 60, *,
                workdir: str | Path | None = None,
                on_event: Callable[[dict], None] | None = None,
                spare: bool = True) -> ReplayExperiment:
-    """Run the threshold pipeline into ``sink`` (idempotent | transactional | delta), crash it
+    """Run the threshold pipeline into ``sink`` (one of SINKS), crash it
     between its sink and the commit log in the 2nd micro-batch, lower the threshold while it
     is down, restart it, and audit the output for mixed attempts."""
     if sink not in SINKS:
@@ -127,7 +112,7 @@ def experiment(bootstrap: str, sink: str, records: int = 60, *,
     topic = f"replay-{sink}-{run_id}-in"
     inputs = data.generate(records, seed=0)
     data.load_into_topic(bootstrap, topic, inputs, partitions=PARTITIONS)
-    lookup = f"sqlite:///{(workdir / 'lookup.db').resolve()}"
+    lookup = str((workdir / "lookup.db").resolve())
     set_threshold(lookup, V1)
     table = f"{sink.replace('-', '_')}_{run_id}"
     spec = (SinkSpec(sink, table=table, path=str(workdir / "delta-table")) if sink in DELTA_KINDS

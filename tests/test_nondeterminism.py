@@ -1,0 +1,84 @@
+"""Non-determinism on replay: a replayed batch computed with a lookup that changed.
+
+The checker first (plain data), then the real experiment (labkit.spark.replay): a review
+threshold lowered while the query is down after a SIGKILL between its sink and the commit
+log. The upsert sink ends with two attempts' output mixed; the transactional sink and Delta's
+txnVersion keep the first attempt's.
+"""
+from __future__ import annotations
+
+import pytest
+
+from labkit import checkers
+from labkit.spark import replay
+
+INPUTS = [("a1", "a"), ("b1", "b"), ("a2", "a"), ("b2", "b"), ("a3", "a")]
+FIRST = {"a1": 1, "b1": 1, "a2": 1, "b2": 1, "a3": 1}
+SECOND = {"a1": 2, "a2": 2, "b2": 2}  # the second processing holds b1 and a3 back
+
+
+def test_single_processing_checker():
+    one = checkers.single_processing
+    assert one(INPUTS, FIRST.items(), [FIRST, SECOND]).valid
+    assert one(INPUTS, SECOND.items(), [FIRST, SECOND]).valid
+    # the change between a2 and a3 (a) and before b1 (b): still one processing per record
+    cut = [("a1", 1), ("a2", 1), ("b2", 2)]
+    assert one(INPUTS, cut, [FIRST, SECOND]).valid
+    # a3 kept from the first attempt after a2 came from the second: no single processing
+    mixed = one(INPUTS, [("a1", 2), ("a2", 2), ("a3", 1), ("b2", 2)], [FIRST, SECOND])
+    assert (mixed.name, mixed.count, mixed.examples) == ("mixed-attempts", 1, ["a"])
+    # a record missing that both processings write is no processing of it either
+    assert one(INPUTS, [("a1", 1), ("a3", 1), ("b1", 1), ("b2", 1)], [FIRST, SECOND]).examples == ["a"]
+    # two copies of a record with different values: never one processing
+    assert one(INPUTS, [*FIRST.items(), ("b2", 2)], [FIRST, SECOND]).examples == ["b"]
+
+
+RECORDS = 30
+
+
+@pytest.mark.spark
+def test_replay_with_a_changed_lookup(bootstrap, tmp_path):
+    results = {}
+    sinks = ("idempotent", "transactional", "delta")
+    for n, sink in enumerate(sinks):
+        exp = replay.experiment(bootstrap, sink, RECORDS, workdir=tmp_path / sink,
+                                spare=n < len(sinks) - 1)
+        assert exp.run.attempts[0].crashed and not exp.run.attempts[-1].crashed
+        results[sink] = exp
+    v1, v2 = replay.V1[0], replay.V2[0]
+
+    def spans(exp) -> dict[int, dict[str, tuple[int, int]]]:
+        by = exp.versions_by_position()
+        return {int(p): {t: (int(a), int(b)) for t, a, b in
+                         g[["threshold_version", "first_offset", "last_offset"]].itertuples(index=False)}
+                for p, g in by.groupby("kafka_partition")}
+
+    # Upsert: the replay overwrote what V2 lets through and left what V2 holds back as the
+    # first attempt wrote it: in some partition, V1 rows come after V2 rows; keys mixed.
+    up = results["idempotent"]
+    assert up.mixed.count > 0 and not up.mixed.valid
+    assert any(s[v1][1] > s[v2][0] for s in spans(up).values())
+    # Transactional (resumed from the database's offsets) and Delta (txnVersion): the replay
+    # wrote nothing; the first attempt's rows, then the second's: one processing.
+    for sink in ("transactional", "delta"):
+        exp = results[sink]
+        assert exp.mixed.valid and exp.mixed.count == 0, (sink, exp.mixed)
+        assert all(s[v1][1] < s[v2][0] for s in spans(exp).values()), (sink, spans(exp))
+        assert exp.output["id"].is_unique
+    assert list(results["delta"].history["version"]) == [0, 1, 2]
+
+
+def test_kafka_transactions_commit_one_attempt(bootstrap):
+    """Consume-transform-produce, killed after producing its 2nd batch and before committing
+    its offsets, the threshold lowered while it is down."""
+    from labkit import nondeterminism
+
+    eo = nondeterminism.kafka_experiment(bootstrap, "exactly_once")
+    # The first attempt's batch is in the log but aborted; read_committed gets the replay's.
+    assert eo.mixed.valid and eo.aborted_in_log == nondeterminism.BATCH
+    assert {v for _, v in eo.committed} == {replay.V1[0], replay.V2[0]}
+    assert len({i for i, _ in eo.committed}) == len(eo.committed)
+    alo = nondeterminism.kafka_experiment(bootstrap, "at_least_once")
+    # Both attempts' output delivered: payments with two outcomes, keys mixed.
+    assert alo.mixed.count > 0 and alo.aborted_in_log == 0
+    assert len({i for i, _ in alo.committed}) < len(alo.committed)
