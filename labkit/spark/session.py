@@ -35,6 +35,10 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
     remote = None if local else spark_remote()
     if remote:
         return remote_session(remote, app_name, **conf)
+    # A Connect session sets SPARK_CONNECT_MODE_ENABLED in its process, and pyspark then
+    # builds every session as a Connect one; a worker started from that process (a kernel
+    # that recounted on the server) inherits it, but its driver must be local.
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     from pyspark.sql import SparkSession
 
     java = jvm.check_java()
