@@ -141,7 +141,8 @@ class ConnectServer:
                "PYSPARK_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": HOST,  # the UI and block manager bind to loopback too
                "SPARK_SUBMIT_OPTS": "-Dlog4j2.level=WARN"}  # the log says what goes wrong
-        env.pop("LABKIT_SPARK_REMOTE", None)  # the server is a driver, not a client
+        for client_only in ("LABKIT_SPARK_REMOTE", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+            env.pop(client_only, None)  # the server is a driver, not a Connect client
         started = time.monotonic()
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
