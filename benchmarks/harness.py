@@ -1,6 +1,8 @@
 """The torture harness's cost per kill-restart cycle, for a Python app and for a JVM app.
 
-    LABKIT_HOME=/tmp/torture-lab labkit up && LABKIT_HOME=/tmp/torture-lab python benchmarks/harness.py
+    LABKIT_HOME=/tmp/torture-lab labkit up && LABKIT_HOME=/tmp/torture-lab python benchmarks/harness.py [NAME...]
+
+(NAME: only the rows whose app name contains it, e.g. ``Streams``.)
 
 Each app runs the same input with the same seed twice: without kills and with K kills.
 ``(whole run with K kills - whole run without) / K`` is what one kill-restart cycle costs
@@ -18,10 +20,16 @@ from labkit import harness
 from labkit.paths import project_root
 
 APPS = project_root() / "examples" / "torture"
-RUNS = {  # name -> (command, input records, kills)
+# Kafka Streams' running count is judged by its counts, and killed between two of its
+# commits (as in tests/test_harness_streams.py) so that every kill interrupts work.
+STREAMS = {"check": "counts", "kill_clock": "commit", "kill_after_s": (0.5, 1.0)}
+RUNS = {  # name -> (command, input records, kills, more torture options)
     "Python (exactly_once_app.py --work-ms 5)":
-        ([sys.executable, str(APPS / "exactly_once_app.py"), "--work-ms", "5"], 600, 3),
-    "JVM (Kafka's TransactionalMessageCopier)": (harness.copier_command(), 10_000, 8),
+        ([sys.executable, str(APPS / "exactly_once_app.py"), "--work-ms", "5"], 600, 3, {}),
+    "JVM (Kafka's TransactionalMessageCopier)": (harness.copier_command(), 10_000, 8, {}),
+    **{f"JVM (Kafka Streams, StreamsRunningCount.java {g})": (harness.streams_command(g), 2400, 3,
+                                                             STREAMS)
+       for g in harness.STREAMS_GUARANTEES},
 }
 
 
@@ -29,9 +37,13 @@ def main() -> None:
     print("| app | input | kills | run without kills s | run with kills s | cost per cycle s "
           "| harness kill-to-respawn ms (median) | verdict |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, (command, records, kills) in RUNS.items():
-        calm = harness.torture(command, input=records, kills=0, seed=1, timeout_s=300)
-        tortured = harness.torture(command, input=records, kills=kills, seed=1, timeout_s=300)
+    only = sys.argv[1:]
+    for name, (command, records, kills, options) in RUNS.items():
+        if only and not any(word in name for word in only):
+            continue
+        calm = harness.torture(command, input=records, kills=0, seed=1, timeout_s=300, **options)
+        tortured = harness.torture(command, input=records, kills=kills, seed=1, timeout_s=300,
+                                   **options)
         per_cycle = (tortured.seconds - calm.seconds) / max(tortured.kills, 1)
         respawn_ms = statistics.median(tortured.restart_s) * 1000
         print(f"| {name} | {records} | {tortured.kills} | {calm.seconds:.1f} | "

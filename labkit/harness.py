@@ -33,7 +33,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from labkit import audit, data, history, topics
 from labkit import cluster as lab
@@ -185,12 +186,26 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
                       kill_after_s=kill_after_s, fault=fault, seed=seed, kill_clock=kill_clock)
     finally:
         if not keep_topics:
-            # Each run makes two topics: a lab (or a CI broker) tortured all day would
-            # otherwise collect them. Best effort: a leftover topic only costs disk.
-            topics.delete(cluster.bootstrap, *made)
+            # Each run makes two topics (and an app may make its own, e.g. Kafka Streams'
+            # changelog): a lab (or a CI broker) tortured all day would otherwise collect
+            # them. Best effort: a leftover topic only costs disk.
+            topics.delete(cluster.bootstrap, *made, *_app_topics(cluster.bootstrap,
+                                                                  names[ENV_GROUP]))
     result.partitions = partitions
     result.topics = {"input": made[0], "output": made[1], "kept": keep_topics}
     return result
+
+
+def _app_topics(bootstrap: str, group: str) -> list[str]:
+    """Topics the app made for itself, named after its group the way Kafka Streams names its
+    internal ones (``<application.id>-<store>-changelog``, ``...-repartition``)."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 0}))
+    try:
+        listed = admin.list_topics(timeout=5).topics
+    except KafkaException:
+        return []  # best effort, like the deletion itself
+    return sorted(t for t in listed if t.startswith(f"{group}-")
+                  and t not in (f"{group}-in", f"{group}-out"))
 
 
 def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_dir: Path,

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from labkit import audit, data, harness
 from tests.test_harness import no_process_left_behind  # noqa: F401 (autouse fixture)
@@ -41,6 +42,10 @@ def test_kafka_streams_at_least_once_over_counts_exactly_once_v2_stays_exact(clu
         kinds = [json.loads(line)["kind"] for line in
                  (Path(r.run_dir) / "history.jsonl").read_text().splitlines()]
         assert kinds.count("killed") == 2 and kinds.count("started") == 3
+        # The run's topics are gone afterwards, Kafka Streams' own changelog included.
+        run = Path(r.run_dir).name
+        assert not [t for t in AdminClient({"bootstrap.servers": cluster.bootstrap})
+                    .list_topics(timeout=10).topics if t.startswith(f"torture-{run}")]
 
     alo = results["at_least_once"].report
     # Restarted from the last committed offsets, on a store restored from a changelog that
