@@ -190,10 +190,10 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
         if share_group:
             from labkit.inspect.share import share_state
 
-            with inspector.Inspector(lab.ensure().bootstrap) as i:
+            with inspector.Inspector(lab.running_or_fail().bootstrap) as i:
                 view = share_state(i, share_group, topic)
         else:
-            view = inspector.describe_topic(lab.ensure().bootstrap, topic)
+            view = inspector.describe_topic(lab.running_or_fail().bootstrap, topic)
     except (ValueError, lab.ClusterError, LabkitSetupError, inspector.InspectError) as exc:
         _fail(str(exc))
     typer.echo(view.to_json() if as_json else view.to_text())
@@ -245,6 +245,22 @@ def torture(
     except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(result.to_json() if as_json else result.summary())
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable"),
+           spark: bool = typer.Option(True, "--spark/--no-spark",
+                                      help="also start a SparkSession (~10 s)")) -> None:
+    """Preflight for a workshop: tools, jars, memory, the cluster, a produce/consume and a
+    transaction round trip, Spark. Each line ok or the command that fixes it; exit 1 on any
+    failure. Never starts a broker."""
+    from labkit import doctor as preflight
+
+    checks = preflight.run(spark=spark,
+                           on_check=None if as_json else lambda c: typer.echo(c.line()))
+    if as_json:
+        typer.echo(json.dumps(preflight.as_json(checks), indent=2))
+    raise typer.Exit(code=0 if all(c.ok for c in checks) else 1)
 
 
 @app.command("spark-server")

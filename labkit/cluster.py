@@ -530,6 +530,26 @@ def external_from_env() -> ExternalCluster | None:
     return cluster
 
 
+def running() -> Cluster | None:
+    """The cluster in use right now (LABKIT_BOOTSTRAP, else the running lab), or None.
+
+    Never starts a broker: for read-only commands (`labkit inspect`, `labkit doctor`), which
+    should say that nothing runs rather than start a lab to look at an empty one.
+    """
+    bootstrap = external_from_env_no_check()
+    if bootstrap:
+        return ExternalCluster(bootstrap)
+    return LocalCluster.attach()
+
+
+def running_or_fail() -> Cluster:
+    found = running()
+    if found is None:
+        raise ClusterError("no lab cluster is running: start one with `labkit up` "
+                           "(or set LABKIT_BOOTSTRAP=host:port to use your own cluster)")
+    return found
+
+
 def ensure(brokers: int = 1) -> Cluster:
     """The cluster to use: LABKIT_BOOTSTRAP, else the running lab, else a new owned one."""
     external = external_from_env()

@@ -90,7 +90,8 @@ def jar_dir(profile: str) -> Path:
     return cache_dir() / "jars" / profile
 
 
-def _resolved(profile: str) -> bool:
+def is_resolved(profile: str) -> bool:
+    """True when the profile's jars are in the cache for the current pom (nothing to fetch)."""
     stamp = jar_dir(profile) / ".resolved"
     return stamp.exists() and stamp.read_text() == pom_file().read_text()
 
@@ -100,7 +101,7 @@ def resolve(profile: str) -> list[Path]:
     if profile not in PROFILES:
         raise ValueError(f"unknown jar set {profile!r}; choose one of {', '.join(PROFILES)}")
     target = jar_dir(profile)
-    if not _resolved(profile):
+    if not is_resolved(profile):
         check_java()
         mvn = check_maven()
         if target.exists():

@@ -1,6 +1,7 @@
 """One progress line for long steps, the same in a terminal and in a notebook."""
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,10 +16,31 @@ _console = Console(stderr=True)
 _plain_console = Console(stderr=True, force_jupyter=False, force_terminal=False)
 
 
+MODES = ("live", "static")
+
+
+def live_frontend() -> bool:
+    """True when a front end renders live output (JupyterLab started this kernel).
+
+    Executed notebooks (nbval, nbconvert) have none. A kernel that JupyterLab/Jupyter Server
+    started has ``JPY_SESSION_NAME`` in its environment; ``LABKIT_WIDGETS=live|static``
+    overrides the guess (e.g. for VS Code).
+    """
+    forced = os.environ.get("LABKIT_WIDGETS", "").strip().lower()
+    if forced:
+        if forced not in MODES:
+            raise ValueError(f"LABKIT_WIDGETS={forced!r}: use 'live' or 'static'")
+        return forced == "live"
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel") and "JPY_SESSION_NAME" in os.environ
+
+
 def _console_now() -> Console:
     if "ipykernel" in sys.modules:
-        from labkit.widgets.live import live_frontend
-
         if not live_frontend():
             return _plain_console
     return _console

@@ -7,27 +7,13 @@ that JupyterLab/Jupyter Server started has ``JPY_SESSION_NAME`` in its environme
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MODES = ("live", "static")
-
-
-def live_frontend() -> bool:
-    forced = os.environ.get("LABKIT_WIDGETS", "").strip().lower()
-    if forced:
-        if forced not in MODES:
-            raise ValueError(f"LABKIT_WIDGETS={forced!r}: use 'live' or 'static'")
-        return forced == "live"
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and hasattr(shell, "kernel") and "JPY_SESSION_NAME" in os.environ
+# Where output goes is decided in progress (a lower layer that also needs it).
+from labkit.progress import MODES, live_frontend  # noqa: F401  (re-exported)
 
 
 @dataclass
