@@ -16,7 +16,8 @@ from tests.notebook_cells import NAMES, NOTEBOOKS, all_output_text, read
 from tests.solution_code import solution_codes
 
 SOLVED, UNSOLVED = "✅ Well done", "🔁 Not yet"
-SLOW = {"08_spark_structured_streaming": pytest.mark.spark}
+SLOW = {"08a_spark_checkpoints_and_sinks": pytest.mark.spark,
+        "08b_spark_kafka_in_and_out": pytest.mark.spark}
 
 
 def exercise_indices(nb) -> list[int]:

@@ -1,20 +1,20 @@
-"""08 · Spark Structured Streaming: the exercise check and the experiment hooks the notebook
-uses, on real Spark and the real broker."""
+"""08a and 08b · Spark Structured Streaming: the exercise checks and the experiment hooks the
+notebooks use, on real Spark and the real broker."""
 from __future__ import annotations
 
 from contextlib import contextmanager
 
 import pytest
 
-from labkit.exercises.spark import (check_naive_duplicates, exercise_points, judge,
-                                    measure_duplicates)
+from labkit.exercises.spark import (check_naive_duplicates, check_source_options,
+                                    exercise_points, judge, measure_duplicates)
 from labkit.spark import runner
 from labkit.spark.scenarios import experiment
 from tests.solution_code import solution_scope
 
 
 def solution_prediction() -> dict:
-    return solution_scope("08_spark_structured_streaming")["my_prediction"]
+    return solution_scope("08a_spark_checkpoints_and_sinks")["my_prediction"]
 
 
 @pytest.mark.spark
@@ -68,3 +68,21 @@ def test_transactional_sink_restarted_from_the_checkpoint_skips_the_replay(boots
     assert replay["skipped"].iloc[0].startswith(exp.job.topic)
     assert (exp.report.lost, exp.report.duplicated) == (0, 0) and exp.report.exactly_once
     assert runner._spare is None  # spare=False: no Spark worker left starting for a next crash
+
+
+@pytest.mark.spark
+def test_source_options_check_passes_the_solution_and_hints_at_an_ignored_option(bootstrap):
+    right = solution_scope("08b_spark_kafka_in_and_out")["my_options"]
+    verdict = check_source_options(right, bootstrap)
+    assert verdict.passed, verdict.message
+    # Without the kafka. prefix Spark ignores the option: the aborted records are measured in
+    # the table and the hint names no option
+    verdict = check_source_options({"isolation.level": "read_committed"}, bootstrap)
+    assert not verdict.passed and "found 20 records of aborted transactions" in verdict.message
+    assert "kafka.isolation" not in verdict.message
+
+
+def test_source_options_check_hints_without_running_spark():
+    assert "fill in my_options" in check_source_options(None, "127.0.0.1:1").message
+    assert "dict of option name" in check_source_options({"x": 1}, "127.0.0.1:1").message
+    assert "dict of option name" in check_source_options(["kafka.isolation.level"], "127.0.0.1:1").message

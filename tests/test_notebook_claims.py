@@ -87,14 +87,22 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("def streams_count", "exactly_once_v2 over-count: 0"),
         ("eo_streams.aborted_in_log", "records of aborted transactions in the log: yes | seen by the audit: 0"),
     ],
-    "08_spark_structured_streaming": [
+    "08a_spark_checkpoints_and_sinks": [
         ("checkpoint_view(first.checkpoint)", "MISSING"),
         ("batch 1 replayed with the offsets", "planned before the crash: True"),
         ("naive.run.timeline[", "sink done, crashed before commit"),
         ("print(naive.report.summary())", "duplicated=20"),
         ("rows too many in all", "rows too many in all: 20"),
         ('rows.append({"sink"', "transactional (rows + offsets)"),
+    ],
+    "08b_spark_kafka_in_and_out": [
         ("print(kafka.report.summary())", "duplicated=20"),
+        ("print(retry.report.summary())", "lost=0 duplicated=5"),
+        ("input partitions of the duplicated ids", "input partitions of the duplicated ids: [0]"),
+        ("after a dedupe by id", "lost=0 duplicated=0 exactly once: True"),
+        ("print(trap.report.summary())", "aborted_visible=20"),
+        ("print(exact.report.summary())", "lost=0 duplicated=0 reordered=0 aborted_visible=0"),
+        ("stored = stored_offsets(exact.job.sink)", "next offset in the database"),
         ('groups or "none"', "input topic: none"),
     ],
     "09_cost": [

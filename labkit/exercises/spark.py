@@ -1,18 +1,22 @@
-"""08 · Spark Structured Streaming: the exercise check.
+"""08a and 08b · Spark Structured Streaming: the exercise checks.
 
-The notebook crashed the naive sink between its write and Spark's commit of batch 1 and
+08a: the notebook crashed the naive sink between its write and Spark's commit of batch 1 and
 found one whole batch (20 rows) duplicated. The learner predicts how many duplicated rows
 the naive sink shows when the driver dies at the other two Spark crash points; the check
 runs the real query (real Spark, real broker), crashed at each point, and compares the
 prediction with what the audit measured.
+
+08b: the learner writes the Kafka source options that keep a transactional input's aborted
+records out of the transactional sink; the check runs the real query with those options on
+a freshly written input (some transactions aborted) and audits the table.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from labkit.exercises import Verdict, check, prediction_gaps
+from labkit.exercises import Verdict, check, prediction_gaps, unanswered
 from labkit.spark.runner import SPARK_CRASH_POINTS
-from labkit.spark.scenarios import experiment
+from labkit.spark.scenarios import TASK_FAILURE, experiment
 
 SCENARIO = "spark-naive"
 GUARANTEE = "at_least_once"
@@ -21,7 +25,9 @@ SHOWN = "spark-after-sink-before-commit"  # the notebook's own experiment
 
 
 def exercise_points() -> tuple[str, ...]:
-    return tuple(p for p in SPARK_CRASH_POINTS if p != SHOWN)
+    """The driver crash points other than the one shown (a task failure is not one: it
+    needs the Kafka sink, not the naive one)."""
+    return tuple(p for p in SPARK_CRASH_POINTS if p not in (SHOWN, TASK_FAILURE))
 
 
 def measure_duplicates(points: tuple[str, ...], bootstrap: str,
@@ -65,3 +71,34 @@ def check_naive_duplicates(prediction: dict[str, int | None], bootstrap: str) ->
     if bad:
         return check(False, "", f"use a whole number (0 or more) for: {', '.join(bad)}.")
     return judge(prediction, measure_duplicates(points, bootstrap))
+
+
+TXN_SCENARIO = "spark-txn-input-default"  # the transactional input, read with given options
+
+
+def check_source_options(options: dict[str, str] | None, bootstrap: str) -> Verdict:
+    """08b · Kafka source options under which no aborted record reaches the sink: measured by
+    running the query with them and auditing its table (aborted read 0, exactly once)."""
+    if unanswered(options):
+        return check(False, "", "fill in my_options (a dict of Spark Kafka source options); "
+                                "then run this cell again.")
+    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in options.items()):
+        return check(False, "", "my_options must be a dict of option name -> value, both "
+                                "strings, as .option(name, value) takes them.")
+    try:
+        exp = experiment(TXN_SCENARIO, bootstrap, "exactly_once", None, RECORDS,
+                         spare=False, source_options=options)
+    except Exception as exc:  # Spark refuses some Kafka options outright: say which
+        return check(False, "", f"Spark refused these options: {str(exc).splitlines()[0][:300]}")
+    try:
+        r = exp.report
+    finally:
+        exp.cleanup()
+    return check(r.aborted_visible == 0 and r.exactly_once,
+                 f"the table holds the {r.produced} committed records once each and no record "
+                 "of an aborted transaction.",
+                 f"the audit still found {r.aborted_visible} records of aborted transactions in "
+                 f"the table (lost {r.lost}, duplicated {r.duplicated}). Spark ignores a source "
+                 "option it does not know, silently: check how the notebook hands settings to "
+                 "the Kafka consumer inside Spark's source.")
