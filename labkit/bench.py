@@ -583,7 +583,7 @@ PUBLISHED = (
     Published("Confluent blog, Exactly-once Semantics Are Possible (Narkhede 2017)",
               "producer, 1 KB records, transactions of 100 ms",
               "at-most-once (acks=1, 5 in flight)", -20.0, -20.0, 1024, 100.0, "at_most_once"),
-    Published("Kafka Streams exactly-once, as cited in issue 10",
+    Published("Kafka Streams exactly-once, as Confluent published it",
               "Streams app, commit.interval.ms=100", "at-least-once Streams",
               -30.0, -15.0, None, 100.0, "at_least_once"),
 )
