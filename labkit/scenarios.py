@@ -364,6 +364,7 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
                 bootstrap: str | None = None, *, instances: int = 1, partitions: int = 1,
                 ack_mode: str = "explicit", poison: str | None = None, hit: int | None = None,
                 seed: int = 0, group_protocol: str | None = None, trace=None,
+                record_lock_ms: int | None = None,
                 watch: Callable[[dict[str, str]], AbstractContextManager] | None = None) -> ShareRun:
     """``instances`` share consumers (processes) take ``records`` records from one partition;
     instance 0 is SIGKILLed at ``crash_at`` on its ``hit``-th visit and restarted (default:
@@ -374,7 +375,8 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
     ``poison="release"|"reject"`` makes the input's third record fail every time it is
     processed: released (redelivered until the broker archives it at its delivery limit)
     or rejected (archived at once). ``watch(topics)`` as in ``run_detailed`` (its dict also
-    has "group", the share group's id, for a live view of its state)."""
+    has "group", the share group's id, for a live view of its state). ``record_lock_ms``
+    sets this group's record lock (the broker's: 10 s)."""
     from labkit.checkers import Attempt
     from labkit.inspect import Inspector
     from labkit.inspect.share import share_state
@@ -402,7 +404,7 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
     names_ = {"input": f"{base}-in", "output": f"{base}-out"}
     data.load_into_topic(bootstrap, names_["input"], inputs)
     topics.create(bootstrap, names_["output"])
-    share.prepare_group(bootstrap, base)
+    share.prepare_group(bootstrap, base, record_lock_ms)
     member = {"bootstrap": bootstrap, "input_topic": names_["input"],
               "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
               "batch_size": batch_size(records), "ack_mode": ack_mode,

@@ -3,14 +3,16 @@
 One share consumer takes 40 records from one partition and acknowledges each record on its
 own (ACCEPT, commit_sync), so a crash repeats at most the record it was on:
 
-- killed after processing its 2nd record, before acknowledging it: the lock expires, the
-  record comes back and is processed twice: lost 0, duplicated exactly 1, every run;
+- killed after processing its 2nd record, before acknowledging it: its connection drops,
+  the broker releases what it held, the record comes back and is processed twice: lost 0,
+  duplicated exactly 1, every run (the 10 s lock outlasts the work on a loaded machine; with
+  2 s, ACCEPTs arrived after their locks expired and more records were processed twice);
 - killed right after acknowledging: lost 0, duplicated 0;
 - a poison record released every time: the broker delivers it 5 times (its delivery limit),
   then archives it: archived 1, and the share coordinator's stored state says so;
 - rejected: archived at its first delivery.
 
-The four runs go side by side (each mostly waits: the group join, the 2 s lock, the 6 s
+The four runs go side by side (each mostly waits: the group join, the restart, the 6 s
 idle end), each with its own topics and group; each is asserted on its own. The counts come
 from the output topic (what each consumer wrote per attempt) and from the broker.
 """
