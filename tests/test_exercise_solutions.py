@@ -19,6 +19,8 @@ SOLVED, UNSOLVED = "✅ Well done", "🔁 Not yet"
 SLOW = {"08a_spark_checkpoints_and_sinks": pytest.mark.spark,
         "08b_spark_kafka_in_and_out": pytest.mark.spark}
 
+SLOW["08c_spark_delta_and_replay"] = pytest.mark.spark  # its check crashes a real Spark query
+
 
 def exercise_indices(nb) -> list[int]:
     found = [i for i, c in enumerate(nb.cells)
