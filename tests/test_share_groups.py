@@ -10,9 +10,10 @@ own (ACCEPT, commit_sync), so a crash repeats at most the record it was on:
 - killed right after acknowledging: lost 0, duplicated 0;
 - a poison record released every time: the broker delivers it 5 times (its delivery limit),
   then archives it: archived 1, and the share coordinator's stored state says so;
-- rejected: archived at its first delivery.
+- rejected: archived at its first delivery;
+- at_most_once (ACCEPT, then process) killed right after the ACCEPT: that record is lost.
 
-The four runs go side by side (each mostly waits: the group join, the restart, the 6 s
+The five runs go side by side (each mostly waits: the group join, the restart, the 6 s
 idle end), each with its own topics and group; each is asserted on its own. The counts come
 from the output topic (what each consumer wrote per attempt) and from the broker.
 """
@@ -54,6 +55,8 @@ def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
                                                  bootstrap=bootstrap, poison="release"),
         "reject": lambda: scenarios.share_group("at_least_once", records=RECORDS,
                                                 bootstrap=bootstrap, poison="reject"),
+        "ack-first": lambda: scenarios.share_group("at_most_once", "after-ack", records=RECORDS,
+                                                   bootstrap=bootstrap),
     }
     with ThreadPoolExecutor(len(runs)) as pool:
         futures = {name: pool.submit(fn) for name, fn in runs.items()}
@@ -100,6 +103,12 @@ def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
     poison = [a for a in reject.attempts if a.outcome != "processed"]
     assert [(a.outcome, a.delivery_count) for a in poison] == [("rejected", 1)]
     assert (reject.archived, reject.report.lost, reject.report.duplicated) == (1, 0, 0)
+
+    # at_most_once acknowledges first: killed right after the ACCEPT, that record is gone
+    first = done["ack-first"]
+    assert first.run.crashed
+    assert (first.report.lost, first.report.duplicated, first.archived) == (1, 0, 0)
+    assert first.report.examples["lost"] == [before.report.examples["duplicated"][0]]
 
 
 def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
