@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import urllib.request
 from collections import Counter
 
@@ -22,6 +23,7 @@ from labkit.spark import check, runner
 from labkit.spark.connect import ConnectServer
 from labkit.spark.scenarios import experiment
 from labkit.spark.session import stop_remote
+from tests.test_setup_errors import run_cli
 
 pytestmark = pytest.mark.spark
 CRASH_AT = "spark-after-sink-before-commit"
@@ -93,3 +95,21 @@ def test_notebook_08_experiments_against_the_server(remote, bootstrap):
         for exp in exps:
             exp.cleanup()
         runner.close_workers()
+
+
+def test_bad_remote_address_and_busy_port_say_what_to_do(monkeypatch, tmp_path):
+    """No Spark starts here: both are refused before anything is launched."""
+    from labkit.paths import LabkitSetupError
+    from labkit.spark import session
+
+    monkeypatch.setenv("LABKIT_SPARK_REMOTE", "http://127.0.0.1:15002")
+    with pytest.raises(LabkitSetupError, match=r"use sc://host:port"):
+        session("bad-remote")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run_cli("spark-server", "--port", str(port), env={"LABKIT_HOME": str(tmp_path)})
+    assert out.returncode == 2
+    assert f"port {port} is in use" in out.stderr and "--port" in out.stderr
+    assert not list(tmp_path.glob("spark-connect/*.log"))  # nothing was started
