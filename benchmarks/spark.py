@@ -3,10 +3,20 @@
     LABKIT_BOOTSTRAP=127.0.0.1:9092 python benchmarks/spark.py   # or with a `labkit up` lab
 
 Prints markdown rows for docs/measurements-spark.md. Small scale on purpose (60 records,
-20 per micro-batch): the lesson's numbers, not a benchmark of Spark.
+20 per micro-batch): the lesson's numbers, not a benchmark of Spark. The first lines say
+which pyspark and connector jars ran and the load average at start and end (the machine
+is shared: the load moves these numbers more than anything).
+
+Another Spark version (e.g. the 4.0.0 the lab pinned before): a throwaway venv with that
+pyspark whose .pth adds this checkout and the lab's venv after its own site-packages, and
+the matching connector jars (resolved offline from the pom with -Dspark.version=4.0.0):
+
+    LABKIT_SPARK_JARS=$(ls /tmp/jars-400/*.jar | paste -sd,) /tmp/venv400/bin/python benchmarks/spark.py
 """
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -36,7 +46,19 @@ def job(bootstrap: str, workdir: Path, kind: str = "naive") -> StreamJob:
                      sink=SinkSpec(kind, db_url=f"sqlite:///{workdir}/{topic}.db", table="t"))
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main() -> None:
+    import pyspark
+
+    from labkit.spark.session import MASTER
+
+    jars = os.environ.get("LABKIT_SPARK_JARS") or "pinned (labkit.jvm.resolve('spark'))"
+    print(f"pyspark {pyspark.__version__}, master {MASTER}, connector jars: "
+          f"{', '.join(Path(j).name for j in jars.split(',')) if ',' in jars else jars}")
+    print(f"start {time.strftime('%H:%M:%S')}, load average (1/5/15 min) {load()}")
     bootstrap = cluster.ensure().bootstrap
     workdir = Path(tempfile.mkdtemp(prefix="labkit-measure-spark-"))
     rows: list[tuple[str, str]] = []
@@ -88,6 +110,8 @@ def main() -> None:
          f"{vm_hwm_mb(warm.jvm_pid):.0f} MB"),
     ]
     runner.close_workers()
+    shutil.rmtree(workdir, ignore_errors=True)  # the runs' checkpoints and SQLite files
+    print(f"end {time.strftime('%H:%M:%S')}, load average (1/5/15 min) {load()}")
     print("| measurement | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
