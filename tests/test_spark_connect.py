@@ -67,7 +67,7 @@ def test_recount_runs_on_the_server_without_a_local_jvm(remote, bootstrap, topic
     assert "Spark Connect - session_id" in scans[0]["description"]
 
 
-def test_notebook_08_experiments_against_the_server(remote, bootstrap):
+def test_notebook_08_experiments_against_the_server(remote, bootstrap, capsys):
     """08's naive sink and Kafka sink under the same crash: the killed driver is local
     (SIGKILL, the shared server lives on), the ground truth comes from the server, and the
     audit's numbers are the lesson's: 20 duplicated, none lost; 0 after a dedupe by id."""
@@ -86,6 +86,8 @@ def test_notebook_08_experiments_against_the_server(remote, bootstrap):
             scans = kafka_scans(remote, exp.job.topic)
             assert len(scans) == 1 and scans[0]["status"] == "COMPLETED"
         assert remote.alive
+        assert "crash experiments SIGKILL their Spark driver: they run on a local one" in (
+            capsys.readouterr().err)  # and the learner is told so
         kafka = exps[1]
         deduped = check.dedupe_by_id(kafka.output)
         after = check.audit_output("spark-kafka-sink + dedupe", "exactly_once", CRASH_AT,
