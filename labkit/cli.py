@@ -135,6 +135,9 @@ def scenario(
                                  help="share-group only: explicit | implicit acknowledgement"),
     poison: str = typer.Option(None, "--poison",
                                help="share-group only: a poison record, release | reject"),
+    freeze: bool = typer.Option(False, "--freeze",
+                                help="share-group only: freeze (SIGSTOP) the consumer at "
+                                     "--crash-at past its record lock, then thaw it"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit."""
     from labkit import scenarios
@@ -161,13 +164,14 @@ def scenario(
                 raise ValueError(f"{name} takes --crash-at, --instances, --ack-mode, --poison")
             queue = scenarios.share_group(guarantee, crash_at, records=records, instances=instances,
                                           partitions=partitions, ack_mode=ack_mode, poison=poison,
-                                          group_protocol=group_protocol, trace=trace)
+                                          group_protocol=group_protocol, trace=trace,
+                                          freeze=freeze)
             typer.echo(queue.to_json() if as_json else queue.summary())
             return
         elif fencing is not None:
             raise ValueError(f"--fencing applies to {scenarios.ZOMBIE} only")
-        elif ack_mode != "explicit" or poison:
-            raise ValueError(f"--ack-mode and --poison apply to {scenarios.SHARE} only")
+        elif ack_mode != "explicit" or poison or freeze:
+            raise ValueError(f"--ack-mode, --poison and --freeze apply to {scenarios.SHARE} only")
         else:
             report = scenarios.run(name, guarantee=guarantee, crash_at=crash_at, fault=fault,
                                    records=records, **group)

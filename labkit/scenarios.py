@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -29,7 +30,8 @@ import pandas as pd
 from labkit import audit, data, history, timeline, topics
 from labkit.audit import AuditReport
 from labkit.faults import crashpoints
-from labkit.faults.runner import RunResult, run_workers, run_zombie
+from labkit.faults.runner import RunResult, run_frozen, run_workers, run_zombie
+from labkit.faults.runner import target_name as runner_target
 from labkit.paths import lab_home
 from labkit.pipelines import consumer, ctp, producer, running_count, share
 from labkit.pipelines.group import check_group_protocol
@@ -343,28 +345,38 @@ class ShareRun:
     out_of_order: dict[str, int]  # consumer -> records it processed after a later one
     share_state: object  # labkit.inspect.share.ShareState
     attempts: list = field(default_factory=list, repr=False)  # checkers.Attempt, log order
+    # The acknowledgements the broker refused, as the consumers' commit_sync reported them:
+    # {"consumer", "offsets" (the acknowledged record's), "error"} (a frozen run's late ACCEPT).
+    refused_acks: list[dict] = field(default_factory=list)
+    frozen_s: float | None = None  # freeze=True: how long instance 0 stayed frozen
 
     def to_dict(self) -> dict:
         """``labkit scenario --json``'s keys, then the queue's own (appended)."""
         return {**self.report.to_dict(), "archived": self.archived,
                 "delivery_counts": {str(k): v for k, v in self.delivery_counts.items()},
                 "processed_by": self.processed_by, "out_of_order": self.out_of_order,
-                "share_state": self.share_state.counts(), "seconds": self.run.total_s}
+                "share_state": self.share_state.counts(), "seconds": self.run.total_s,
+                "refused_acks": self.refused_acks, "frozen_s": self.frozen_s}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
     def summary(self) -> str:
         """The audit's summary plus one stable line for the queue (nbval compares both)."""
-        return (f"{self.report.summary()}\n  archived={self.archived} delivery counts "
+        text = (f"{self.report.summary()}\n  archived={self.archived} delivery counts "
                 f"(highest per record -> records): {self.delivery_counts}")
+        if self.refused_acks:  # only when the broker refused one (a lock that expired)
+            errors = sorted({a["error"].split(",")[0].removeprefix("KafkaError{code=")
+                             for a in self.refused_acks})
+            text += f"\n  acknowledgements refused: {len(self.refused_acks)} ({', '.join(errors)})"
+        return text
 
 
 def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, records: int = 40,
                 bootstrap: str | None = None, *, instances: int = 1, partitions: int = 1,
                 ack_mode: str = "explicit", poison: str | None = None, hit: int | None = None,
                 seed: int = 0, group_protocol: str | None = None, trace=None,
-                record_lock_ms: int | None = None,
+                record_lock_ms: int | None = None, freeze: bool = False,
                 watch: Callable[[dict[str, str]], AbstractContextManager] | None = None) -> ShareRun:
     """``instances`` share consumers (processes) take ``records`` records from one partition;
     instance 0 is SIGKILLed at ``crash_at`` on its ``hit``-th visit and restarted (default:
@@ -376,7 +388,14 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
     processed: released (redelivered until the broker archives it at its delivery limit)
     or rejected (archived at once). ``watch(topics)`` as in ``run_detailed`` (its dict also
     has "group", the share group's id, for a live view of its state). ``record_lock_ms``
-    sets this group's record lock (the broker's: 10 s)."""
+    sets this group's record lock (the broker's: 10 s).
+
+    ``freeze=True``: the consumer is *frozen* (SIGSTOP) at ``crash_at`` instead of killed,
+    for its records' lock (this group's: ``record_lock_ms``, default ``FREEZE_LOCK_MS``) plus
+    ``FREEZE_MARGIN_S``. Its connection stays open, so only the lock expiring frees its
+    records. Thawed (SIGCONT), its late acknowledgement is refused (``refused_acks``), it
+    drops the rest of that stale poll, polls again and gets the records once more
+    (delivery count 2): the one it had processed is processed twice."""
     from labkit.checkers import Attempt
     from labkit.inspect import Inspector
     from labkit.inspect.share import share_state
@@ -395,6 +414,11 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
     if crash_at is not None and crash_at not in SHARE_CRASH_POINTS[guarantee]:
         raise ValueError(f"crash point {crash_at!r} is not on the path of {SHARE} [{guarantee}]. "
                          f"Valid crash points here: {', '.join(SHARE_CRASH_POINTS[guarantee])}")
+    if freeze:
+        if crash_at is None or instances != 1:
+            raise ValueError("--freeze stalls instance 0 at its --crash-at point past its record "
+                             "lock, then thaws it: give --crash-at, and no --instances")
+        record_lock_ms = record_lock_ms or FREEZE_LOCK_MS
     hit = hit or (CRASH_HIT if ack_mode == "explicit" else 1)
     inputs = data.generate(records, seed=seed)
     poison_ids = [inputs[min(2, records - 1)]["id"]] if poison else []
@@ -411,11 +435,17 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
               "poison_ids": poison_ids, "poison": poison or "release"}
     workdir = lab_home() / "runs" / base
     workdir.mkdir(parents=True, exist_ok=True)
+    frozen_s = None
     try:
         with watch({**names_, "group": base}) if watch else nullcontext():
-            result = run_workers(share.run, [dict(member) for _ in range(instances)],
-                                 crash_at=crash_at, hit=hit, label=f"{SHARE} [{guarantee}]",
-                                 history_file=str(workdir / "history.jsonl"), seed=seed)
+            if freeze:
+                result, frozen_s = _share_frozen(member, crash_at, hit, guarantee,
+                                                 record_lock_ms, str(workdir / "history.jsonl"))
+            else:
+                result = run_workers(share.run, [dict(member) for _ in range(instances)],
+                                     crash_at=crash_at, hit=hit, label=f"{SHARE} [{guarantee}]",
+                                     history_file=str(workdir / "history.jsonl"), seed=seed)
+        events = history.read(workdir / "history.jsonl")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     log = topics.read(bootstrap, names_["output"])
@@ -423,7 +453,35 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
                         r.value["outcome"]) for r in log]
     with Inspector(bootstrap) as inspector:
         state = share_state(inspector, base, names_["input"])
-    return _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state)
+    run = _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state)
+    run.refused_acks = [{"consumer": e["instance"], "offsets": e.get("offsets"), "error": err}
+                        for e in events if e["kind"] == "ack-refused"
+                        for err in e["errors"].values()]
+    run.frozen_s = frozen_s
+    return run
+
+
+# A frozen consumer's records wait for their lock: this group's lock for that lesson. Long
+# enough that the consumer, thawed, ACCEPTs the records it then gets again before *their*
+# locks expire on a loaded machine (it works through them one by one); short enough to wait.
+FREEZE_LOCK_MS = 3000
+# How long past its lock the consumer stays frozen: the lock surely expired (it started at
+# the fetch, before the freeze) whatever the machine's load.
+FREEZE_MARGIN_S = 2.0
+
+
+def _share_frozen(member: dict, crash_at: str, hit: int, guarantee: str, lock_ms: int,
+                  history_file: str) -> tuple[RunResult, float]:
+    """``share_group(freeze=True)``: the consumer frozen (SIGSTOP) past its records' lock,
+    thawed (SIGCONT), run to its end; as a RunResult (nothing crashed, one attempt)."""
+    started = time.monotonic()
+    frozen_s = run_frozen(share.run, dict(member), stall_at=crash_at,
+                          frozen_s=lock_ms / 1000 + FREEZE_MARGIN_S, hit=hit,
+                          label=f"{SHARE} [{guarantee}] frozen at {crash_at}",
+                          history_file=history_file)
+    result = RunResult(target=runner_target(share.run), crash_at=crash_at, hit=hit, attempts=1,
+                       exit_codes=[0], total_s=round(time.monotonic() - started, 3))
+    return result, frozen_s
 
 
 def _audit_share(guarantee: str, crash_at: str | None, inputs: list[dict], attempts: list,

@@ -11,9 +11,12 @@ own (ACCEPT, commit_sync), so a crash repeats at most the record it was on:
 - a poison record released every time: the broker delivers it 5 times (its delivery limit),
   then archives it: archived 1, and the share coordinator's stored state says so;
 - rejected: archived at its first delivery;
-- at_most_once (ACCEPT, then process) killed right after the ACCEPT: that record is lost.
+- at_most_once (ACCEPT, then process) killed right after the ACCEPT: that record is lost;
+- frozen (SIGSTOP) after processing its 2nd record, past its group's 3 s lock, then thawed:
+  the late ACCEPT is refused (INVALID_RECORD_STATE), the record comes back to the same
+  consumer with delivery count 2 and is processed twice (10 records: duplicated exactly 1).
 
-The five runs go side by side (each mostly waits: the group join, the restart, the 6 s
+The six runs go side by side (each mostly waits: the group join, the restart, the 6 s
 idle end), each with its own topics and group; each is asserted on its own. The counts come
 from the output topic (what each consumer wrote per attempt) and from the broker.
 """
@@ -34,6 +37,7 @@ from labkit.inspect.share import java_string_hash, share_state
 from labkit.pipelines import share
 
 RECORDS = 40
+FROZEN_RECORDS = 10  # the thawed consumer redoes these one by one under a 3 s lock
 LABKIT = Path(sys.executable).with_name("labkit")
 
 
@@ -57,6 +61,9 @@ def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
                                                 bootstrap=bootstrap, poison="reject"),
         "ack-first": lambda: scenarios.share_group("at_most_once", "after-ack", records=RECORDS,
                                                    bootstrap=bootstrap),
+        "frozen": lambda: scenarios.share_group("at_least_once", "after-process-before-ack",
+                                                records=FROZEN_RECORDS, bootstrap=bootstrap,
+                                                freeze=True),
     }
     with ThreadPoolExecutor(len(runs)) as pool:
         futures = {name: pool.submit(fn) for name, fn in runs.items()}
@@ -110,6 +117,22 @@ def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
     assert (first.report.lost, first.report.duplicated, first.archived) == (1, 0, 0)
     assert first.report.examples["lost"] == [before.report.examples["duplicated"][0]]
 
+    # frozen (SIGSTOP), not killed, after processing its 2nd record: the connection stays
+    # open, so only the lock's expiry frees the record; thawed, its late ACCEPT is refused
+    # and it gets the record again (delivery count 2): processed twice, by the same consumer
+    frozen = done["frozen"]
+    assert not frozen.run.crashed and frozen.run.exit_codes == [0]
+    assert frozen.frozen_s >= scenarios.FREEZE_LOCK_MS / 1000
+    assert (frozen.report.lost, frozen.report.duplicated, frozen.archived) == (0, 1, 0)
+    twice = [a for a in frozen.attempts if a.id == frozen.report.examples["duplicated"][0]]
+    assert [(a.consumer, a.delivery_count) for a in twice] == [("0", 1), ("0", 2)]
+    assert twice[0].id == before.report.examples["duplicated"][0]  # the 2nd input record
+    assert [(r["offsets"], "INVALID_RECORD_STATE" in r["error"]) for r in frozen.refused_acks] \
+        == [([1], True)]
+    assert frozen.delivery_counts == {1: 1, 2: FROZEN_RECORDS - 1}
+    counts = frozen.share_state.counts()
+    assert counts["available"] == 0 and counts["not recorded"] == 0
+
 
 def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match="no exactly_once.*transaction"):
@@ -119,6 +142,12 @@ def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match="ack_mode='explicit'"):
         scenarios.share_group("at_least_once", poison="release", ack_mode="implicit",
                               bootstrap="127.0.0.1:1")
+    with pytest.raises(ValueError, match="--freeze stalls instance 0 at its --crash-at"):
+        scenarios.share_group("at_least_once", freeze=True, bootstrap="127.0.0.1:1")
+    out = subprocess.run([str(LABKIT), "scenario", "share-group", "--guarantee", "at_least_once",
+                          "--freeze", "--instances", "2", "--crash-at", "after-ack"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "--freeze stalls instance 0" in out.stderr
     with pytest.raises(ValueError, match="takes --crash-at, not --fault"):
         scenarios.run("share-group", "at_least_once", fault="drop-ack:produce:1")
     assert scenarios.crash_points("share-group", "at_most_once") == (

@@ -212,6 +212,32 @@ def run_zombie(worker: Callable | str, zombie: dict, successor: dict, stall_at: 
     return ZombieResult(zombie_exit, successor_exit, stalled_s)
 
 
+def run_frozen(worker: Callable | str, kwargs: dict, stall_at: str, frozen_s: float,
+               hit: int = 1, timeout_s: float = 300.0, label: str | None = None,
+               history_file: str | None = None) -> float:
+    """One instance freezes (SIGSTOP) at ``stall_at``, stays frozen ``frozen_s`` (its
+    connections open, its heartbeats stopped: a long GC pause), is woken (SIGCONT) and runs
+    to its end. Returns how long it really stayed frozen."""
+    stall_env = crashpoints.arm(stall_at, hit, stall=True)
+    target = target_name(worker)
+    label = label or target
+    with status(f"Running {label}") as progress, \
+            tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs, \
+            _Children() as children:
+        children.start(0, target, _payload(kwargs), Path(logs) / "frozen.log",
+                       _child_env(stall_env, 0, history_file))
+        children.wait_stopped(0, timeout_s)
+        stalled = time.monotonic()
+        progress(f"{label}: instance 0 frozen at {stall_at} for {frozen_s:g} s")
+        time.sleep(frozen_s)
+        frozen = round(time.monotonic() - stalled, 3)
+        children.resume(0)
+        code = children.wait(0, timeout_s)
+        if code != 0:
+            raise WorkerFailed(f"{label}: instance 0 exited with code {code}\n{children.tails()}")
+    return frozen
+
+
 def _payload(kwargs: dict) -> bytes:
     try:
         return json.dumps(kwargs).encode()

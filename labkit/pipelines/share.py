@@ -131,8 +131,14 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
                 continue
             history.record("acquired", offsets=[m.offset() for m in messages])
             if ack_mode == "explicit":
-                for msg in messages:
-                    _one_explicit(consumer, out, output_topic, msg, me, g.name, poison_ids, poison)
+                for n, msg in enumerate(messages):
+                    if not _one_explicit(consumer, out, output_topic, msg, me, g.name,
+                                         poison_ids, poison):
+                        # A refused ACCEPT: this poll's records were acquired together, so
+                        # their locks expired together; the broker made them available
+                        # again. Working on the rest would process each one twice.
+                        _drop_stale(consumer, messages[n + 1:])
+                        break
             else:
                 _one_poll_implicit(consumer, out, output_topic, messages, me, g.name)
             last_record = time.monotonic()
@@ -150,7 +156,7 @@ def _ok(msg: Message) -> bool:
     return False
 
 
-def _commit(consumer: ShareConsumer) -> None:
+def _commit(consumer: ShareConsumer, msg: Message | None = None) -> bool:
     """Send the acknowledgements now and wait for the broker's answer. A refused one
     (INVALID_RECORD_STATE: the record's lock expired before the ACCEPT arrived, so it is
     no longer ours) cannot be taken back: the broker delivers the record again, and it is
@@ -158,7 +164,21 @@ def _commit(consumer: ShareConsumer) -> None:
     failed = {f"{tp.topic}-{tp.partition}": str(err)
               for tp, err in consumer.commit_sync().items() if err is not None}
     if failed:
-        history.record("ack-refused", errors=failed)
+        history.record("ack-refused", errors=failed,
+                       offsets=[msg.offset()] if msg is not None else None)
+    return not failed
+
+
+def _drop_stale(consumer: ShareConsumer, stale: list[Message]) -> None:
+    """Leave the rest of a poll whose locks expired unprocessed. The client refuses the next
+    poll while any record of the last one is unacknowledged (IllegalStateException), so each
+    is RELEASEd (to the client's bookkeeping; whatever the broker answers for records no
+    longer ours changes nothing, so the answer is not looked at)."""
+    history.record("stale-skipped", offsets=[m.offset() for m in stale])
+    for msg in stale:
+        consumer.acknowledge(msg, AcknowledgeType.RELEASE)
+    if stale:
+        consumer.commit_sync()
 
 
 def _write(out, topic: str, msg: Message, me: str, outcome: str) -> None:
@@ -170,26 +190,29 @@ def _write(out, topic: str, msg: Message, me: str, outcome: str) -> None:
 
 
 def _one_explicit(consumer: ShareConsumer, out, topic: str, msg: Message, me: str,
-                  guarantee: str, poison_ids: list[str], poison: str) -> None:
+                  guarantee: str, poison_ids: list[str], poison: str) -> bool:
+    """Work on one record and acknowledge it; False if the broker refused the
+    acknowledgement (the record's lock had expired: it is no longer this consumer's)."""
     crash_point("after-acquire-before-process")
     if str(record_of(msg)["id"]) in poison_ids:
         # The work fails on this record, every time: hand it back or give up on it.
         _write(out, topic, msg, me, "released" if poison == "release" else "rejected")
         consumer.acknowledge(msg, AcknowledgeType.RELEASE if poison == "release"
                              else AcknowledgeType.REJECT)
-        _commit(consumer)
-        return
+        return _commit(consumer, msg)
     if guarantee == "at_most_once":
         consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-        _commit(consumer)
+        accepted = _commit(consumer, msg)
         crash_point("after-ack")
-        _write(out, topic, msg, me, "processed")
-        return
+        if accepted:  # a refused ACCEPT: the record is someone else's now, leave its work
+            _write(out, topic, msg, me, "processed")
+        return accepted
     _write(out, topic, msg, me, "processed")
     crash_point("after-process-before-ack")
     consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-    _commit(consumer)  # this record's ACCEPT reaches the broker now, not at the next poll
+    accepted = _commit(consumer, msg)  # this record's ACCEPT reaches the broker now, not at the next poll
     crash_point("after-ack")
+    return accepted
 
 
 def _one_poll_implicit(consumer: ShareConsumer, out, topic: str, messages: list[Message],
