@@ -134,6 +134,9 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("left to deliver", "left to deliver (available or never delivered): 0"),
         ("implicit.summary()", "duplicated=40"),
         ("poison.summary()", "r-000003: delivery 5: released"),
+        ("freeze=True", "lost=0 duplicated=1"),
+        ("freeze=True", "r-000002: processed by consumer 0, delivery count 2"),
+        ("freeze=True", "late ACCEPT of offset 1 refused: KafkaError{code=INVALID_RECORD_STATE"),
         ('share_group("exactly_once"', "KIP-1289"),
     ],
     "12_your_own_pipeline": [
