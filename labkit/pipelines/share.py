@@ -10,7 +10,8 @@ Each record a consumer gets is *acquired*: locked for it for the group's record 
 A consumer that dies (SIGKILL) drops its connection: the broker releases every record it
 held at once (measured: 0.05 s, with a 20 s lock). A lock that expires (the consumer is
 alive but stuck or too slow) releases the record like RELEASE; the consumer's late ACCEPT
-is then refused (INVALID_RECORD_STATE).
+is then refused (INVALID_RECORD_STATE), unless another consumer has meanwhile accepted the
+record: then commit_sync reports no error at all (measured, docs/measurements-share.md).
 After ``group.share.delivery.count.limit`` deliveries (the lab broker: 5) a released
 record is archived instead. There is no offset to commit and none to rewind.
 
