@@ -2,6 +2,9 @@
 #   make lab    set everything up, start Kafka and JupyterLab on notebooks/
 #   make test   set everything up, run every test and every notebook
 PYTHON ?= python3
+# Test files run on this many workers, each with its own broker: most tests wait on Kafka,
+# Spark or a killed process, so two share the 2 cores well (docs/measurements.md).
+TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
@@ -32,7 +35,7 @@ lab: setup
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks $(ALLOW_ROOT)
 
 test: setup test-deps
-	$(BIN)/pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider --durations=30
+	$(BIN)/pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile
 
 down:
 	$(BIN)/labkit down

@@ -1,5 +1,8 @@
 """One real Kafka broker for the whole test run: tests and notebooks (nbval) share it.
 
+With pytest-xdist (`make test` runs 2 workers, whole files to each) every worker has its
+own broker and LABKIT_HOME, so workers never see each other's topics or processes.
+
 It is started before collection-time work (pytest_sessionstart) so notebook kernels, which
 are separate processes, find it too: they inherit LABKIT_HOME and ``labkit.cluster.ensure()``
 attaches to it. With LABKIT_BOOTSTRAP set, everything runs against that external cluster.
@@ -19,7 +22,14 @@ from labkit import cluster as lab
 _shared: dict[str, object] = {}
 
 
+def _xdist_controller(config: pytest.Config) -> bool:
+    """With pytest-xdist (-n N) the controller runs no test: only its workers need a broker."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if _xdist_controller(session.config):
+        return
     # Notebook kernels inherit this home: they attach to the same broker, and the processes
     # they start are recognisable as this run's (see lab_processes).
     home = tempfile.mkdtemp(prefix="labkit-test-")
