@@ -316,21 +316,28 @@ class LocalCluster:
         voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in self.brokers)
         cluster_id = new_cluster_id()
         with status(f"Starting {len(self.brokers)} Kafka broker(s)") as update:
-            for b in self.brokers:
-                d = Path(b.dir)
-                if d.exists():
-                    shutil.rmtree(d)
-                (d / "data").mkdir(parents=True)
-                (d / "server.properties").write_text(broker_properties(b, voters, len(self.brokers)))
-                (d / "log4j2.properties").write_text(LOG4J2.format(log=b.log_file))
-                update(f"Formatting storage of broker {b.node_id}")
-                self._format(java, classpath, b, cluster_id)
-            for b in self.brokers:
-                update(f"Starting broker {b.node_id} on {b.address}")
-                self._spawn(java, classpath, b)
-            self._save_state()
-            update(f"Waiting for {len(self.brokers)} broker(s) to answer metadata")
-            self.wait_ready()
+            try:
+                for b in self.brokers:
+                    d = Path(b.dir)
+                    if d.exists():
+                        shutil.rmtree(d)
+                    (d / "data").mkdir(parents=True)
+                    (d / "server.properties").write_text(
+                        broker_properties(b, voters, len(self.brokers)))
+                    (d / "log4j2.properties").write_text(LOG4J2.format(log=b.log_file))
+                    update(f"Formatting storage of broker {b.node_id}")
+                    self._format(java, classpath, b, cluster_id)
+                for b in self.brokers:
+                    update(f"Starting broker {b.node_id} on {b.address}")
+                    self._spawn(java, classpath, b)
+                self._save_state()
+                update(f"Waiting for {len(self.brokers)} broker(s) to answer metadata")
+                self.wait_ready()
+            except BaseException:
+                # A start that fails half-way (a broker that never answers, Ctrl-C) must not
+                # leave the brokers it did spawn running with no one to stop them.
+                self.stop(timeout_s=5)
+                raise
         if not self.detached:
             atexit.register(self._stop_at_exit)
         return self

@@ -121,3 +121,21 @@ def test_cluster_ids_never_look_like_an_option():
     ids = [new_cluster_id() for _ in range(3000)]  # ~1 in 64 raw ids starts with '-'
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)
+
+
+def test_a_start_that_fails_half_way_leaves_no_broker_running(tmp_path, monkeypatch):
+    # The broker JVM is really spawned; then waiting for it fails (as when a broker never
+    # answers): the start must stop what it spawned, not leave an orphan JVM behind.
+    def never_ready(self, timeout_s: float = 0.0):
+        assert all(pid_alive(b.pid) for b in self.brokers)  # the JVM is up at this point
+        raise ClusterError("broker did not answer (simulated at the wait)")
+
+    monkeypatch.setattr(LocalCluster, "wait_ready", never_ready)
+    lab = LocalCluster(brokers=1, home=tmp_path)
+    with pytest.raises(ClusterError, match="did not answer"):
+        lab.start()
+    spawned = [b.pid for b in lab.brokers]
+    assert spawned and all(pid for pid in spawned)
+    assert not [pid for pid in spawned if pid_alive(pid)]
+    assert LocalCluster.attach(tmp_path) is None
+    assert not any(tmp_path.glob("node-*"))
