@@ -48,14 +48,16 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
             typer.echo(f"using the external cluster LABKIT_BOOTSTRAP={external.bootstrap}")
             typer.echo(external.bootstrap)
             return
-        running = lab.LocalCluster.attach()
-        if running is not None:
-            if len(running.brokers) != brokers:
+        with lab.start_lock():
+            running = lab.LocalCluster.attach()
+            if running is None:
+                running = lab.LocalCluster(brokers=brokers, port=port or None,
+                                           detached=True).start()
+            elif len(running.brokers) != brokers:
                 _fail(f"a lab with {len(running.brokers)} broker(s) is already running; "
                       f"`labkit down` first to start one with {brokers}")
-            typer.echo(f"lab already running ({len(running.brokers)} broker(s))", err=True)
-        else:
-            running = lab.LocalCluster(brokers=brokers, port=port or None, detached=True).start()
+            else:
+                typer.echo(f"lab already running ({len(running.brokers)} broker(s))", err=True)
     except (lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(running.bootstrap)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import random
@@ -488,7 +490,10 @@ class LocalCluster:
             "detached": self.detached,
             "started": time.time(),
         }
-        (self.home / STATE_FILE).write_text(json.dumps(state, indent=2))
+        # Written whole, then renamed: a reader never sees half a state file.
+        tmp = self.home / f".{STATE_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, self.home / STATE_FILE)
 
     @classmethod
     def attach(cls, home: Path | None = None) -> "LocalCluster | None":
@@ -561,18 +566,32 @@ def running_or_fail() -> Cluster:
     return found
 
 
+@contextlib.contextmanager
+def start_lock(home: Path | None = None):
+    """Held while one process looks for the lab in ``home`` and starts it if there is none.
+
+    Two kernels that start the lab at the same moment would otherwise both find nothing and
+    both start brokers in the same directories; with the lock the second one waits, then
+    attaches to the lab the first one started."""
+    home = Path(home) if home else lab_home()
+    with open(home / "cluster.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes, also if we die
+        yield
+
+
 def ensure(brokers: int = 1) -> Cluster:
     """The cluster to use: LABKIT_BOOTSTRAP, else the running lab, else a new owned one."""
     external = external_from_env()
     if external:
         return external
-    running = LocalCluster.attach()
-    if running is not None:
-        if len(running.brokers) != brokers:
-            raise ClusterError(
-                f"a lab with {len(running.brokers)} broker(s) is running; this needs {brokers}. "
-                f"Run `labkit down` then `labkit up --brokers {brokers}`."
-            )
-        return running
-    return LocalCluster(brokers=brokers).start()
+    with start_lock():
+        running = LocalCluster.attach()
+        if running is not None:
+            if len(running.brokers) != brokers:
+                raise ClusterError(
+                    f"a lab with {len(running.brokers)} broker(s) is running; this needs "
+                    f"{brokers}. Run `labkit down` then `labkit up --brokers {brokers}`."
+                )
+            return running
+        return LocalCluster(brokers=brokers).start()
 

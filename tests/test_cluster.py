@@ -1,6 +1,9 @@
 """The lab's Kafka is a real broker: round trips, transactions, durability, replication."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -139,3 +142,30 @@ def test_a_start_that_fails_half_way_leaves_no_broker_running(tmp_path, monkeypa
     assert not [pid for pid in spawned if pid_alive(pid)]
     assert LocalCluster.attach(tmp_path) is None
     assert not any(tmp_path.glob("node-*"))
+
+
+def test_two_processes_starting_the_lab_at_once_share_one_broker(tmp_path):
+    # Two kernels run cluster.ensure() at the same moment on a fresh lab home: one starts
+    # the broker, the other waits for it and attaches (before the lock both started one in
+    # the same directory).
+    code = ("import sys; from labkit import cluster; c = cluster.ensure(); "
+            "print(c.bootstrap, c.brokers[0].pid, flush=True); sys.stdin.read()")
+    env = {k: v for k, v in os.environ.items() if k != "LABKIT_BOOTSTRAP"}
+    env["LABKIT_HOME"] = str(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env) for _ in range(2)]
+    try:
+        seen = [p.stdout.readline().split() for p in procs]
+        assert seen[0] and seen[0] == seen[1], seen
+        broker_pid = int(seen[0][1])
+        assert pid_alive(broker_pid)
+    finally:
+        for p in procs:  # the owner stops its broker at exit; the other only detaches
+            p.stdin.close()
+        for p in procs:
+            p.wait(timeout=60)
+    deadline = time.monotonic() + 20
+    while pid_alive(broker_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not pid_alive(broker_pid)
