@@ -574,6 +574,12 @@ class Published:
     commit_interval_ms: float | None
     baseline: str  # the lab's guarantee standing in for ``versus``
 
+    def figure_text(self) -> str:
+        """The published figure as printed: one value, or its range."""
+        if self.low_pct == self.high_pct:
+            return f"{self.low_pct:+.0f} %"
+        return f"{self.low_pct:+.0f} to {self.high_pct:+.0f} %"
+
 
 PUBLISHED = (
     Published("Confluent blog, Transactions in Apache Kafka (Mehta, Gustafson 2017)",
@@ -625,8 +631,7 @@ def beside_published(grid_table: pd.DataFrame, versus_at_most_once: pd.DataFrame
             continue
         cell, measured_at = found
         q1, q3 = float(cell["vs_baseline_pct_q1"]), float(cell["vs_baseline_pct_q3"])
-        rows.append({"published": (f"{pub.low_pct:+.0f} %" if pub.low_pct == pub.high_pct
-                                   else f"{pub.low_pct:+.0f} to {pub.high_pct:+.0f} %"),
+        rows.append({"published": pub.figure_text(),
                      "setting": pub.setting, "versus": pub.versus, "source": pub.source,
                      "measured here": measured_at,
                      "measured_pct": float(cell["throughput_vs_baseline_pct"]),
@@ -651,8 +656,7 @@ def explain(grid_table: pd.DataFrame, summary: pd.DataFrame,
         cell, measured_at = found
         q1, q3 = float(cell["vs_baseline_pct_q1"]), float(cell["vs_baseline_pct_q3"])
         placement = _placement(pub, q1, q3)
-        published_text = (f"{pub.low_pct:+.0f} %" if pub.low_pct == pub.high_pct
-                          else f"{pub.low_pct:+.0f} to {pub.high_pct:+.0f} %")
+        published_text = pub.figure_text()
         head = f"{pub.source}: published {published_text}, measured {measured_at} " \
                f"{float(cell['throughput_vs_baseline_pct']):+.1f} %: {placement}"
         if placement == "within the spread":
