@@ -1,0 +1,143 @@
+"""The one place that reads the ``LABKIT_*`` environment.
+
+Every other module asks ``settings.current()`` (a snapshot read when called, never at import
+time, so a notebook or a test that sets a variable sees it on the next call). Two kinds of
+variable live here:
+
+* **what a user sets** to point the lab elsewhere: the cluster (``LABKIT_BOOTSTRAP``), its
+  credentials (``LABKIT_KAFKA_CONFIG``), a learner's namespace on a shared cluster
+  (``LABKIT_NAMESPACE``), where things are kept, how big the JVMs are, Spark Connect;
+* **what the lab sets for processes it starts** (a crash point to arm, the history file, the
+  instance number): the runner writes them into a child's environment and the child reads
+  them back through the same snapshot.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# What the runner sets for the processes it starts.
+CRASH_AT, CRASH_HIT, CRASH_STALL = "LABKIT_CRASH_AT", "LABKIT_CRASH_HIT", "LABKIT_CRASH_STALL"
+HISTORY, INSTANCE, ATTEMPT = "LABKIT_HISTORY", "LABKIT_INSTANCE", "LABKIT_ATTEMPT"
+# What `labkit torture` sets for a learner's own app.
+BOOTSTRAP, KAFKA_CONFIG = "LABKIT_BOOTSTRAP", "LABKIT_KAFKA_CONFIG"
+INPUT_TOPIC, OUTPUT_TOPIC = "LABKIT_INPUT_TOPIC", "LABKIT_OUTPUT_TOPIC"
+GROUP_ID, TRANSACTIONAL_ID = "LABKIT_GROUP_ID", "LABKIT_TRANSACTIONAL_ID"
+SPARK_REMOTE = "LABKIT_SPARK_REMOTE"
+
+
+class SettingsError(ValueError):
+    """A LABKIT_* variable holds something the lab cannot use; the message says what to set."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # where the lab's cluster is and how to talk to it
+    bootstrap: str                 # LABKIT_BOOTSTRAP: an external cluster; "" for the local lab
+    kafka_config: Path | None      # LABKIT_KAFKA_CONFIG: librdkafka properties for every client
+    namespace_set: str             # LABKIT_NAMESPACE as written ("" when unset)
+    # where things are kept
+    project: Path | None           # LABKIT_PROJECT: the checkout (found automatically)
+    cache: Path | None             # LABKIT_CACHE: Maven repository and jars
+    home: Path | None              # LABKIT_HOME: running clusters, logs, state
+    # the JVMs the lab starts
+    java: str                      # LABKIT_JAVA: the java binary ("" = JAVA_HOME / PATH)
+    mvn: str                       # LABKIT_MVN: the mvn binary ("" = PATH)
+    broker_heap: str               # LABKIT_BROKER_HEAP
+    spark_master: str              # LABKIT_SPARK_MASTER
+    spark_memory: str              # LABKIT_SPARK_MEMORY: the local driver's heap
+    spark_server_memory: str       # LABKIT_SPARK_SERVER_MEMORY: a shared Connect server's heap
+    spark_jars: str                # LABKIT_SPARK_JARS: replaces the pinned connector jars
+    spark_java_opts: str           # LABKIT_SPARK_JAVA_OPTS: the crash experiments' drivers
+    spark_remote_set: str          # LABKIT_SPARK_REMOTE as written
+    pg_dsn: str                    # LABKIT_PG_DSN: the Spark sinks' PostgreSQL
+    widgets: str                   # LABKIT_WIDGETS: live | static | "" (guess)
+    # set by the lab for the processes it starts
+    crash_at: str
+    crash_hit: int
+    crash_stall: bool
+    history_file: str
+    instance: str
+    attempt: int
+
+    @property
+    def external(self) -> bool:
+        return bool(self.bootstrap)
+
+    @property
+    def namespace(self) -> str:
+        """The prefix for every topic, group id and transactional id the lab creates.
+
+        LABKIT_NAMESPACE when set; on an external cluster (shared by a room) the user's login
+        name; on the local lab nothing, so the lessons show the names they talk about."""
+        if self.namespace_set:
+            return _checked_namespace(self.namespace_set)
+        if self.external:
+            return _checked_namespace(re.sub(r"[^a-zA-Z0-9_-]", "-", getpass.getuser()))
+        return ""
+
+    @property
+    def spark_remote(self) -> str | None:
+        """A Spark Connect server (``sc://host:port``) the Spark lessons use, None for local."""
+        url = self.spark_remote_set
+        if not url:
+            return None
+        if not url.startswith("sc://"):
+            raise SettingsError(f"LABKIT_SPARK_REMOTE={url!r} is not a Spark Connect address: "
+                                "use sc://host:port (e.g. sc://127.0.0.1:15002, what "
+                                "`labkit spark-server` prints), or unset it for a local Spark")
+        return url
+
+
+def _checked_namespace(name: str) -> str:
+    if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_-]{0,39}", name):
+        raise SettingsError(f"LABKIT_NAMESPACE={name!r}: use letters, digits, '-' and '_' "
+                            "(at most 40, starting with a letter or digit), e.g. alice")
+    return name
+
+
+def _path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def _int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise SettingsError(f"{name}={value!r} is not a whole number") from None
+
+
+def current() -> Settings:
+    """The LABKIT_* environment now (cheap: a handful of dictionary lookups)."""
+    env = os.environ
+    return Settings(
+        bootstrap=env.get(BOOTSTRAP, "").strip(),
+        kafka_config=_path(KAFKA_CONFIG),
+        namespace_set=env.get("LABKIT_NAMESPACE", "").strip(),
+        project=_path("LABKIT_PROJECT"),
+        cache=_path("LABKIT_CACHE"),
+        home=_path("LABKIT_HOME"),
+        java=env.get("LABKIT_JAVA", "").strip(),
+        mvn=env.get("LABKIT_MVN", "").strip(),
+        broker_heap=env.get("LABKIT_BROKER_HEAP", "").strip() or "512m",
+        spark_master=env.get("LABKIT_SPARK_MASTER", "").strip() or "local[2,4]",
+        spark_memory=env.get("LABKIT_SPARK_MEMORY", "").strip() or "1g",
+        spark_server_memory=env.get("LABKIT_SPARK_SERVER_MEMORY", "").strip() or "2g",
+        spark_jars=env.get("LABKIT_SPARK_JARS", "").strip(),
+        spark_java_opts=(env.get("LABKIT_SPARK_JAVA_OPTS", "").strip()
+                         or "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"),
+        spark_remote_set=env.get(SPARK_REMOTE, "").strip(),
+        pg_dsn=env.get("LABKIT_PG_DSN", "").strip(),
+        widgets=env.get("LABKIT_WIDGETS", "").strip().lower(),
+        crash_at=env.get(CRASH_AT, ""),
+        crash_hit=_int(CRASH_HIT, 1),
+        crash_stall=bool(env.get(CRASH_STALL)),
+        history_file=env.get(HISTORY, ""),
+        instance=env.get(INSTANCE, ""),
+        attempt=_int(ATTEMPT, 1),
+    )
