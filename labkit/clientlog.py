@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from labkit import names
+
 LOGGER_NAME = "labkit.kafka"
 
 
@@ -56,5 +58,13 @@ def client_logger() -> logging.Logger:
 
 
 def client_config(config: dict) -> dict:
-    """``config`` plus the ``logger`` entry: pass the result to Producer/Consumer/AdminClient."""
-    return {**config, "logger": client_logger()}
+    """``config`` plus the ``logger`` entry: pass the result to Producer/Consumer/AdminClient.
+
+    Its ``group.id`` and ``transactional.id`` are put in the learner's namespace here
+    (``labkit.names``: unchanged on the local lab), the one place every lab client passes,
+    so learners sharing a cluster never join each other's groups or fence each other."""
+    config = {**config, "logger": client_logger()}
+    for key, rule in (("group.id", names.group), ("transactional.id", names.transactional_id)):
+        if config.get(key):
+            config[key] = rule(config[key])
+    return config

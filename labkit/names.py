@@ -1,0 +1,81 @@
+"""A learner's namespace on a shared cluster: the one rule for the names the lab gives Kafka.
+
+With ``LABKIT_NAMESPACE=alice`` (or, on an external cluster, the login name: see
+``labkit.settings.Settings.namespace``) every topic, consumer group id and transactional id
+the lab creates is ``alice.<name>``: a notebook keeps saying ``payments``, the broker holds
+``alice.payments``. Learners sharing one cluster then never read each other's topics, never
+join each other's groups and never fence each other's producers (the transaction
+coordinator fences by transactional id, the group coordinator by group id). On the local
+lab the namespace is empty and every name is unchanged, so the lessons' outputs are too.
+
+Why ``.``: Kafka allows ``[a-zA-Z0-9._-]`` in topic names and a namespace may not contain
+``.`` (settings checks it), so ``alice.`` can never be the start of another learner's
+name (with ``-``, ``alice-`` would also start every name of a learner called ``alice-bob``).
+It is also what an instructor's prefixed ACLs match (``--resource-pattern-type prefixed
+--topic alice.``). The one cost: Kafka's metric names turn ``.`` into ``_``, so ``a_b.x``
+and ``a.b_x`` collide and the broker refuses to create the second; the lab's own names use
+``-``, never ``_``, so only a learner naming topics with ``_`` under a namespace with ``_``
+can meet it, as a clear "collides with existing topics" error, never as a shared topic.
+
+The rule is idempotent: a name that already carries the prefix is returned unchanged, so a
+name the lab generated (already namespaced) can go through any helper that namespaces what
+a learner typed (``topics.read``, ``describe_topic``, ...) without becoming ``alice.alice.x``.
+"""
+from __future__ import annotations
+
+from labkit import settings
+
+SEPARATOR = "."
+MAX_TOPIC = 249  # Kafka's limit on a topic name's length
+
+
+def namespace() -> str:
+    """The current namespace ("" on the local lab; see ``Settings.namespace``)."""
+    return settings.current().namespace
+
+
+def prefix() -> str:
+    """What every name gets in front: ``"alice."``, or "" without a namespace."""
+    ns = namespace()
+    return f"{ns}{SEPARATOR}" if ns else ""
+
+
+def qualify(name: str) -> str:
+    """``name`` in the current namespace (unchanged if it is in it already, or if there is
+    no namespace). The one rule; ``topic``, ``group`` and ``transactional_id`` say which
+    kind of name a call site means."""
+    if not name:
+        return name
+    p = prefix()
+    return name if not p or name.startswith(p) else p + name
+
+
+def topic(name: str) -> str:
+    """The broker's name of the learner's topic ``name``."""
+    full = qualify(name)
+    if len(full) > MAX_TOPIC:
+        raise ValueError(f"topic name {full!r} is {len(full)} characters; Kafka allows at most "
+                         f"{MAX_TOPIC} (a shorter name, or a shorter LABKIT_NAMESPACE)")
+    return full
+
+
+def group(name: str) -> str:
+    """The broker's id of the learner's consumer (or share) group ``name``."""
+    return qualify(name)
+
+
+def transactional_id(name: str) -> str:
+    """The broker's transactional.id for the learner's ``name``."""
+    return qualify(name)
+
+
+def short(name: str) -> str:
+    """For display: a name without the current namespace's prefix (others unchanged)."""
+    p = prefix()
+    return name[len(p):] if p and name.startswith(p) else name
+
+
+def mine(name: str) -> bool:
+    """Does the broker's ``name`` belong to the current namespace? (Always, without one.)"""
+    p = prefix()
+    return not p or name.startswith(p)
