@@ -26,6 +26,11 @@ HISTORY, INSTANCE, ATTEMPT = "LABKIT_HISTORY", "LABKIT_INSTANCE", "LABKIT_ATTEMP
 BOOTSTRAP, KAFKA_CONFIG = "LABKIT_BOOTSTRAP", "LABKIT_KAFKA_CONFIG"
 INPUT_TOPIC, OUTPUT_TOPIC = "LABKIT_INPUT_TOPIC", "LABKIT_OUTPUT_TOPIC"
 GROUP_ID, TRANSACTIONAL_ID = "LABKIT_GROUP_ID", "LABKIT_TRANSACTIONAL_ID"
+# The Java client properties translated from LABKIT_KAFKA_CONFIG, for a Java app under torture.
+KAFKA_JAVA_CONFIG = "LABKIT_KAFKA_JAVA_CONFIG"
+# Addresses that speak plaintext whatever LABKIT_KAFKA_CONFIG says (a fault proxy's client
+# side), kept in the environment so every process the lab starts inherits the list.
+PLAINTEXT = "LABKIT_PLAINTEXT"
 SPARK_REMOTE = "LABKIT_SPARK_REMOTE"
 
 
@@ -62,6 +67,7 @@ class Settings:
     history_file: str
     instance: str
     attempt: int
+    plaintext: frozenset[str] = frozenset()  # LABKIT_PLAINTEXT: host:port, comma-separated
 
     @property
     def external(self) -> bool:
@@ -140,4 +146,25 @@ def current() -> Settings:
         history_file=env.get(HISTORY, ""),
         instance=env.get(INSTANCE, ""),
         attempt=_int(ATTEMPT, 1),
+        plaintext=_addresses(env.get(PLAINTEXT, "")),
     )
+
+
+def _addresses(text: str) -> frozenset[str]:
+    return frozenset(a.strip() for a in text.split(",") if a.strip())
+
+
+def mark_plaintext(addresses: str) -> None:
+    """Record that ``addresses`` (``host:port[,host:port]``) speak plaintext (a fault proxy's
+    listeners): clients pointed there get no LABKIT_KAFKA_CONFIG settings. Written to this
+    process's environment, so child processes started afterwards (workers, apps) know too."""
+    os.environ[PLAINTEXT] = ",".join(sorted(current().plaintext | _addresses(addresses)))
+
+
+def unmark_plaintext(addresses: str) -> None:
+    """Undo ``mark_plaintext`` (the proxy stopped; its ports may be reused by anything)."""
+    left = current().plaintext - _addresses(addresses)
+    if left:
+        os.environ[PLAINTEXT] = ",".join(sorted(left))
+    else:
+        os.environ.pop(PLAINTEXT, None)
