@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from labkit import names
+from labkit import connection, names
 
 LOGGER_NAME = "labkit.kafka"
 
@@ -62,8 +62,13 @@ def client_config(config: dict) -> dict:
 
     Its ``group.id`` and ``transactional.id`` are put in the learner's namespace here
     (``labkit.names``: unchanged on the local lab), the one place every lab client passes,
-    so learners sharing a cluster never join each other's groups or fence each other."""
-    config = {**config, "logger": client_logger()}
+    so learners sharing a cluster never join each other's groups or fence each other.
+    The connection settings of ``LABKIT_KAFKA_CONFIG`` (``labkit.connection``) are merged in
+    here too, so every client reaches an authenticated cluster the same way."""
+    # The connection settings (LABKIT_KAFKA_CONFIG: credentials, TLS) come first, so a
+    # setting the caller passes on purpose (the lab's own admin identity) wins.
+    config = {**connection.for_client(config.get("bootstrap.servers")), **config,
+              "logger": client_logger()}
     for key, rule in (("group.id", names.group), ("transactional.id", names.transactional_id)):
         if config.get(key):
             config[key] = rule(config[key])
