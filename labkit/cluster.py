@@ -35,12 +35,11 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from labkit import jvm
+from labkit import jvm, settings
 from labkit.clientlog import client_config
 from labkit.paths import lab_home
 from labkit.progress import status
 
-HEAP = os.environ.get("LABKIT_BROKER_HEAP", "512m")
 READY_TIMEOUT_S = 90.0
 STATE_FILE = "cluster.json"
 
@@ -367,7 +366,7 @@ class LocalCluster:
 
     def _jvm_command(self, java: str, classpath: str, b: Broker, main: list[str]) -> list[str]:
         return [
-            java, f"-Xmx{HEAP}", "-Xms128m", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+            java, f"-Xmx{settings.current().broker_heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={Path(b.dir) / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={b.dir}",
@@ -534,7 +533,7 @@ Cluster = LocalCluster | ExternalCluster
 
 
 def external_from_env_no_check() -> str:
-    return os.environ.get("LABKIT_BOOTSTRAP", "").strip()
+    return settings.current().bootstrap
 
 
 def external_from_env() -> ExternalCluster | None:

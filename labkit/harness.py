@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from labkit import audit, data, history, topics
+from labkit import audit, data, history, settings, topics
 from labkit import cluster as lab
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
@@ -44,8 +44,8 @@ from labkit.faults import proxy as proxy_mod
 from labkit.paths import lab_home
 from labkit.progress import status
 
-ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = "LABKIT_BOOTSTRAP", "LABKIT_INPUT_TOPIC", "LABKIT_OUTPUT_TOPIC"
-ENV_GROUP, ENV_TRANSACTIONAL_ID = "LABKIT_GROUP_ID", "LABKIT_TRANSACTIONAL_ID"
+ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = settings.BOOTSTRAP, settings.INPUT_TOPIC, settings.OUTPUT_TOPIC
+ENV_GROUP, ENV_TRANSACTIONAL_ID = settings.GROUP_ID, settings.TRANSACTIONAL_ID
 CHECKS = ("records", "counts")
 # When a fault's seeded delay starts counting: at the app's (re)start, or at its first offset
 # commit after it. "commit" puts every kill between two commits of the app, whatever its

@@ -13,22 +13,23 @@ import os
 import time
 from pathlib import Path
 
-ENV_FILE = "LABKIT_HISTORY"
-ENV_INSTANCE = "LABKIT_INSTANCE"
-ENV_ATTEMPT = "LABKIT_ATTEMPT"  # 1 for an instance's first start, 2 after its first restart
+from labkit import settings
+
+ENV_FILE, ENV_INSTANCE, ENV_ATTEMPT = settings.HISTORY, settings.INSTANCE, settings.ATTEMPT
+# LABKIT_ATTEMPT: 1 for an instance's first start, 2 after its first restart
 
 
 def attempt() -> int:
     """Which start of this instance this is (1 when no supervisor says)."""
-    return int(os.environ.get(ENV_ATTEMPT, "1"))
+    return settings.current().attempt
 
 
 def record(kind: str, **fields: object) -> None:
     """A worker's event (``kind`` plus plain-data ``fields``), if a history file is set."""
-    path = os.environ.get(ENV_FILE)
-    if path:
-        append(path, kind, pid=os.getpid(), instance=os.environ.get(ENV_INSTANCE),
-               attempt=attempt(), **fields)
+    now = settings.current()
+    if now.history_file:
+        append(now.history_file, kind, pid=os.getpid(), instance=now.instance or None,
+               attempt=now.attempt, **fields)
 
 
 def append(path: str | Path, kind: str, **fields: object) -> None:

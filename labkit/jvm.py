@@ -15,6 +15,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from labkit import settings
 from labkit.paths import LabkitSetupError, cache_dir, pom_file
 from labkit.progress import status
 
@@ -35,7 +36,7 @@ _INSTALL_MAVEN = (
 
 def java_executable() -> str:
     """The java binary: $LABKIT_JAVA, else $JAVA_HOME/bin/java, else java on PATH."""
-    explicit = os.environ.get("LABKIT_JAVA")
+    explicit = settings.current().java
     if explicit:
         return explicit
     java_home = os.environ.get("JAVA_HOME")
@@ -73,7 +74,7 @@ def check_java() -> str:
 
 
 def check_maven() -> str:
-    mvn = os.environ.get("LABKIT_MVN") or shutil.which("mvn")
+    mvn = settings.current().mvn or shutil.which("mvn")
     if not mvn or not Path(mvn).exists():
         raise LabkitSetupError(_INSTALL_MAVEN)
     return mvn

@@ -11,8 +11,9 @@ checkout, inside the Jupyter container and in CI:
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from labkit import settings
 
 
 class LabkitSetupError(RuntimeError):
@@ -20,8 +21,8 @@ class LabkitSetupError(RuntimeError):
 
 
 def project_root() -> Path:
-    env = os.environ.get("LABKIT_PROJECT")
-    candidates = [Path(env)] if env else []
+    explicit = settings.current().project
+    candidates = [explicit] if explicit else []
     candidates.append(Path(__file__).resolve().parents[1])
     for root in candidates:
         if (root / "jvm" / "pom.xml").is_file():
@@ -38,11 +39,11 @@ def pom_file() -> Path:
 
 def cache_dir() -> Path:
     """Maven repository and copied jars; gitignored, reused by later runs."""
-    return Path(os.environ.get("LABKIT_CACHE") or project_root() / ".cache")
+    return settings.current().cache or project_root() / ".cache"
 
 
 def lab_home() -> Path:
-    home = Path(os.environ.get("LABKIT_HOME") or project_root() / ".lab")
+    home = settings.current().home or project_root() / ".lab"
     home.mkdir(parents=True, exist_ok=True)
     return home
 
@@ -50,11 +51,7 @@ def lab_home() -> Path:
 def spark_remote() -> str | None:
     """``LABKIT_SPARK_REMOTE``: a Spark Connect server (``sc://host:port``) the Spark lessons
     use instead of starting their own driver; None when unset (a local driver)."""
-    url = os.environ.get("LABKIT_SPARK_REMOTE", "").strip()
-    if not url:
-        return None
-    if not url.startswith("sc://"):
-        raise LabkitSetupError(f"LABKIT_SPARK_REMOTE={url!r} is not a Spark Connect address: "
-                               "use sc://host:port (e.g. sc://127.0.0.1:15002, what "
-                               "`labkit spark-server` prints), or unset it for a local Spark")
-    return url
+    try:
+        return settings.current().spark_remote
+    except settings.SettingsError as wrong:
+        raise LabkitSetupError(str(wrong)) from None

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.errors import LiveError
 
+from labkit import settings
+
 _console = Console(stderr=True)
 # In a kernel without a live front end (nbconvert, nbval) rich's spinner widget cannot
 # animate: its frames pile up as cell outputs (nbval ignores clear_output). There the line
@@ -26,7 +28,7 @@ def live_frontend() -> bool:
     started has ``JPY_SESSION_NAME`` in its environment; ``LABKIT_WIDGETS=live|static``
     overrides the guess (e.g. for VS Code).
     """
-    forced = os.environ.get("LABKIT_WIDGETS", "").strip().lower()
+    forced = settings.current().widgets
     if forced:
         if forced not in MODES:
             raise ValueError(f"LABKIT_WIDGETS={forced!r}: use 'live' or 'static'")

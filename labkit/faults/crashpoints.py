@@ -18,9 +18,9 @@ import os
 import signal
 from dataclasses import dataclass
 
-ENV_POINT = "LABKIT_CRASH_AT"
-ENV_HIT = "LABKIT_CRASH_HIT"
-ENV_STALL = "LABKIT_CRASH_STALL"
+from labkit import settings
+
+ENV_POINT, ENV_HIT, ENV_STALL = settings.CRASH_AT, settings.CRASH_HIT, settings.CRASH_STALL
 CRASH_EXIT_CODE = -signal.SIGKILL  # what Popen.returncode shows for a crashed worker
 
 
@@ -86,13 +86,13 @@ def crash_point(name: str) -> None:
     """Mark a place in worker code; SIGKILL this process here if the point is armed."""
     if name not in CRASH_POINTS:
         raise UnknownCrashPoint(name)  # a typo in worker code must not silently never fire
-    if os.environ.get(ENV_POINT) != name:
+    armed = settings.current()
+    if armed.crash_at != name:
         return
     _visits[name] = _visits.get(name, 0) + 1
-    hit = int(os.environ.get(ENV_HIT, "1"))
-    if os.environ.get(ENV_STALL) and _visits[name] == hit:
+    if armed.crash_stall and _visits[name] == armed.crash_hit:
         os.kill(os.getpid(), signal.SIGSTOP)  # returns once the supervisor sends SIGCONT
-    elif not os.environ.get(ENV_STALL) and _visits[name] >= hit:
+    elif not armed.crash_stall and _visits[name] >= armed.crash_hit:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -102,10 +102,11 @@ def reached(name: str) -> bool:
     of this process dying)."""
     if name not in CRASH_POINTS:
         raise UnknownCrashPoint(name)
-    if os.environ.get(ENV_POINT) != name:
+    armed = settings.current()
+    if armed.crash_at != name:
         return False
     _visits[name] = _visits.get(name, 0) + 1
-    return _visits[name] == int(os.environ.get(ENV_HIT, "1"))
+    return _visits[name] == armed.crash_hit
 
 
 def halves(items: list) -> tuple[list, list]:

@@ -34,14 +34,13 @@ over, as the ShareConsumer of confluent-kafka 2.16.1 ignores ``max.poll.records`
 """
 from __future__ import annotations
 
-import os
 import time
 
 from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    ResourceType)
 
-from labkit import history
+from labkit import history, settings
 from labkit.clientlog import client_config
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import PIPELINE_TUNING, record_of
@@ -119,7 +118,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
     check_options(guarantee, ack_mode, poison, poison_ids)
     g = guarantee_named(guarantee)
     out = g.open_output(bootstrap, tuning=PIPELINE_TUNING)
-    me = os.environ.get(history.ENV_INSTANCE, "0")
+    me = settings.current().instance or "0"
     consumer = ShareConsumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group_id,
         "share.acknowledgement.mode": ack_mode, "max.poll.records": batch_size}))

@@ -24,7 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from labkit.faults.crashpoints import ENV_POINT, crash_point
+from labkit import settings
+from labkit.faults.crashpoints import crash_point
 from labkit.spark import checkpoint as ckpt
 from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
 from labkit.spark import delta
@@ -44,7 +45,7 @@ class _CommitWatcher:
         self.cancelled = threading.Event()
 
     def watch(self, batch_id: int) -> None:
-        if os.environ.get(ENV_POINT) != "spark-after-commit":
+        if settings.current().crash_at != "spark-after-commit":
             return
         commit = self.checkpoint / "commits" / str(batch_id)
 
@@ -163,7 +164,7 @@ def main(argv: list[str]) -> None:
     # The tag in the JVM's command line lets the runner (and pgrep) find this worker's JVM.
     # Workers are short-lived with tiny batches: the C1-only JIT and the serial GC start
     # faster and use fewer threads than the defaults (about 15% faster per crash run here).
-    java_opts = os.environ.get("LABKIT_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    java_opts = settings.current().spark_java_opts  # default: C1 only, serial GC
     # local=True even with LABKIT_SPARK_REMOTE: the crash points SIGKILL this driver, and a
     # Connect server would run foreachBatch in a process of its own, where nothing is armed.
     spark = session("labkit-spark-worker", java_options=f"-Dlabkit.worker={tag} {java_opts}",

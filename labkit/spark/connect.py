@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pyspark
 
-from labkit import jvm
+from labkit import jvm, settings
 from labkit.cluster import PortInUseError, die_with_owner, port_is_free
 from labkit.paths import lab_home, spark_remote
 from labkit.progress import status
@@ -41,7 +41,6 @@ DEFAULT_PORT = 15002  # Spark Connect's own default
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 240.0  # ~30 s on a loaded 2-core machine; the first start also resolves jars
 STOP_TIMEOUT_S = 30.0
-DRIVER_MEMORY = os.environ.get("LABKIT_SPARK_SERVER_MEMORY", "2g")  # a room's queries share it
 
 
 class ConnectServerError(RuntimeError):
@@ -74,12 +73,12 @@ class ConnectServer:
     """
 
     def __init__(self, port: int = DEFAULT_PORT, *, ui_port: int | None = None,
-                 log_dir: str | Path | None = None, memory: str = DRIVER_MEMORY,
+                 log_dir: str | Path | None = None, memory: str | None = None,
                  profiles: Sequence[str] = ("spark",)):
         self.port = port
         self.ui_port = ui_port
         self.log_dir = Path(log_dir) if log_dir else lab_home() / "spark-connect"
-        self.memory = memory
+        self.memory = memory or settings.current().spark_server_memory  # a room's queries share it
         self.profiles = tuple(profiles)
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
@@ -141,7 +140,7 @@ class ConnectServer:
                "PYSPARK_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": HOST,  # the UI and block manager bind to loopback too
                "SPARK_SUBMIT_OPTS": "-Dlog4j2.level=WARN"}  # the log says what goes wrong
-        for client_only in ("LABKIT_SPARK_REMOTE", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        for client_only in (settings.SPARK_REMOTE, "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
             env.pop(client_only, None)  # the server is a driver, not a Connect client
         started = time.monotonic()
         with open(self.log_file, "ab") as log:

@@ -6,18 +6,19 @@ marker, which this adapter rewrites (``?`` -> ``%s`` for psycopg).
 """
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from labkit import settings
 
 ENV_DSN = "LABKIT_PG_DSN"
 
 
 def default_url(workdir: str | Path) -> str:
     """LABKIT_PG_DSN if set, else a SQLite file in ``workdir``."""
-    dsn = os.environ.get(ENV_DSN, "").strip()
+    dsn = settings.current().pg_dsn
     return dsn or f"sqlite:///{Path(workdir).resolve() / 'sink.db'}"
 
 

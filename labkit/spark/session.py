@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 import sys
 
-from labkit import jvm
+from labkit import jvm, settings
 from labkit.paths import spark_remote
 from labkit.progress import status
 
-DRIVER_MEMORY = os.environ.get("LABKIT_SPARK_MEMORY", "1g")
 # local[2, 4]: 2 threads, and a failed task is tried up to 4 times, as spark.task.maxFailures
 # (default 4) does on a cluster. Plain local[2] fails the job at a task's first failure, so
 # the task-retry lesson (a task dies once, its retry writes the partition again) needs this.
-MASTER = os.environ.get("LABKIT_SPARK_MASTER", "local[2,4]")
+# (the default of LABKIT_SPARK_MASTER, in labkit.settings)
 
 # Settings a Connect client sets on the server for its own session (runtime SQL settings);
 # the static ones below (jars, memory, UI, bind address) are the server's (labkit.spark.connect).
@@ -44,16 +43,16 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
     java = jvm.check_java()
     # LABKIT_SPARK_JARS (comma-separated) replaces the pinned connector jars: only for
     # measuring another Spark version (benchmarks/spark.py), whose connector must match it.
-    jars = os.environ.get("LABKIT_SPARK_JARS") or ",".join(str(p) for p in jvm.resolve("spark"))
+    jars = settings.current().spark_jars or ",".join(str(p) for p in jvm.resolve("spark"))
     # Python workers must use this interpreter (the venv's), not whatever python3 is on PATH.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("JAVA_HOME", os.path.dirname(os.path.dirname(os.path.realpath(java))))
     builder = (
-        SparkSession.builder.master(MASTER)
+        SparkSession.builder.master(settings.current().spark_master)
         .appName(app_name)
         .config("spark.jars", jars)
-        .config("spark.driver.memory", DRIVER_MEMORY)
+        .config("spark.driver.memory", settings.current().spark_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -71,7 +70,7 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
     )
     for key, value in conf.items():
         builder = builder.config(key.replace("_", "."), value)
-    with status(f"Starting Spark ({MASTER}) with the Kafka connector"):
+    with status(f"Starting Spark ({settings.current().spark_master}) with the Kafka connector"):
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
     return spark
