@@ -6,6 +6,8 @@ the notebook and in the check, and judges it only by what its output topic shows
 """
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,8 +27,11 @@ APP_FILE = "my_fixed_app.py"
 
 
 def workdir() -> Path:
-    """A fresh directory for the learner's app files: a temp dir, never the repository."""
-    return Path(tempfile.mkdtemp(prefix="own-pipeline-"))
+    """A fresh directory for the learner's app files: a temp dir, never the repository,
+    removed when the kernel exits (copy an app you want to keep)."""
+    directory = Path(tempfile.mkdtemp(prefix="own-pipeline-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 def torture_app(path: str | Path, **overrides) -> harness.TortureResult:
