@@ -65,20 +65,28 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
 
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
-    """Show the lab cluster: bootstrap, brokers, pids, data dir, up/down."""
+    """Show the lab cluster: bootstrap, brokers, pids, data dir, up/down, the namespace."""
+    from labkit import settings
+
     try:
+        namespace, why = _namespace(settings.current())
         external = lab.external_from_env()
-    except lab.ClusterError as exc:
+    except (lab.ClusterError, settings.SettingsError) as exc:
         _fail(str(exc))
     running = external or lab.LocalCluster.attach()
     info = running.info() if running else {"up": False, "bootstrap": None, "brokers": []}
+    info = {**info, "namespace": namespace, "namespace_from": why}
     if as_json:
         typer.echo(json.dumps(info))
         return
+    shown = f"{namespace} (topics, groups, transactional ids: {namespace}.<name>)" if namespace \
+        else "none (names unchanged)"
     if not info["up"]:
         typer.echo("lab: down (start it with `labkit up`)")
+        typer.echo(f"namespace: {shown}, {why}")
         return
     typer.echo(f"lab: up   bootstrap: {info['bootstrap']}")
+    typer.echo(f"namespace: {shown}, {why}")
     if info.get("external"):
         typer.echo("external cluster (LABKIT_BOOTSTRAP)")
         return
@@ -86,6 +94,16 @@ def status(as_json: bool = typer.Option(False, "--json", help="machine-readable"
     for b in info["brokers"]:
         typer.echo(f"  broker {b['node_id']}  {b['address']}  pid {b['pid']}  "
                    f"{'alive' if b['alive'] else 'DEAD'}")
+
+
+def _namespace(s) -> tuple[str, str]:
+    """The namespace and where it comes from (the rule of ``Settings.namespace``)."""
+    if s.namespace_set:
+        return s.namespace, "from LABKIT_NAMESPACE"
+    if s.external:
+        return s.namespace, ("your login name, the default on an external cluster "
+                             "(LABKIT_BOOTSTRAP); LABKIT_NAMESPACE=name sets another")
+    return s.namespace, "the local lab's default; LABKIT_NAMESPACE=name sets one"
 
 
 @app.command()
@@ -140,8 +158,12 @@ def scenario(
     freeze: bool = typer.Option(False, "--freeze",
                                 help="share-group only: freeze (SIGSTOP) the consumer at "
                                      "--crash-at past its record lock, then thaw it"),
+    keep_topics: bool = typer.Option(False, "--keep-topics",
+                                     help="keep the run's topics (deleted at its end by default)"),
 ) -> None:
-    """Run a scenario against the lab cluster (starting one if none runs) and print the audit."""
+    """Run a scenario against the lab cluster (starting one if none runs) and print the audit.
+
+    Its topics, group and transactional ids are in LABKIT_NAMESPACE (see `labkit status`)."""
     from labkit import scenarios
 
     if instances > partitions and name != scenarios.SHARE:  # a share group splits records
@@ -157,7 +179,8 @@ def scenario(
                                  "a fixed point: drop --instances, --partitions, --crash-at and "
                                  "--fault; choose --fencing group | none")
             zombie = scenarios.zombie_rebalance(guarantee, fencing or "group", records,
-                                                group_protocol=group_protocol)
+                                                group_protocol=group_protocol,
+                                                keep_topics=keep_topics)
             report = zombie.report
             if not as_json:
                 typer.echo(f"zombie told: {zombie.zombie_error or 'nothing: its commit went through'}")
@@ -167,7 +190,7 @@ def scenario(
             queue = scenarios.share_group(guarantee, crash_at, records=records, instances=instances,
                                           partitions=partitions, ack_mode=ack_mode, poison=poison,
                                           group_protocol=group_protocol, trace=trace,
-                                          freeze=freeze)
+                                          freeze=freeze, keep_topics=keep_topics)
             typer.echo(queue.to_json() if as_json else queue.summary())
             return
         elif fencing is not None:
@@ -176,7 +199,7 @@ def scenario(
             raise ValueError(f"--ack-mode, --poison and --freeze apply to {scenarios.SHARE} only")
         else:
             report = scenarios.run(name, guarantee=guarantee, crash_at=crash_at, fault=fault,
-                                   records=records, **group)
+                                   records=records, keep_topics=keep_topics, **group)
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(report.to_json() if as_json else report.summary())

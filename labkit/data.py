@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from labkit import topics
+from labkit import names, topics
 from labkit.clientlog import client_config
 from labkit.paths import project_root
 
@@ -107,6 +107,7 @@ def load_into_topic(bootstrap: str, topic: str, records: Sequence[dict],
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
         raise ValueError("records must have unique ids: the audit counts by id")
+    topic = names.topic(topic)  # the learner's namespace on a shared cluster (labkit.names)
     topics.create(bootstrap, topic, partitions=partitions)
     producer = Producer(client_config({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                                        "linger.ms": 5}))

@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import audit, data, history, timeline, topics
+from labkit import names as namespace
 from labkit.audit import AuditReport
 from labkit.faults import crashpoints
 from labkit.faults.runner import RunResult, run_frozen, run_workers, run_zombie
@@ -162,18 +163,21 @@ def batch_size(records: int) -> int:
 
 
 def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
-        records: int = 200, bootstrap: str | None = None, **options) -> AuditReport:
-    """Run scenario ``name`` under ``guarantee`` and return its audit (see ``run_detailed``)."""
+        records: int = 200, bootstrap: str | None = None, keep_topics: bool = True,
+        **options) -> AuditReport:
+    """Run scenario ``name`` under ``guarantee`` and return its audit (see ``run_detailed``;
+    ``keep_topics=False`` deletes the run's topics at its end, as ``labkit scenario`` does)."""
     if name == ZOMBIE:
         if crash_at or fault:
             raise ValueError(f"{ZOMBIE} stalls one instance at a fixed point; it takes no "
                              "--crash-at or --fault (choose --fencing group | none)")
-        return zombie_rebalance(guarantee, records=records, bootstrap=bootstrap, **options).report
+        return zombie_rebalance(guarantee, records=records, bootstrap=bootstrap,
+                                keep_topics=keep_topics, **options).report
     if name == SHARE:
         if fault:
             raise ValueError(f"{SHARE} takes --crash-at, not --fault")
         return share_group(guarantee, crash_at, records=records, bootstrap=bootstrap,
-                           **options).report
+                           keep_topics=keep_topics, **options).report
     if name in _spark_scenarios() and name not in SCENARIOS:
         if fault:
             raise ValueError(f"network faults are not available for the Spark scenario {name!r}; "
@@ -187,8 +191,10 @@ def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | Non
         crashpoints.validate(crash_at)
         _guarantee(guarantee)
         _records(records)
-        return _spark_scenarios()[name](bootstrap or _ensure_bootstrap(), guarantee, crash_at, records)
-    return run_detailed(name, guarantee, crash_at, fault, records, bootstrap, **options).report
+        return _spark_scenarios()[name](bootstrap or _ensure_bootstrap(), guarantee, crash_at,
+                                        records, keep_topics=keep_topics)
+    return run_detailed(name, guarantee, crash_at, fault, records, bootstrap,
+                        keep_topics=keep_topics, **options).report
 
 
 def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
@@ -198,7 +204,8 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
                  watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
                  inputs: list[dict] | None = None, instances: int = 1, partitions: int = 1,
                  group_protocol: str = "classic", crash_instance: int = 0,
-                 kills: int = 0, trace: str | Path | None = None) -> ScenarioRun:
+                 kills: int = 0, trace: str | Path | None = None,
+                 keep_topics: bool = True) -> ScenarioRun:
     """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
     ``isolation`` is how the audited downstream consumer reads the output.
 
@@ -216,7 +223,11 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
 
     ``trace``: a file to write the workers' Kafka protocol exchanges to, one JSON object per
     request (``api``, ``version``, ``client_id``, ``correlation_id``, ``error``, ``ms``, ...),
-    captured by the fault proxy the workers then talk through."""
+    captured by the fault proxy the workers then talk through.
+
+    ``keep_topics=False`` deletes the run's topics when it ends (also after a failure), as
+    ``labkit scenario`` does; kept by default here, because a notebook's next cells look at
+    them (``run.topics``)."""
     scenario = _scenario(name)
     _guarantee(guarantee)
     _instances(scenario, instances, partitions, crash_instance)
@@ -232,7 +243,9 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     bootstrap = bootstrap or _ensure_bootstrap()
 
     run_id = uuid.uuid4().hex[:8]
-    base = f"{name}-{guarantee}-{run_id}".replace("_", "-")
+    # One stem for the run's topics, group id and transactional ids, put in the learner's
+    # namespace once here (labkit.names), so every name derived from it carries the prefix.
+    base = namespace.qualify(f"{name}-{guarantee}-{run_id}".replace("_", "-"))
     names_ = {"input": f"{base}-in", "output": f"{base}-out", "changelog": f"{base}-changelog",
               "progress": f"{base}-progress"}
     workdir = lab_home() / "runs" / base
@@ -243,16 +256,15 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     kwargs.update(options)
     members = _members(scenario, kwargs, base, instances, group_protocol)
     history_file = workdir / "history.jsonl"
-    topics.create(bootstrap, names_["output"])
-    if scenario.name == "running-count":
-        topics.create(bootstrap, names_["changelog"], config={"cleanup.policy": "compact"})
-    if scenario.name == "producer":
-        topics.create(bootstrap, names_["progress"])
-    else:
-        data.load_into_topic(bootstrap, names_["input"], inputs, partitions=partitions)
-
     used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     try:
+        topics.create(bootstrap, names_["output"])
+        if scenario.name == "running-count":
+            topics.create(bootstrap, names_["changelog"], config={"cleanup.policy": "compact"})
+        if scenario.name == "producer":
+            topics.create(bootstrap, names_["progress"])
+        else:
+            data.load_into_topic(bootstrap, names_["input"], inputs, partitions=partitions)
         watched = {**used, "history": str(history_file)}  # a live view may follow the workers
         with _tracer(trace) as recorder, _proxy(bootstrap, spec, recorder) as proxy, \
                 (watch(watched) if watch else nullcontext()):
@@ -268,6 +280,8 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     finally:
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+        if not keep_topics:
+            topics.delete(bootstrap, *names_.values())
     return ScenarioRun(report, result, used, stats, str(workdir) if keep_workdir else None, inputs,
                        events)
 
@@ -284,7 +298,8 @@ class ZombieRun:
 
 
 def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", records: int = 40,
-                     bootstrap: str | None = None, group_protocol: str = "classic") -> ZombieRun:
+                     bootstrap: str | None = None, group_protocol: str = "classic",
+                     keep_topics: bool = True) -> ZombieRun:
     """Instance A reads a batch and writes its output inside a transaction, then freezes
     (SIGSTOP) before sending its offsets. B joins; once A's session times out the group gives
     B the partition, and B processes everything, A's batch included. Then A wakes up and
@@ -293,6 +308,7 @@ def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", re
     ``fencing="group"``: A's offsets carry its group generation; the broker refuses them
     (KIP-447), A aborts, nothing is duplicated. ``fencing="none"``: the offsets carry the
     group id only (the pre-KIP-447 pattern); A's commit succeeds and its batch is duplicated.
+    ``keep_topics`` as in ``run_detailed``.
     """
     if guarantee != "exactly_once":
         raise ValueError(f"{ZOMBIE} is an exactly_once experiment (zombie fencing); "
@@ -302,19 +318,19 @@ def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", re
     check_group_protocol(group_protocol)
     _records(records)
     bootstrap = bootstrap or _ensure_bootstrap()
-    base = f"zombie-{fencing}-{uuid.uuid4().hex[:8]}"
+    base = namespace.qualify(f"zombie-{fencing}-{uuid.uuid4().hex[:8]}")  # as in run_detailed
     names_ = {"input": f"{base}-in", "output": f"{base}-out"}
     workdir = lab_home() / "runs" / base
     workdir.mkdir(parents=True, exist_ok=True)
     inputs = data.generate(records)
-    data.load_into_topic(bootstrap, names_["input"], inputs)
-    topics.create(bootstrap, names_["output"])
     common = {"bootstrap": bootstrap, "input_topic": names_["input"],
               "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
               "batch_size": batch_size(records), "fencing": fencing,
               "group_protocol": group_protocol}
     history_file = workdir / "history.jsonl"
     try:
+        data.load_into_topic(bootstrap, names_["input"], inputs)
+        topics.create(bootstrap, names_["output"])
         # A stops after its one late batch: the audit then counts what that commit adds.
         outcome = run_zombie(ctp.run, {**common, "transactional_id": f"{base}-a", "max_batches": 1},
                              {**common, "transactional_id": f"{base}-b"},
@@ -325,6 +341,8 @@ def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", re
         events = history.read(history_file)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if not keep_topics:
+            topics.delete(bootstrap, *names_.values())
     errors = [e["error"] for e in events if e["kind"] == "fenced" and e["instance"] == "0"]
     return ZombieRun(report, fencing, errors[0] if errors else None, outcome.stalled_s, events)
 
@@ -377,7 +395,8 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
                 ack_mode: str = "explicit", poison: str | None = None, hit: int | None = None,
                 seed: int = 0, group_protocol: str | None = None, trace=None,
                 record_lock_ms: int | None = None, freeze: bool = False,
-                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None) -> ShareRun:
+                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
+                keep_topics: bool = True) -> ShareRun:
     """``instances`` share consumers (processes) take ``records`` records from one partition;
     instance 0 is SIGKILLed at ``crash_at`` on its ``hit``-th visit and restarted (default:
     the 2nd record with explicit acknowledgement; the 1st poll with implicit, because the
@@ -395,7 +414,9 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
     ``FREEZE_MARGIN_S``. Its connection stays open, so only the lock expiring frees its
     records. Thawed (SIGCONT), its late acknowledgement is refused (``refused_acks``), it
     drops the rest of that stale poll, polls again and gets the records once more
-    (delivery count 2): the one it had processed is processed twice."""
+    (delivery count 2): the one it had processed is processed twice.
+
+    ``keep_topics`` as in ``run_detailed``."""
     from labkit.checkers import Attempt
     from labkit.inspect import Inspector
     from labkit.inspect.share import share_state
@@ -424,35 +445,36 @@ def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, r
     poison_ids = [inputs[min(2, records - 1)]["id"]] if poison else []
     share.check_options(guarantee, ack_mode, poison or "release", poison_ids)
     bootstrap = bootstrap or _ensure_bootstrap()
-    base = f"share-{guarantee}-{uuid.uuid4().hex[:8]}".replace("_", "-")
+    base = namespace.qualify(f"share-{guarantee}-{uuid.uuid4().hex[:8]}".replace("_", "-"))
     names_ = {"input": f"{base}-in", "output": f"{base}-out"}
-    data.load_into_topic(bootstrap, names_["input"], inputs)
-    topics.create(bootstrap, names_["output"])
-    share.prepare_group(bootstrap, base, record_lock_ms)
-    member = {"bootstrap": bootstrap, "input_topic": names_["input"],
-              "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
-              "batch_size": batch_size(records), "ack_mode": ack_mode,
-              "poison_ids": poison_ids, "poison": poison or "release"}
-    workdir = lab_home() / "runs" / base
-    workdir.mkdir(parents=True, exist_ok=True)
-    frozen_s = None
-    try:
-        with watch({**names_, "group": base}) if watch else nullcontext():
-            if freeze:
-                result, frozen_s = _share_frozen(member, crash_at, hit, guarantee,
-                                                 record_lock_ms, str(workdir / "history.jsonl"))
-            else:
-                result = run_workers(share.run, [dict(member) for _ in range(instances)],
-                                     crash_at=crash_at, hit=hit, label=f"{SHARE} [{guarantee}]",
-                                     history_file=str(workdir / "history.jsonl"), seed=seed)
-        events = history.read(workdir / "history.jsonl")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    log = topics.read(bootstrap, names_["output"])
-    attempts = [Attempt(str(r.value["id"]), str(r.value["consumer"]), r.value["delivery_count"],
-                        r.value["outcome"]) for r in log]
-    with Inspector(bootstrap) as inspector:
-        state = share_state(inspector, base, names_["input"])
+    with _deleted_after(bootstrap, names_, keep_topics):  # as in run_detailed
+        data.load_into_topic(bootstrap, names_["input"], inputs)
+        topics.create(bootstrap, names_["output"])
+        share.prepare_group(bootstrap, base, record_lock_ms)
+        member = {"bootstrap": bootstrap, "input_topic": names_["input"],
+                  "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
+                  "batch_size": batch_size(records), "ack_mode": ack_mode,
+                  "poison_ids": poison_ids, "poison": poison or "release"}
+        workdir = lab_home() / "runs" / base
+        workdir.mkdir(parents=True, exist_ok=True)
+        frozen_s = None
+        try:
+            with watch({**names_, "group": base}) if watch else nullcontext():
+                if freeze:
+                    result, frozen_s = _share_frozen(member, crash_at, hit, guarantee,
+                                                     record_lock_ms, str(workdir / "history.jsonl"))
+                else:
+                    result = run_workers(share.run, [dict(member) for _ in range(instances)],
+                                         crash_at=crash_at, hit=hit, label=f"{SHARE} [{guarantee}]",
+                                         history_file=str(workdir / "history.jsonl"), seed=seed)
+            events = history.read(workdir / "history.jsonl")
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        log = topics.read(bootstrap, names_["output"])
+        attempts = [Attempt(str(r.value["id"]), str(r.value["consumer"]), r.value["delivery_count"],
+                            r.value["outcome"]) for r in log]
+        with Inspector(bootstrap) as inspector:
+            state = share_state(inspector, base, names_["input"])
     run = _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state)
     run.refused_acks = [{"consumer": e["instance"], "offsets": e.get("offsets"), "error": err}
                         for e in events if e["kind"] == "ack-refused"
@@ -564,6 +586,16 @@ def _audit(scenario: Scenario, bootstrap: str, t: dict[str, str], workdir: Path,
     return audit.audit_topic(bootstrap, t["output"], inputs, scenario.name, guarantee,
                              crash_at=crash_at, fault=fault, isolation=isolation,
                              state_field="count" if scenario.stateful else None)
+
+
+@contextmanager
+def _deleted_after(bootstrap: str, names_: dict[str, str], keep: bool):
+    """Delete a run's topics when the block ends, also after a failure (unless ``keep``)."""
+    try:
+        yield
+    finally:
+        if not keep:
+            topics.delete(bootstrap, *names_.values())
 
 
 def _proxy(bootstrap: str, spec, recorder: Callable[[dict], None] | None = None):

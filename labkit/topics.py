@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from labkit import names as namespace
 from labkit.clientlog import client_config
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
@@ -40,8 +41,11 @@ def create(bootstrap: str, *names: str, partitions: int = 1, replication: int = 
            config: dict[str, str] | None = None) -> None:
     """Create topics (an existing one is fine) and wait until every partition has a leader.
 
-    ``replication`` -1 takes the cluster's default.replication.factor.
+    ``replication`` -1 takes the cluster's default.replication.factor. Every helper here
+    takes a learner's name (``payments``) or the broker's (``alice.payments``): both mean
+    the broker's (``labkit.names``; the same name without a namespace).
     """
+    names = tuple(namespace.topic(n) for n in names)
     # log_level 5: hide librdkafka's info line about purging its background queue on close.
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 5}))
     futures = admin.create_topics(
@@ -59,6 +63,7 @@ def create(bootstrap: str, *names: str, partitions: int = 1, replication: int = 
 def delete(bootstrap: str, *names: str, timeout_s: float = 30.0) -> None:
     """Delete topics, best effort: one already gone, or a broker that does not answer in
     time, leaves nothing worse than a topic on disk."""
+    names = tuple(namespace.topic(n) for n in names)
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 5}))
     for future in admin.delete_topics(list(names), operation_timeout=timeout_s).values():
         try:
@@ -84,6 +89,7 @@ def wait_for_leaders(bootstrap: str, *names: str, timeout_s: float = 30.0) -> No
     The controller acknowledges CreateTopics before every broker has the new metadata; with
     three brokers, the one a client asks next may not know the topic for a moment.
     """
+    names = tuple(namespace.topic(n) for n in names)
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 5}))
     deadline = time.monotonic() + timeout_s
     while True:
@@ -100,6 +106,7 @@ def wait_for_leaders(bootstrap: str, *names: str, timeout_s: float = 30.0) -> No
 
 
 def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:
+    topic = namespace.topic(topic)
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
     md = admin.list_topics(topic, timeout=timeout_s)
     meta = md.topics.get(topic)
@@ -115,6 +122,7 @@ def assign_all(consumer: Consumer, topic: str, start: dict[int, int] | None = No
     Metadata is fetched first: assigning before the client knows the partition leader
     delays the first fetch by librdkafka's 500 ms offset-query retry.
     """
+    topic = namespace.topic(topic)
     meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise ValueError(f"topic {topic!r} does not exist")
@@ -133,6 +141,7 @@ def read(bootstrap: str, topic: str, isolation: str = "read_committed",
     """
     if isolation not in ISOLATION_LEVELS:
         raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
+    topic = namespace.topic(topic)
     consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": "labkit-reader",  # never commits
         "enable.auto.commit": False, "isolation.level": isolation,

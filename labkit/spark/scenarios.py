@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import data, topics
+from labkit import data, names, topics
 from labkit.audit import AuditReport
 from labkit.inspect import describe_topic
 from labkit.spark import check, delta
@@ -95,6 +95,15 @@ class SparkExperiment:
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def delete_topics(self) -> None:
+        """Delete the run's input (and output) topic: ``labkit scenario`` does at the end."""
+        topics.delete(self.job.bootstrap, *self.topic_names())
+
+    def topic_names(self) -> list[str]:
+        """The run's topics, the broker's names (the learner's namespace included)."""
+        return [self.job.topic, *([self.job.sink.output_topic] if self.job.sink.output_topic
+                                  else [])]
+
 
 def validate(name: str, guarantee: str, crash_at: str | None, records: int) -> str:
     """The sink kind for (scenario, guarantee); ValueError naming the valid choices."""
@@ -138,7 +147,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"labkit-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
-    topic, out_topic = f"{name}-{run_id}-in", f"{name}-{run_id}-out"
+    # In the learner's namespace (labkit.names): Spark's Kafka source and sink get these names.
+    topic, out_topic = names.topic(f"{name}-{run_id}-in"), names.topic(f"{name}-{run_id}-out")
     source_options = TXN_INPUT.get(name, {}) if source_options is None else source_options
     if name in TXN_INPUT:  # only the committed records are input; aborted ones must not show
         inputs, _ = load_transactional(bootstrap, topic, data.generate(records, seed=0))
@@ -227,9 +237,12 @@ def load_transactional(bootstrap: str, topic: str, records: list[dict],
 
 
 def _scenario(name: str) -> Callable[..., AuditReport]:
-    def run(bootstrap: str, guarantee: str, crash_at: str | None, records: int) -> AuditReport:
+    def run(bootstrap: str, guarantee: str, crash_at: str | None, records: int,
+            keep_topics: bool = True) -> AuditReport:
         exp = experiment(name, bootstrap, guarantee, crash_at, records)
         exp.cleanup()
+        if not keep_topics:
+            exp.delete_topics()
         return exp.report
 
     run.__name__ = name.replace("-", "_")
