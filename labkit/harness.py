@@ -37,6 +37,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from labkit import audit, data, history, settings, topics
+from labkit import names as namespace
 from labkit import cluster as lab
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
@@ -172,8 +173,12 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
                            "cluster (LABKIT_BOOTSTRAP). Unset LABKIT_BOOTSTRAP, or drop "
                            "--broker-kills.")
     run = uuid.uuid4().hex[:8]
-    names = {ENV_INPUT: f"torture-{run}-in", ENV_OUTPUT: f"torture-{run}-out",
-             ENV_GROUP: f"torture-{run}", ENV_TRANSACTIONAL_ID: f"torture-{run}"}
+    # The app gets the broker's names, in the learner's namespace (labkit.names): on a shared
+    # cluster its topics, group and transactional id never meet another learner's.
+    names = {ENV_INPUT: namespace.topic(f"torture-{run}-in"),
+             ENV_OUTPUT: namespace.topic(f"torture-{run}-out"),
+             ENV_GROUP: namespace.group(f"torture-{run}"),
+             ENV_TRANSACTIONAL_ID: namespace.transactional_id(f"torture-{run}")}
     run_dir = lab_home() / "torture" / run
     run_dir.mkdir(parents=True)
     inputs = data.generate(input, seed=seed)
