@@ -3,6 +3,11 @@
 Used by the inspector (to see what client libraries hide: record batches, markers,
 producer state) and by the fault proxy (to know which request a response answers).
 
+Against a cluster that wants TLS and credentials (``LABKIT_KAFKA_CONFIG``), ``Security``
+says how to connect: a TLS context and the SASL exchange (SaslHandshake, then
+SaslAuthenticate rounds: PLAIN, SCRAM-SHA-256/512 through ``scramp``), written once as a
+generator so the blocking ``Connection`` and the proxy's asyncio upstream drive the same steps.
+
 A frame on the wire is ``int32 size`` + ``header`` + ``body``. Requests carry header v1
 (non-flexible API versions) or v2 (flexible, with tagged fields); responses carry header v0
 or v1 likewise, except ApiVersions responses, which always use v0.
@@ -13,13 +18,18 @@ import dataclasses
 import io
 import itertools
 import socket
+import ssl
 import struct
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from pathlib import Path
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -33,6 +43,10 @@ CLIENT_ID = "labkit"
 
 class ProtocolError(RuntimeError):
     pass
+
+
+class AuthenticationError(ProtocolError):
+    """The broker refused the lab's credentials (or mechanism); the message says what to set."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +238,130 @@ def encode_response(header_and_body: tuple[int, object], api_key: int, api_versi
     return buf.getvalue()
 
 
+# ---------------------------------------------------------------- security: TLS and SASL
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_FIX = ("set LABKIT_KAFKA_CONFIG=<path> to the cluster's client.properties "
+        "(`labkit up --secure` wrote one in the lab home)")
+
+
+@dataclass(frozen=True)
+class Security:
+    """How to reach one address: TLS or not, SASL or not (librdkafka's property names in,
+    see ``from_properties``). ``Security()`` is plaintext without credentials."""
+
+    protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    mechanism: str = ""  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
+    username: str = ""
+    password: str = ""
+    ca_location: str = ""  # a PEM file of CA certificates ("" and no ca_pem: the system's)
+    ca_pem: str = ""
+    certificate_location: str = ""  # a client certificate (mutual TLS), with its key
+    key_location: str = ""
+    key_password: str = ""
+    verify: bool = True  # enable.ssl.certificate.verification
+    check_hostname: bool = True  # ssl.endpoint.identification.algorithm=https (the default)
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> "Security":
+        """From a checked client.properties (``labkit.connection.settings()``)."""
+        protocol = props.get("security.protocol", "PLAINTEXT").upper()
+        mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "").upper()
+        if protocol.startswith("SASL") and mechanism not in SASL_MECHANISMS:
+            raise ProtocolError(f"sasl.mechanism={mechanism}: the lab's own protocol connection "
+                                f"(inspector, fault proxy) speaks {', '.join(SASL_MECHANISMS)}")
+        return cls(protocol=protocol, mechanism=mechanism,
+                   username=props.get("sasl.username", ""),
+                   password=props.get("sasl.password", ""),
+                   ca_location=props.get("ssl.ca.location", ""),
+                   ca_pem=props.get("ssl.ca.pem", ""),
+                   certificate_location=props.get("ssl.certificate.location", ""),
+                   key_location=props.get("ssl.key.location", ""),
+                   key_password=props.get("ssl.key.password", ""),
+                   verify=props.get("enable.ssl.certificate.verification", "true").lower()
+                   != "false",
+                   check_hostname=props.get("ssl.endpoint.identification.algorithm",
+                                            "https").lower() == "https")
+
+    @classmethod
+    def for_address(cls, bootstrap: str) -> "Security":
+        """What every lab client of ``bootstrap`` uses (LABKIT_KAFKA_CONFIG; plaintext for a
+        fault proxy's own addresses): the one rule of ``labkit.connection.for_client``."""
+        from labkit import connection
+
+        return cls.from_properties(connection.for_client(bootstrap))
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client TLS context (None without TLS): the CA file, the hostname check."""
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(
+            cafile=str(Path(self.ca_location).expanduser()) if self.ca_location else None,
+            cadata=self.ca_pem or None)
+        if self.certificate_location:
+            context.load_cert_chain(str(Path(self.certificate_location).expanduser()),
+                                    str(Path(self.key_location).expanduser())
+                                    if self.key_location else None,
+                                    self.key_password or None)
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        elif not self.check_hostname:
+            context.check_hostname = False
+        return context
+
+    def sasl_steps(self, address: str) -> Generator[object, object, None]:
+        """The SASL exchange as requests to send: yields a kio request, receives its decoded
+        response; ends when the broker has accepted the credentials (and, for SCRAM, proved
+        it knows them too). Raises AuthenticationError naming the fix."""
+        handshake = yield SaslHandshakeRequest(mechanism=self.mechanism)
+        if handshake.error_code != ErrorCode.none:
+            offered = ", ".join(handshake.mechanisms) or "none"
+            raise AuthenticationError(
+                f"authentication failed at {address}: the broker does not accept "
+                f"sasl.mechanism={self.mechanism} (it offers {offered}); {_FIX}")
+        if self.mechanism == "PLAIN":
+            token = f"\0{self.username}\0{self.password}".encode()
+            _accepted((yield SaslAuthenticateRequest(auth_bytes=token)), address)
+            return
+        from scramp import ScramClient, ScramException
+
+        scram = ScramClient([self.mechanism], self.username, self.password)
+        first = yield SaslAuthenticateRequest(auth_bytes=scram.get_client_first().encode())
+        try:
+            scram.set_server_first(_accepted(first, address).decode())
+            final = yield SaslAuthenticateRequest(auth_bytes=scram.get_client_final().encode())
+            scram.set_server_final(_accepted(final, address).decode())
+        except ScramException as exc:
+            raise AuthenticationError(f"authentication failed at {address}: {exc}; {_FIX}") from None
+
+
+def _accepted(response, address: str) -> bytes:
+    if response.error_code != ErrorCode.none:
+        why = response.error_message or response.error_code.name
+        raise AuthenticationError(f"authentication failed at {address}: {why}; {_FIX}")
+    return response.auth_bytes
+
+
+def authenticate(security: Security, address: str, round_trip: Callable[[object], object]) -> None:
+    """Drive ``security``'s SASL exchange over ``round_trip`` (request -> decoded response)."""
+    steps = security.sasl_steps(address)
+    request = next(steps)
+    while True:
+        try:
+            request = steps.send(round_trip(request))
+        except StopIteration:
+            return
+
+
 # ---------------------------------------------------------------- a tiny blocking client
 
 
@@ -232,20 +370,42 @@ class Connection:
 
     The first request asks the broker which versions it speaks (ApiVersions), so a request
     the broker cannot read fails with a clear message instead of a closed socket.
+
+    ``security`` defaults to what every lab client of ``address`` uses
+    (``Security.for_address``: LABKIT_KAFKA_CONFIG): TLS is set up and SASL done here, before
+    the first request.
     """
 
-    def __init__(self, address: str, timeout_s: float = 10.0):
+    def __init__(self, address: str, timeout_s: float = 10.0, security: Security | None = None):
         host, port = address.rsplit(":", 1)
         self.address = address
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.security = Security.for_address(address) if security is None else security
         self._ids = itertools.count(1)
         self._versions: dict[int, tuple[int, int]] | None = None
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        try:
+            context = self.security.ssl_context()
+            if context is not None:
+                self.sock = context.wrap_socket(self.sock, server_hostname=host.strip("[]"))
+            if self.security.sasl:
+                authenticate(self.security, address, self._round_trip)
+        except BaseException:
+            self.sock.close()
+            raise
 
     def supported_versions(self) -> dict[int, tuple[int, int]]:
         """api key -> (lowest, highest) version the broker speaks."""
         if self._versions is None:
-            response = self._round_trip(ApiVersionsRequest(client_software_name=CLIENT_ID,
-                                                           client_software_version="1"))
+            try:
+                response = self._round_trip(ApiVersionsRequest(client_software_name=CLIENT_ID,
+                                                               client_software_version="1"))
+            except (OSError, ProtocolError) as exc:  # closed, or a TLS alert read as a frame
+                if self.security.protocol != "PLAINTEXT":
+                    raise
+                # A TLS or SASL listener drops a plaintext client at its first request.
+                raise ConnectionError(
+                    f"{self.address} closed the connection at the first request ({exc}): if "
+                    f"the cluster wants TLS or credentials, {_FIX}") from None
             if response.error_code != ErrorCode.none:
                 raise ProtocolError(f"{self.address} refused ApiVersions: {response.error_code.name}")
             self._versions = {int(k.api_key): (int(k.min_version), int(k.max_version))

@@ -13,6 +13,13 @@ client connection ever goes around it. Responses are matched to requests by corr
 
 Faults are counted from the moment they are set, over all connections; drop and reset fire
 once (on the Nth matching request), delay lasts until ``clear()``.
+
+Against a cluster that wants TLS and credentials (``LABKIT_KAFKA_CONFIG``) only the upstream
+side is secure: each upstream connection does TLS and authenticates itself (SASL, as the
+lab's own clients would) before it relays the client's frames. The client side stays
+plaintext on 127.0.0.1, and the proxy says so (``settings.mark_plaintext``): a lab client
+pointed at ``proxy.bootstrap``, in this process or a worker started while the proxy runs,
+gets no security settings from ``labkit.clientlog.client_config``.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import asyncio
 import collections
 import dataclasses
 import functools
+import itertools
 import logging
 import random
 import socket
@@ -32,7 +40,7 @@ from dataclasses import dataclass, field
 from kio.index import load_response_schema
 from kio.static.primitive import i32
 
-from labkit import protocol
+from labkit import protocol, settings
 from labkit.protocol import API_KEYS, API_NAMES, api_name
 from labkit.cluster import check_reachable
 
@@ -225,6 +233,7 @@ class FaultProxy:
         self._servers: dict[tuple[str, int], asyncio.Server] = {}  # upstream address -> listener
         self._ports: dict[tuple[str, int], int] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._security = protocol.Security()  # the upstream side's, read at start()
         if fault is not None:
             self.apply(fault)
 
@@ -233,6 +242,7 @@ class FaultProxy:
         if self._loop is not None:
             return self
         brokers = check_reachable(self.upstream_bootstrap)  # clear error if it is not there
+        self._security = protocol.Security.for_address(self.upstream_bootstrap)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name=f"labkit-fault-proxy->{self.upstream_bootstrap}")
@@ -260,6 +270,8 @@ class FaultProxy:
             loop.close()
             self._loop = self._thread = None
             self._servers.clear()
+            # Its ports are free again: whatever listens there next is not the proxy.
+            settings.unmark_plaintext(",".join(f"{LOCALHOST}:{p}" for p in self._ports.values()))
             self._ports.clear()
 
     def __enter__(self) -> "FaultProxy":
@@ -356,7 +368,9 @@ class FaultProxy:
             server = await asyncio.start_server(
                 functools.partial(self._serve, upstream), LOCALHOST, 0)
             self._servers[upstream] = server
-            self._ports[upstream] = server.sockets[0].getsockname()[1]
+            self._ports[upstream] = port = server.sockets[0].getsockname()[1]
+            # Before any client can hear of it: this address speaks plaintext.
+            settings.mark_plaintext(f"{LOCALHOST}:{port}")
         return self._ports[upstream]
 
     async def _shutdown(self) -> None:
@@ -376,8 +390,13 @@ class FaultProxy:
         self._count("connections")
         try:
             try:
-                up_r, up_w = await asyncio.open_connection(*upstream)
-            except OSError:  # broker down: the client sees a closed connection and retries
+                up_r, up_w = await self._open_upstream(upstream)
+            except (OSError, asyncio.IncompleteReadError):  # broker down: the client sees a closed connection and retries
+                client_w.close()
+                return
+            except protocol.ProtocolError as exc:  # refused credentials: say so, then close
+                self._count("protocol_errors")
+                log.error("fault proxy: %s", exc)
                 client_w.close()
                 return
             link = _Link(client_w, up_w)
@@ -399,6 +418,34 @@ class FaultProxy:
             pass  # stop(): asyncio's server callback would log a cancelled task as an error
         finally:
             self._tasks.discard(me)
+
+    async def _open_upstream(self, upstream: tuple[str, int]):
+        """A connection to the broker, secured as the lab's clients are (TLS, then SASL),
+        before any of the client's frames go through it."""
+        host, port = upstream
+        context = self._security.ssl_context()
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=context, server_hostname=host if context else None)
+        if not self._security.sasl:
+            return reader, writer
+        try:
+            address, ids = f"{host}:{port}", itertools.count(1)
+            steps = self._security.sasl_steps(address)
+            request = next(steps)
+            while True:
+                correlation_id = next(ids)
+                _write_frame(writer, protocol.encode_request(request, correlation_id))
+                await writer.drain()
+                payload = await _read_frame(reader)
+                _, _, response = protocol.decode_response(
+                    payload, int(request.__api_key__), int(request.__version__))
+                try:
+                    request = steps.send(response)
+                except StopIteration:
+                    return reader, writer
+        except BaseException:
+            writer.close()
+            raise
 
     async def _read_requests(self, link: _Link, reader: asyncio.StreamReader) -> None:
         loop = asyncio.get_running_loop()

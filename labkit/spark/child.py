@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from labkit import settings
+from labkit import javaconfig, settings
 from labkit.faults.crashpoints import crash_point
 from labkit.spark import checkpoint as ckpt
 from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
@@ -82,7 +82,7 @@ def run_stream(spark, job: dict, send) -> dict:
 
     spec = SinkSpec(**job["sink"])
     reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", job["bootstrap"])
+              .options(**javaconfig.spark_options(job["bootstrap"]))  # + LABKIT_KAFKA_CONFIG
               .option("subscribe", job["topic"])
               .option("startingOffsets", job["starting_offsets"])
               .option("maxOffsetsPerTrigger", str(job["max_offsets_per_trigger"])))
@@ -136,7 +136,7 @@ def run_stream(spark, job: dict, send) -> dict:
 def recount(spark, job: dict, send) -> dict:
     """Counts per key of the whole topic, by a batch query: the ground truth for a stream."""
     reader = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", job["bootstrap"])
+              .options(**javaconfig.spark_options(job["bootstrap"]))  # + LABKIT_KAFKA_CONFIG
               .option("subscribe", job["topic"])
               .option("startingOffsets", "earliest").option("endingOffsets", "latest"))
     for key, value in job.get("source_options", {}).items():  # the stream's isolation too

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from labkit import javaconfig
 from labkit.faults.crashpoints import crash_point, halves, reached
 from labkit.spark.db import Database
 
@@ -236,7 +237,7 @@ def _write_kafka(spec: SinkSpec, df, rows: list, bootstrap: str) -> dict:
     in_first = F.col("key").isin(first) if first else F.lit(False)
 
     def save(part) -> None:
-        (part.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+        (part.write.format("kafka").options(**javaconfig.spark_options(bootstrap))
          .option("topic", spec.output_topic).save())
 
     first_part = out.filter(in_first)
