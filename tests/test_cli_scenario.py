@@ -75,14 +75,15 @@ def test_spark_scenario_names_are_dispatched_to_the_spark_registry(bootstrap, mo
 
     calls = []
 
-    def probe(bootstrap_, guarantee, crash_at, records):
-        calls.append((bootstrap_, guarantee, crash_at, records))
+    def probe(bootstrap_, guarantee, crash_at, records, keep_topics=True):
+        calls.append((bootstrap_, guarantee, crash_at, records, keep_topics))
         return AuditReport("spark-probe", guarantee, crash_at, produced=records)
 
     monkeypatch.setitem(SPARK_SCENARIOS, "spark-probe", probe)
     report = scenarios.run("spark-probe", "exactly_once", "spark-after-commit", records=7,
                            bootstrap=bootstrap)
-    assert calls == [(bootstrap, "exactly_once", "spark-after-commit", 7)]
+    # kept by default from Python; `labkit scenario` passes keep_topics=False
+    assert calls == [(bootstrap, "exactly_once", "spark-after-commit", 7, True)]
     assert report.produced == 7
     assert "spark-probe" in scenarios.names()
     with pytest.raises(ValueError, match="network faults are not available"):

@@ -1,7 +1,8 @@
 """Spark scenarios for `labkit scenario spark-...`: one streaming query, one crash, one audit.
 
 Each entry maps a scenario name to a function
-``(bootstrap: str, guarantee: str, crash_at: str | None, records: int) -> AuditReport``.
+``(bootstrap: str, guarantee: str, crash_at: str | None, records: int, keep_topics: bool = True)
+-> AuditReport`` (``keep_topics=False``: the run's topics are deleted at its end).
 
 The input is ``records`` generated records (labkit.data, seed 0) on a 2-partition topic, read
 in 3 micro-batches (maxOffsetsPerTrigger = ceil(records / 3)); a crash point fires on its
