@@ -36,6 +36,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from labkit import jvm, settings
+from labkit import secure as secure_lab
 from labkit.clientlog import client_config
 from labkit.paths import lab_home
 from labkit.progress import status
@@ -50,6 +51,10 @@ class ClusterError(RuntimeError):
 
 class PortInUseError(ClusterError):
     pass
+
+
+class AuthenticationFailed(ClusterError):
+    """The cluster refused this client's credentials (or it sent none to a SASL_SSL port)."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -132,14 +137,29 @@ def new_cluster_id() -> str:
             return cid
 
 
-def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int = 1) -> dict[int, str]:
-    """Metadata from the cluster, or ClusterError saying it is not reachable."""
+def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int = 1,
+                    identity: dict[str, str] | None = None) -> dict[int, str]:
+    """Metadata from the cluster, or ClusterError saying it is not reachable
+    (AuthenticationFailed: it answers but refuses this client's credentials, or lack of them).
+
+    ``identity``: connection settings that replace LABKIT_KAFKA_CONFIG's (the lab's admin)."""
+    refused: list[str] = []  # what librdkafka said about authentication, from its error_cb
+
+    def on_error(err) -> None:
+        if secure_lab.looks_like_auth_failure(f"{err.name()} {err.str()}"):
+            refused.append(err.str())
+
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap,
                                        "socket.connection.setup.timeout.ms": 2000,
+                                       "error_cb": on_error, **(identity or {}),
                                        "log_level": 0}))  # connection-refused noise while it starts
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while time.monotonic() < deadline:
+        admin.poll(0)  # serves error_cb
+        if refused:  # credentials do not heal by waiting: say so at once
+            raise AuthenticationFailed(f"{secure_lab.auth_message(lab_home())} (Kafka at {bootstrap}: "
+                                       f"{refused[-1]})")
         try:
             md = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
             brokers = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
@@ -148,11 +168,26 @@ def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int
         except Exception as exc:  # KafkaException while it is still coming up
             last_error = exc
         time.sleep(0.2)
+    if identity is None and settings.current().kafka_config is None and _accepts(bootstrap):
+        # It takes connections but never answers a plaintext client without credentials:
+        # most likely a TLS/SASL listener (librdkafka only says "transport failure").
+        raise AuthenticationFailed(
+            f"{secure_lab.auth_message(lab_home())} (Kafka at {bootstrap} accepts connections "
+            "but answers no plaintext client without credentials)")
     raise ClusterError(
         f"Kafka at {bootstrap} is not reachable (no metadata within {timeout_s:.0f} s"
         f"{': ' + str(last_error) if last_error else ''}). Check the address and that the "
         "broker runs; unset LABKIT_BOOTSTRAP to use a local lab broker instead."
     )
+
+
+def _accepts(bootstrap: str) -> bool:
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 # --------------------------------------------------------------------------- brokers
@@ -175,18 +210,22 @@ class Broker:
         return Path(self.dir) / "broker.log"
 
 
-def broker_properties(broker: Broker, voters: str, n_brokers: int) -> str:
+def broker_properties(broker: Broker, voters: str, n_brokers: int,
+                      listeners: list[str] | None = None) -> str:
+    """``listeners``: the listener lines of a secure lab (``labkit.secure``), else plaintext."""
     replicated = n_brokers >= 3
     rf, min_isr = (3, 2) if replicated else (1, 1)
     return "\n".join([
         "process.roles=broker,controller",
         f"node.id={broker.node_id}",
         f"controller.quorum.voters={voters}",
-        f"listeners=PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker.port}",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        *(listeners or [
+            f"listeners=PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        ]),
         f"log.dirs={Path(broker.dir) / 'data'}",
         f"default.replication.factor={rf}",
         f"min.insync.replicas={min_isr}",
@@ -285,10 +324,12 @@ class LocalCluster:
     external = False
 
     def __init__(self, brokers: int = 1, home: Path | None = None, port: int | None = None,
-                 detached: bool = False):
+                 detached: bool = False, secure: bool = False):
         if brokers not in (1, 3):
             raise ValueError(f"brokers must be 1 or 3, not {brokers}")
         self.home = Path(home) if home else lab_home()
+        # secure: clients reach it on SASL_SSL only, with the credentials in client_properties
+        self.security = secure_lab.SecureLab(self.home) if secure else None
         self.detached = detached
         self.owner_pid = os.getpid()
         self._procs: dict[int, subprocess.Popen] = {}
@@ -302,6 +343,19 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def secure(self) -> bool:
+        return self.security is not None
+
+    @property
+    def client_properties(self) -> Path | None:
+        """The file LABKIT_KAFKA_CONFIG must name to use a secure lab (None: plaintext)."""
+        return self.security.client_file if self.security else None
+
+    def _identity(self) -> dict[str, str] | None:
+        """The lab's own credentials for its own checks (a secure lab's admin)."""
+        return self.security.admin_config() if self.security else None
 
     def broker(self, node_id: int) -> Broker:
         for b in self.brokers:
@@ -318,13 +372,18 @@ class LocalCluster:
         cluster_id = new_cluster_id()
         with status(f"Starting {len(self.brokers)} Kafka broker(s)") as update:
             try:
+                if self.security:
+                    update("Making a CA, a broker certificate and SCRAM users")
+                    self.security.prepare()
                 for b in self.brokers:
                     d = Path(b.dir)
                     if d.exists():
                         shutil.rmtree(d)
                     (d / "data").mkdir(parents=True)
+                    listeners = (self.security.listener_properties(b.port, b.controller_port)
+                                 if self.security else None)
                     (d / "server.properties").write_text(
-                        broker_properties(b, voters, len(self.brokers)))
+                        broker_properties(b, voters, len(self.brokers), listeners))
                     (d / "log4j2.properties").write_text(LOG4J2.format(log=b.log_file))
                     update(f"Formatting storage of broker {b.node_id}")
                     self._format(java, classpath, b, cluster_id)
@@ -334,6 +393,9 @@ class LocalCluster:
                 self._save_state()
                 update(f"Waiting for {len(self.brokers)} broker(s) to answer metadata")
                 self.wait_ready()
+                if self.security:
+                    update("Granting the learner user its ACLs")
+                    self.security.grant_learner(self.bootstrap)
             except BaseException:
                 # A start that fails half-way (a broker that never answers, Ctrl-C) must not
                 # leave the brokers it did spawn running with no one to stop them.
@@ -377,6 +439,7 @@ class LocalCluster:
         cmd = self._jvm_command(java, classpath, b, [
             "kafka.tools.StorageTool", "format", "-t", cluster_id,
             "-c", str(Path(b.dir) / "server.properties"),
+            *(self.security.format_arguments() if self.security else []),
         ])
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
@@ -405,7 +468,13 @@ class LocalCluster:
                         f"{Path(b.dir) / 'broker.out'}"
                     )
             try:
-                return check_reachable(",".join(b.address for b in alive), 2.0, len(alive))
+                return check_reachable(",".join(b.address for b in alive), 2.0, len(alive),
+                                       identity=self._identity())
+            except AuthenticationFailed:
+                if self.secure:  # the lab's own admin refused: waiting will not help
+                    raise
+                if time.monotonic() > deadline:
+                    raise
             except ClusterError:
                 if time.monotonic() > deadline:
                     raise ClusterError(
@@ -447,6 +516,8 @@ class LocalCluster:
             state.unlink()
         for b in self.brokers:
             shutil.rmtree(b.dir, ignore_errors=True)
+        if self.security:  # its certificates and passwords die with the lab
+            self.security.remove()
 
     def _terminate(self, brokers: list[Broker], timeout_s: float) -> None:
         """SIGTERM the running ones together; SIGKILL whoever is still up after timeout_s."""
@@ -487,6 +558,7 @@ class LocalCluster:
             "brokers": [asdict(b) for b in self.brokers],
             "owner_pid": None if self.detached else self.owner_pid,
             "detached": self.detached,
+            "secure": self.secure,
             "started": time.time(),
         }
         # Written whole, then renamed: a reader never sees half a state file.
@@ -502,7 +574,8 @@ class LocalCluster:
         if not path.exists():
             return None
         state = json.loads(path.read_text())
-        cluster = cls(brokers=len(state["brokers"]), home=home, detached=state["detached"])
+        cluster = cls(brokers=len(state["brokers"]), home=home, detached=state["detached"],
+                      secure=state.get("secure", False))
         cluster.brokers = [Broker(**b) for b in state["brokers"]]
         cluster.owner_pid = state["owner_pid"]
         owner_ok = state["detached"] or pid_alive(state["owner_pid"])
@@ -520,6 +593,8 @@ class LocalCluster:
                          "alive": pid_alive(b.pid), "dir": b.dir} for b in self.brokers],
             "data_dir": str(self.home),
             "detached": self.detached,
+            "secure": self.secure,
+            "client_properties": str(self.client_properties) if self.secure else None,
         }
 
     def __enter__(self) -> "LocalCluster":
@@ -578,8 +653,11 @@ def start_lock(home: Path | None = None):
         yield
 
 
-def ensure(brokers: int = 1) -> Cluster:
-    """The cluster to use: LABKIT_BOOTSTRAP, else the running lab, else a new owned one."""
+def ensure(brokers: int = 1, secure: bool = False) -> Cluster:
+    """The cluster to use: LABKIT_BOOTSTRAP, else the running lab, else a new owned one.
+
+    ``secure``: a new lab is started secure (SASL_SSL, see ``labkit.secure``). A running
+    secure lab is used whatever ``secure`` says, once this process's credentials work."""
     external = external_from_env()
     if external:
         return external
@@ -591,6 +669,19 @@ def ensure(brokers: int = 1) -> Cluster:
                     f"a lab with {len(running.brokers)} broker(s) is running; this needs "
                     f"{brokers}. Run `labkit down` then `labkit up --brokers {brokers}`."
                 )
+            if secure and not running.secure:
+                raise ClusterError("a plaintext lab is running; this needs a secure one. Run "
+                                   "`labkit down` then `labkit up --secure`.")
+            if running.secure:
+                check_credentials(running)
             return running
-        return LocalCluster(brokers=brokers).start()
+        return LocalCluster(brokers=brokers, secure=secure).start()
 
+
+def check_credentials(cluster: LocalCluster) -> None:
+    """A secure lab refuses clients without its credentials: say so now, with the fix,
+    rather than let the first producer time out with librdkafka's words for it."""
+    if settings.current().kafka_config is None:
+        raise AuthenticationFailed(f"{secure_lab.auth_message(cluster.home)}: this lab is "
+                                   "secure (SASL_SSL) and LABKIT_KAFKA_CONFIG is not set")
+    check_reachable(cluster.bootstrap, 10.0)
