@@ -38,8 +38,12 @@ def setup() -> None:
 
 @app.command()
 def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"),
-       port: int = typer.Option(0, help="port of the first broker (default: any free port)")) -> None:
-    """Start the lab cluster, or reuse the one already running; print its bootstrap address."""
+       port: int = typer.Option(0, help="port of the first broker (default: any free port)"),
+       secure: bool = typer.Option(False, "--secure",
+                                   help="SASL_SSL only (SCRAM-SHA-512, TLS, ACLs on); writes "
+                                        "the client.properties LABKIT_KAFKA_CONFIG names")) -> None:
+    """Start the lab cluster, or reuse the one already running; print its bootstrap address
+    (with --secure, then the `export LABKIT_KAFKA_CONFIG=...` line its clients need)."""
     if brokers not in (1, 3):
         _fail(f"--brokers must be 1 or 3, not {brokers}")
     try:
@@ -52,15 +56,20 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
             running = lab.LocalCluster.attach()
             if running is None:
                 running = lab.LocalCluster(brokers=brokers, port=port or None,
-                                           detached=True).start()
+                                           detached=True, secure=secure).start()
             elif len(running.brokers) != brokers:
                 _fail(f"a lab with {len(running.brokers)} broker(s) is already running; "
                       f"`labkit down` first to start one with {brokers}")
+            elif secure and not running.secure:
+                _fail("a plaintext lab is already running; `labkit down` first to start a "
+                      "secure one")
             else:
                 typer.echo(f"lab already running ({len(running.brokers)} broker(s))", err=True)
     except (lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(running.bootstrap)
+    if running.secure:  # the line a learner pastes (or evals) before starting Jupyter
+        typer.echo(f"export LABKIT_KAFKA_CONFIG={running.client_properties}")
 
 
 @app.command()
@@ -91,6 +100,11 @@ def status(as_json: bool = typer.Option(False, "--json", help="machine-readable"
         typer.echo("external cluster (LABKIT_BOOTSTRAP)")
         return
     typer.echo(f"data dir: {info['data_dir']}")
+    if info.get("secure"):
+        typer.echo("security: SASL_SSL only (SCRAM-SHA-512, TLS, ACLs on); clients need "
+                   f"export LABKIT_KAFKA_CONFIG={info['client_properties']}")
+    else:
+        typer.echo("security: plaintext (no credentials)")
     for b in info["brokers"]:
         typer.echo(f"  broker {b['node_id']}  {b['address']}  pid {b['pid']}  "
                    f"{'alive' if b['alive'] else 'DEAD'}")
