@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
+from labkit.clientlog import client_config
 from labkit.pipelines.common import committed_offsets
 
 STORE_MODES = ("on-poll", "after-process")
@@ -49,11 +50,11 @@ def trace(bootstrap: str, topic: str, polls: int = 5, batch_size: int = 10,
     """
     if store not in STORE_MODES:
         raise ValueError(f"store must be one of {STORE_MODES}, not {store!r}")
-    consumer = Consumer({
+    consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group_id or f"autocommit-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": True, "auto.commit.interval.ms": interval_ms,
         "enable.auto.offset.store": store == "on-poll", "auto.offset.reset": "earliest",
-    })
+    }))
     # A fixed assignment, not a group subscription (the other pipelines subscribe): this
     # lesson reads the committed offset between polls, timer tick by timer tick, and a
     # rebalance landing between two polls would commit on its own and blur what it shows.
