@@ -168,8 +168,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
                     checkpoint=str(workdir / "checkpoint"), sink=sink,
                     max_offsets_per_trigger=math.ceil(span / BATCHES),
                     source_options=dict(source_options))
-    names = {"input": topic, **({"output": out_topic} if kind == "kafka" else {})}
-    with watch(names) if watch else nullcontext():
+    made = {"input": topic, **({"output": out_topic} if kind == "kafka" else {})}
+    with watch(made) if watch else nullcontext():
         run = run_until_done(job, crash_at, CRASH_HIT, log_dir=workdir, on_event=on_event,
                              spare=spare, resume=resume or (
                                  "database" if kind == "transactional" else "checkpoint"))
