@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from labkit import audit, data, history, settings, topics
+from labkit import audit, connection, data, history, javaconfig, settings, topics
 from labkit import names as namespace
 from labkit import cluster as lab
 from labkit.audit import AuditReport
@@ -223,9 +223,8 @@ def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_di
     started = time.monotonic()
     with status(f"torture: {shlex.join(command)}") as progress, \
             (proxy_mod.FaultProxy(cluster.bootstrap, fault) if fault else nullcontext()) as proxy, \
-            _App(command, {**os.environ, **names, history.ENV_FILE: str(run_dir / "history.jsonl"),
-                           ENV_BOOTSTRAP: proxy.bootstrap if proxy else cluster.bootstrap},
-                 run_dir) as app, \
+            _App(command, app_environment(proxy.bootstrap if proxy else cluster.bootstrap,
+                                          names, run_dir), run_dir) as app, \
             _Watch(cluster.bootstrap, names[ENV_INPUT], names[ENV_OUTPUT],
                    names[ENV_GROUP], history_file=run_dir / "history.jsonl") as watch:
         _supervise(app, watch, cluster, result, kills=kills, broker_kills=broker_kills,
@@ -237,6 +236,23 @@ def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_di
     result.report.fault = fault
     result.seconds = round(time.monotonic() - started, 2)
     return result
+
+
+def app_environment(bootstrap: str, names: dict[str, str], run_dir: Path) -> dict[str, str]:
+    """The app's environment: the lab's, the run's names, the history file, ``bootstrap``,
+    and the cluster's connection settings as an app reads them: ``LABKIT_KAFKA_CONFIG``
+    (librdkafka names, for a Python app) and ``LABKIT_KAFKA_JAVA_CONFIG`` (the same settings
+    in the Java client's names, ``labkit.javaconfig``, written to the run's directory). Neither
+    when ``bootstrap`` needs none (no LABKIT_KAFKA_CONFIG, or the fault proxy's plaintext side)."""
+    env = {**os.environ, **names, history.ENV_FILE: str(run_dir / "history.jsonl"),
+           ENV_BOOTSTRAP: bootstrap}
+    env.pop(settings.KAFKA_CONFIG, None)
+    env.pop(settings.KAFKA_JAVA_CONFIG, None)
+    if connection.for_client(bootstrap):
+        env[settings.KAFKA_CONFIG] = str(settings.current().kafka_config.resolve())
+        env[settings.KAFKA_JAVA_CONFIG] = str(javaconfig.write(run_dir / "client-java.properties",
+                                                               bootstrap))
+    return env
 
 
 def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 3000) -> list[str]:
@@ -649,12 +665,28 @@ def _audit(bootstrap: str, output: str, inputs: list[dict], check: str) -> Audit
     return report
 
 
+def _behind_proxy(command: list[str]) -> int:
+    """Run ``command`` (Kafka's copier) through the lab's proxy and return its exit code.
+
+    The copier has no option for client properties, so against a cluster that wants TLS or
+    credentials it talks to a proxy without a fault: plaintext on 127.0.0.1, TLS and SASL
+    upstream (``labkit.faults.proxy``). The proxy lives in this process, which the harness
+    kills with the copier (the whole process group)."""
+    with proxy_mod.FaultProxy(settings.current().bootstrap) as proxy:
+        env = {**os.environ, ENV_BOOTSTRAP: proxy.bootstrap}
+        proc = subprocess.Popen(command, env=env, preexec_fn=lab.die_with_owner())
+        signal.signal(signal.SIGTERM, lambda *_: proc.terminate())  # the harness's stop()
+        return proc.wait()
+
+
 if __name__ == "__main__":
     # `python -m labkit.harness copier` / `... streams GUARANTEE`: an app the lab did not
     # write as a command line for `labkit torture` (exec, so the harness's SIGKILL hits the
     # JVM itself, not a Python parent).
     if sys.argv[1:] == ["copier"]:
         cmd = copier_command()
+        if connection.for_client(settings.current().bootstrap):
+            sys.exit(_behind_proxy(cmd))
     elif len(sys.argv) == 3 and sys.argv[1] == "streams" and sys.argv[2] in STREAMS_GUARANTEES:
         cmd = streams_command(sys.argv[2])
     else:

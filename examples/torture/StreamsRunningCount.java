@@ -12,7 +12,9 @@
  * (`labkit.harness.streams_command(guarantee)` builds that command.) It reads the
  * environment the harness sets: LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC,
  * LABKIT_GROUP_ID (the application.id, so the consumer group whose committed offsets the
- * harness watches) and LABKIT_HISTORY (its directory holds this run's state.dir).
+ * harness watches) and LABKIT_HISTORY (its directory holds this run's state.dir); against a
+ * cluster that wants TLS or credentials, LABKIT_KAFKA_JAVA_CONFIG: a Java client properties
+ * file (security.protocol, sasl.jaas.config, ssl.truststore.*) loaded into the app's config.
  * PROCESSING_GUARANTEE in the environment is the same as --guarantee.
  *
  * Input: the lab's JSON records, keyed by their `key` field (labkit.data.load_into_topic),
@@ -21,6 +23,8 @@
  */
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.Reader;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.LinkedHashMap;
@@ -82,6 +86,13 @@ public class StreamsRunningCount {
         // at once instead of waiting for the dead one's session to time out.
         props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, appId + "-1");
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        // The cluster's connection settings (TLS, SASL), as a deployment hands them to an app.
+        String clientConfig = System.getenv("LABKIT_KAFKA_JAVA_CONFIG");
+        if (clientConfig != null && !clientConfig.isEmpty()) {
+            try (Reader in = Files.newBufferedReader(Path.of(clientConfig))) {
+                props.load(in);
+            }
+        }
 
         ObjectMapper json = new ObjectMapper();
         long workNanos = (long) (workMs * 1_000_000);

@@ -13,6 +13,8 @@ import time
 
 from confluent_kafka import Consumer, Producer
 
+from kafka_config import kafka_config  # LABKIT_KAFKA_CONFIG: TLS and credentials, when set
+
 
 def main() -> None:
     args = argparse.ArgumentParser()
@@ -22,10 +24,10 @@ def main() -> None:
     batch = args.parse_args().batch
     bootstrap = os.environ["LABKIT_BOOTSTRAP"]
     group = os.environ["LABKIT_GROUP_ID"]
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+    consumer = Consumer({**kafka_config(), "bootstrap.servers": bootstrap, "group.id": group,
                          "group.instance.id": f"{group}-1", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = Producer({**kafka_config(), "bootstrap.servers": bootstrap, "enable.idempotence": True})
     consumer.subscribe([os.environ["LABKIT_INPUT_TOPIC"]])
     out = os.environ["LABKIT_OUTPUT_TOPIC"]
     while True:

@@ -18,6 +18,8 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from kafka_config import kafka_config  # LABKIT_KAFKA_CONFIG: TLS and credentials, when set
+
 
 def main() -> None:
     args = argparse.ArgumentParser()
@@ -28,7 +30,7 @@ def main() -> None:
     bootstrap = os.environ["LABKIT_BOOTSTRAP"]
     group = os.environ["LABKIT_GROUP_ID"]
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group,
+        **kafka_config(), "bootstrap.servers": bootstrap, "group.id": group,
         # Static membership: a restarted instance takes its predecessor's place at once
         # instead of waiting for the dead one's session to time out.
         "group.instance.id": f"{group}-1",
@@ -37,7 +39,7 @@ def main() -> None:
         "auto.offset.reset": "earliest",
     })
     producer = Producer({
-        "bootstrap.servers": bootstrap,
+        **kafka_config(), "bootstrap.servers": bootstrap,
         # The same id after a restart fences the previous instance and aborts its open
         # transaction.
         "transactional.id": os.environ["LABKIT_TRANSACTIONAL_ID"],

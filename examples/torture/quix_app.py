@@ -20,6 +20,9 @@ import os
 import tempfile
 
 from quixstreams import Application
+from quixstreams.kafka import ConnectionConfig
+
+from kafka_config import kafka_config  # LABKIT_KAFKA_CONFIG: TLS and credentials, when set
 
 
 def main() -> None:
@@ -32,7 +35,9 @@ def main() -> None:
     opts = args.parse_args()
     group = os.environ["LABKIT_GROUP_ID"]
     app = Application(
-        broker_address=os.environ["LABKIT_BOOTSTRAP"],
+        # The address plus the cluster's connection settings (quixstreams' own type for them).
+        broker_address=ConnectionConfig.from_librdkafka_dict(
+            {**kafka_config(), "bootstrap.servers": os.environ["LABKIT_BOOTSTRAP"]}),
         consumer_group=group,
         auto_offset_reset="earliest",
         commit_interval=opts.commit_interval,
