@@ -34,6 +34,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # they start are recognisable as this run's (see lab_processes).
     home = tempfile.mkdtemp(prefix="labkit-test-")
     os.environ["LABKIT_HOME"] = home
+    # The suite's names are the lessons' own, also where a test points the CLI at this broker
+    # through LABKIT_BOOTSTRAP (an external cluster's default namespace is the login name):
+    # set empty, LABKIT_NAMESPACE means none. LABKIT_NAMESPACE=alice make test runs as alice.
+    os.environ.setdefault("LABKIT_NAMESPACE", "")
     external = lab.external_from_env()
     if external is not None:
         _shared["cluster"] = external

@@ -114,6 +114,8 @@ def _namespace(s) -> tuple[str, str]:
     """The namespace and where it comes from (the rule of ``Settings.namespace``)."""
     if s.namespace_set:
         return s.namespace, "from LABKIT_NAMESPACE"
+    if s.namespace_given:
+        return "", "LABKIT_NAMESPACE is set empty"
     if s.external:
         return s.namespace, ("your login name, the default on an external cluster "
                              "(LABKIT_BOOTSTRAP); LABKIT_NAMESPACE=name sets another")

@@ -68,6 +68,9 @@ class Settings:
     instance: str
     attempt: int
     plaintext: frozenset[str] = frozenset()  # LABKIT_PLAINTEXT: host:port, comma-separated
+    # LABKIT_NAMESPACE is in the environment, perhaps empty: set empty, it means "no
+    # namespace" even on an external cluster (the test suite's own names, a lone user)
+    namespace_given: bool = False
 
     @property
     def external(self) -> bool:
@@ -78,10 +81,11 @@ class Settings:
         """The prefix for every topic, group id and transactional id the lab creates.
 
         LABKIT_NAMESPACE when set; on an external cluster (shared by a room) the user's login
-        name; on the local lab nothing, so the lessons show the names they talk about."""
+        name; on the local lab nothing, so the lessons show the names they talk about.
+        ``LABKIT_NAMESPACE=`` (set, empty) turns the login-name default off."""
         if self.namespace_set:
             return _checked_namespace(self.namespace_set)
-        if self.external:
+        if self.external and not self.namespace_given:
             return _checked_namespace(re.sub(r"[^a-zA-Z0-9_-]", "-", getpass.getuser()))
         return ""
 
@@ -146,6 +150,7 @@ def current() -> Settings:
         history_file=env.get(HISTORY, ""),
         instance=env.get(INSTANCE, ""),
         attempt=_int(ATTEMPT, 1),
+        namespace_given="LABKIT_NAMESPACE" in env,
         plaintext=_addresses(env.get(PLAINTEXT, "")),
     )
 
