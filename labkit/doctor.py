@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import psutil
 
 from labkit import cluster as lab
-from labkit import jvm, topics
+from labkit import connection, jvm, names, secure, settings, topics
 from labkit.clientlog import client_config
 from labkit.paths import LabkitSetupError, cache_dir
 
@@ -42,13 +42,15 @@ class Check:
         return text if self.ok else f"{text}\n     fix: {self.fix}"
 
 
-def _check(name: str, probe: Callable[[], str], fix: str) -> Check:
-    """Run ``probe``: its return value is the detail of a pass, its exception of a failure."""
+def _check(name: str, probe: Callable[[], str],
+           fix: str | Callable[[Exception], str]) -> Check:
+    """Run ``probe``: its return value is the detail of a pass, its exception of a failure
+    (``fix`` may depend on that exception: wrong credentials are fixed differently)."""
     try:
         return Check(name, True, probe())
     except Exception as exc:  # a preflight reports every failure, whatever its type
         return Check(name, False, str(exc).strip().splitlines()[0] if str(exc).strip()
-                     else type(exc).__name__, fix)
+                     else type(exc).__name__, fix(exc) if callable(fix) else fix)
 
 
 def python_version() -> str:
@@ -109,6 +111,35 @@ def cluster_bootstrap() -> str:
     return running.bootstrap
 
 
+def credentials() -> str:
+    """Which connection settings every client gets (LABKIT_KAFKA_CONFIG), checked; a secure
+    lab running here without them is a failure before any round trip is tried."""
+    path = settings.current().kafka_config
+    props = connection.settings()  # a missing file or a wrong name raises, saying which
+    running = lab.running()
+    if isinstance(running, lab.LocalCluster) and running.secure and not props:
+        raise lab.AuthenticationFailed(f"{secure.auth_message(running.home)}: the lab is "
+                                       "secure (SASL_SSL) and LABKIT_KAFKA_CONFIG is not set")
+    if not props:
+        return "none: plaintext, no credentials (LABKIT_KAFKA_CONFIG is not set)"
+    words = [props.get("security.protocol", "PLAINTEXT"),
+             props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "",
+             f"as {props['sasl.username']}" if props.get("sasl.username") else "", f"from {path}"]
+    return " ".join(w for w in words if w)
+
+
+def credentials_fix(exc: Exception) -> str:
+    """The export line to run: the lab's client.properties when this lab wrote one."""
+    running = lab.running()
+    if isinstance(running, lab.LocalCluster) and running.secure:
+        return f"export LABKIT_KAFKA_CONFIG={running.client_properties}"
+    if isinstance(exc, connection.ConnectionConfigError):
+        return ("correct the file LABKIT_KAFKA_CONFIG names (librdkafka property names), "
+                "or unset it for a plaintext cluster")
+    return ("export LABKIT_KAFKA_CONFIG=<the cluster's client.properties> (security.protocol, "
+            "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location)")
+
+
 def reachable(bootstrap: str) -> str:
     brokers = lab.check_reachable(bootstrap, 10.0)
     return f"{bootstrap}: {len(brokers)} broker(s) answer"
@@ -117,7 +148,7 @@ def reachable(bootstrap: str) -> str:
 def produce_consume(bootstrap: str) -> str:
     from confluent_kafka import Producer
 
-    topic = f"labkit-doctor-{uuid.uuid4().hex[:8]}"
+    topic = names.topic(f"labkit-doctor-{uuid.uuid4().hex[:8]}")  # in the learner's namespace
     topics.create(bootstrap, topic)
     try:
         producer = Producer(client_config({"bootstrap.servers": bootstrap}))
@@ -136,7 +167,7 @@ def produce_consume(bootstrap: str) -> str:
 def transaction(bootstrap: str) -> str:
     from confluent_kafka import Producer
 
-    topic = f"labkit-doctor-{uuid.uuid4().hex[:8]}"
+    topic = names.topic(f"labkit-doctor-{uuid.uuid4().hex[:8]}")  # in the learner's namespace
     topics.create(bootstrap, topic)
     try:
         producer = Producer(client_config({
@@ -192,9 +223,12 @@ def run(spark: bool = True, on_check: Callable[[Check], None] | None = None) -> 
                           "run `labkit up` (or set LABKIT_BOOTSTRAP=host:port of your cluster)"))
     if where.ok:
         bootstrap = where.detail
-        net = record(_check("reachable", lambda: reachable(bootstrap),
-                            "check the address and that the brokers are up (`labkit status`)"))
-        if net.ok:
+        creds = record(_check("credentials", credentials, credentials_fix))
+        net = creds.ok and record(_check(
+            "reachable", lambda: reachable(bootstrap),
+            lambda exc: credentials_fix(exc) if isinstance(exc, lab.AuthenticationFailed)
+            else "check the address and that the brokers are up (`labkit status`)")).ok
+        if net:
             record(_check("produce/consume", lambda: produce_consume(bootstrap),
                           "check the broker's log (`labkit status` shows its directory)"))
             record(_check("transactions", lambda: transaction(bootstrap),
