@@ -159,6 +159,12 @@ def _addresses(text: str) -> frozenset[str]:
     return frozenset(a.strip() for a in text.split(",") if a.strip())
 
 
+def connection_env() -> dict[str, str]:
+    """This process's connection variables (LABKIT_KAFKA_CONFIG, LABKIT_PLAINTEXT; "" when
+    unset), for a long-lived child started earlier (a warm Spark worker) to apply per job."""
+    return {name: os.environ.get(name, "") for name in (KAFKA_CONFIG, PLAINTEXT)}
+
+
 def mark_plaintext(addresses: str) -> None:
     """Record that ``addresses`` (``host:port[,host:port]``) speak plaintext (a fault proxy's
     listeners): clients pointed there get no LABKIT_KAFKA_CONFIG settings. Written to this

@@ -177,6 +177,7 @@ def main(argv: list[str]) -> None:
             job = json.loads(line)
             if job["op"] == "exit":
                 break
+            os.environ.update(job.get("env", {}))  # LABKIT_KAFKA_CONFIG as the lab's is now
             os.environ.update(job.get("arm", {}))  # crash points read these when visited
             try:
                 result = JOBS[job["op"]](spark, job, send)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import topics
+from labkit import settings, topics
 from labkit.cluster import die_with_owner, pid_alive
 from labkit.faults.crashpoints import CRASH_POINTS, arm
 from labkit.paths import spark_remote
@@ -229,6 +229,8 @@ class SparkWorker:
         if self.spent:
             raise SparkJobError("this worker ran an armed job; use a fresh one")
         self.wait_ready()
+        # The connection settings as they are now, not as when this (warm) worker started.
+        message = {**message, "env": settings.connection_env()}
         if crash_at:
             message = {**message, "arm": arm(crash_at, hit)}
             self.spent = True
