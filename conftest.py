@@ -27,8 +27,29 @@ def _xdist_controller(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--lab-home", default=None,
+                     help="use the lab running in this LABKIT_HOME (e.g. `labkit up --secure`, "
+                          "with LABKIT_KAFKA_CONFIG set) instead of starting a broker")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if _xdist_controller(session.config):
+        return
+    lab_home = session.config.getoption("--lab-home")
+    if lab_home:  # someone else's lab: attached as the kernels will attach, never stopped
+        os.environ["LABKIT_HOME"] = lab_home
+        os.environ.setdefault("LABKIT_NAMESPACE", "")
+        running = lab.LocalCluster.attach()
+        if running is None:
+            raise pytest.UsageError(f"--lab-home {lab_home}: no lab runs there (`labkit up`)")
+        try:
+            if running.secure:  # fails at once, saying what to set, without LABKIT_KAFKA_CONFIG
+                lab.check_credentials(running)
+        except lab.ClusterError as refused:
+            raise pytest.UsageError(str(refused)) from None
+        _shared["cluster"] = running
+        _shared["attached"] = True
         return
     # Notebook kernels inherit this home: they attach to the same broker, and the processes
     # they start are recognisable as this run's (see lab_processes).
@@ -47,7 +68,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shared = _shared.pop("cluster", None)
-    if shared is not None:
+    if shared is not None and not _shared.pop("attached", False):
         shared.stop()
 
 
