@@ -46,7 +46,7 @@ import pandas as pd
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
-from labkit import topics
+from labkit import names, topics
 from labkit.clientlog import client_config
 from labkit.pipelines.guarantee import AtLeastOnce, AtMostOnce, ExactlyOnce, Guarantee
 
@@ -190,7 +190,8 @@ class Lane:
         self.bootstrap, self.guarantee, self.value_bytes = bootstrap, guarantee, value_bytes
         self.transactional = GUARANTEES[guarantee].transactional
         self.keep = topic is not None
-        self.topic = topic or f"bench-{guarantee.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+        # in the learner's namespace (labkit.names): the producer below writes to this name
+        self.topic = names.topic(topic or f"bench-{guarantee.replace('_', '-')}-{uuid.uuid4().hex[:8]}")
         self.warmup = warmup
         self.next_seq = 0
         self.reader: _Reader | None = None

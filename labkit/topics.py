@@ -105,6 +105,14 @@ def wait_for_leaders(bootstrap: str, *names: str, timeout_s: float = 30.0) -> No
         time.sleep(0.1)
 
 
+def listing(bootstrap: str, timeout_s: float = 10.0) -> list[str]:
+    """The topics a learner sees, by the broker's names: on a shared cluster those of the
+    learner's namespace only (``labkit.names``); never Kafka's internal ``__`` topics."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
+    return sorted(t for t in admin.list_topics(timeout=timeout_s).topics
+                  if not t.startswith("__") and namespace.mine(t))
+
+
 def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:
     topic = namespace.topic(topic)
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))

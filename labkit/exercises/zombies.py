@@ -7,9 +7,11 @@ from labkit.exercises import Verdict, check, unanswered
 def start_instance(bootstrap: str, topic: str, transactional_id: str) -> int:
     """Start one more instance with ``transactional_id``, commit one record with it and
     return the epoch the partition leader saw it write with."""
+    from labkit import names
     from labkit.inspect import Inspector
     from labkit.pipelines.txn import Transactions
 
+    topic = names.topic(topic)  # Transactions.produce is given the broker's name (labkit.names)
     txn = Transactions(bootstrap, transactional_id)
     txn.begin()
     txn.produce(topic, "check", {"id": "exercise-check", "key": "check"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from labkit import names
 from labkit.inspect.batches import Batch, Record, marker_type, parse_batches
 from labkit.inspect.client import InspectError, Inspector, UnknownTopicError
 from labkit.inspect.states import OffsetState, count_states, key_id, offset_states
@@ -25,7 +26,9 @@ __all__ = ["Batch", "Record", "Inspector", "InspectError", "UnknownTopicError",
 
 def snapshot_topic(inspector: Inspector, topic: str, groups: Iterable[str] | None = None) -> TopicView:
     """A TopicView through an open Inspector: offsets first, then batches below the high
-    watermark read then, so the numbers and the batches agree."""
+    watermark read then, so the numbers and the batches agree. ``topic``: a learner's name
+    or the broker's (``labkit.names``); the view carries the broker's."""
+    topic = names.topic(topic)
     with inspector.one_metadata():
         offsets = inspector.offsets(topic)
         producers = inspector.producers(topic)

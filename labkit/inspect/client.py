@@ -31,6 +31,7 @@ from kio.schema.metadata.v12 import request as metadata
 from kio.schema.types import BrokerId, GroupId, TopicName, TransactionalId
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
+from labkit import names
 from labkit.inspect.batches import Batch, parse_batches
 from labkit.inspect.model import PartitionOffsets, ProducerState, Transaction
 from labkit.protocol import Connection
@@ -123,7 +124,10 @@ class Inspector:
             self._pinned = None
 
     def leaders(self, topic: str) -> dict[int, str]:
-        """partition -> leader address. Never creates the topic."""
+        """partition -> leader address. Never creates the topic.
+
+        Every method here takes a learner's topic name or the broker's (``labkit.names``)."""
+        topic = names.topic(topic)
         if self._pinned is not None and topic in self._pinned:
             return self._pinned[topic]
         request = metadata.MetadataRequest(
@@ -174,6 +178,7 @@ class Inspector:
 
     def offsets(self, topic: str, partitions: Iterable[int] | None = None) -> dict[int, PartitionOffsets]:
         """Log start, LSO and high watermark of each partition (ListOffsets)."""
+        topic = names.topic(topic)
         out: dict[int, PartitionOffsets] = {}
         for address, parts in self._by_leader(topic, partitions).items():
             start = self._list_offsets(address, topic, parts, EARLIEST, READ_UNCOMMITTED)
@@ -188,6 +193,7 @@ class Inspector:
     def batches(self, topic: str, partition: int, start: int, end: int) -> list[Batch]:
         """Every batch holding an offset in [start, end), read raw with READ_UNCOMMITTED:
         committed, open and aborted data and the COMMIT/ABORT marker batches."""
+        topic = names.topic(topic)
         (address, _), = self._by_leader(topic, [partition]).items()
         out: list[Batch] = []
         position, max_bytes = start, FETCH_BYTES
@@ -216,6 +222,7 @@ class Inspector:
 
     def producers(self, topic: str, partitions: Iterable[int] | None = None) -> list[ProducerState]:
         """Active producers per partition (DescribeProducers, at each partition leader)."""
+        topic = names.topic(topic)
         out: list[ProducerState] = []
         for address, parts in self._by_leader(topic, partitions).items():
             request = describe_producers.DescribeProducersRequest(topics=(
@@ -231,7 +238,21 @@ class Inspector:
     def transactions(self, states: Iterable[str] = OPEN_STATES,
                      topic: str | None = None) -> list[Transaction]:
         """Transactions in ``states`` (default: open ones), optionally only those writing to
-        ``topic``. ListTransactions goes to every broker (each coordinates some ids)."""
+        ``topic``. ListTransactions goes to every broker (each coordinates some ids).
+        On a shared cluster only the learner's namespace's ids are looked at (labkit.names)."""
+        states = tuple(states)
+        ids = self.transactional_ids(states)
+        # States move on between the two requests: keep only what still matches.
+        found = [t for t in self.describe_transactions(ids)
+                 if not states or t.state in states]
+        if topic is not None:
+            topic = names.topic(topic)
+            found = [t for t in found if any(tp == topic for tp, _ in t.partitions)]
+        return found
+
+    def transactional_ids(self, states: Iterable[str] = ()) -> list[str]:
+        """The transactional ids the coordinators know (in ``states``; default: any, finished
+        ones too, until they expire), those of the learner's namespace (labkit.names)."""
         states = tuple(states)
         if not self._brokers:
             self.brokers()
@@ -242,13 +263,9 @@ class Inspector:
             if response.error_code in _NOT_READY:
                 continue  # this broker's transaction log is still loading: nothing to list yet
             _check(response.error_code, "ListTransactions")
-            ids.update(str(t.transactional_id) for t in response.transaction_states)
-        # States move on between the two requests: keep only what still matches.
-        found = [t for t in self.describe_transactions(sorted(ids))
-                 if not states or t.state in states]
-        if topic is not None:
-            found = [t for t in found if any(tp == topic for tp, _ in t.partitions)]
-        return found
+            ids.update(str(t.transactional_id) for t in response.transaction_states
+                       if names.mine(str(t.transactional_id)))
+        return sorted(ids)
 
     def _coordinators(self, key_type: int, keys: list[str]) -> dict[str, list[str]]:
         """coordinator address -> the keys (group or transactional ids) it coordinates.
@@ -264,7 +281,7 @@ class Inspector:
         return by_coordinator
 
     def describe_transactions(self, transactional_ids: Iterable[str]) -> list[Transaction]:
-        ids = list(transactional_ids)
+        ids = [names.transactional_id(t) for t in transactional_ids]
         out: list[Transaction] = []
         if not ids:
             return out
@@ -304,14 +321,15 @@ class Inspector:
     # ------------------------------------------------------------ consumer groups
 
     def groups(self) -> list[str]:
-        """Every consumer group on the cluster (ListGroups at every broker)."""
+        """Every consumer group on the cluster (ListGroups at every broker); on a shared
+        cluster, those of the learner's namespace (labkit.names)."""
         found: set[str] = set()
         for address in self.brokers().values():
             response = self._send(address, list_groups.ListGroupsRequest())
             if response.error_code in _NOT_READY:
                 continue
             _check(response.error_code, "ListGroups")
-            found.update(str(g.group_id) for g in response.groups)
+            found.update(str(g.group_id) for g in response.groups if names.mine(str(g.group_id)))
         return sorted(found)
 
     def group_offsets(self, topic: str, groups: Iterable[str] | None = None) -> dict[str, dict[int, int]]:
@@ -320,7 +338,8 @@ class Inspector:
 
         OffsetFetch straight to each group's coordinator. (librdkafka's AdminClient can
         segfault asking about a group whose coordinator is still loading.)"""
-        wanted = self.groups() if groups is None else list(groups)
+        topic = names.topic(topic)
+        wanted = self.groups() if groups is None else [names.group(g) for g in groups]
         out: dict[str, dict[int, int]] = {}
         if not wanted:
             return out

@@ -31,6 +31,7 @@ from kio.schema.read_share_group_state.v0 import request as read_state
 from kio.schema.types import TopicName
 from kio.static.primitive import i32
 
+from labkit import names
 from labkit.inspect.client import InspectError, Inspector, UnknownTopicError
 
 STATE_TOPIC = "__share_group_state"
@@ -141,8 +142,10 @@ def share_coordinator(inspector: Inspector, group: str, topic_id: uuid.UUID, par
 def share_state(inspector: Inspector, group: str, topic: str, partition: int = 0) -> ShareState:
     """What the share coordinator stores for ``group`` on ``topic``-``partition``.
 
+    ``group`` and ``topic``: a learner's names or the broker's (``labkit.names``).
     A group that has not read the partition yet (or a cluster without the state topic yet)
     gives start offset -1 and no batches."""
+    group, topic = names.group(group), names.topic(topic)
     found, _ = _topic(inspector, topic)
     epochs = {int(p.partition_index): int(p.leader_epoch) for p in found.partitions}
     if partition not in epochs:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
+from labkit import names
 from labkit.clientlog import client_config
 from labkit.pipelines.common import committed_offsets
 
@@ -50,6 +51,7 @@ def trace(bootstrap: str, topic: str, polls: int = 5, batch_size: int = 10,
     """
     if store not in STORE_MODES:
         raise ValueError(f"store must be one of {STORE_MODES}, not {store!r}")
+    topic = names.topic(topic)  # a learner's name or the broker's (labkit.names)
     consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group_id or f"autocommit-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": True, "auto.commit.interval.ms": interval_ms,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message,
                              Producer, TopicPartition)
 
-from labkit import topics
+from labkit import names, topics
 from labkit.faults.crashpoints import crash_point, halves
 
 # A dropped produce ack is retried after this long; Kafka's default (30 s) would make a
@@ -50,24 +50,27 @@ class DeliveryTracker:
         self.producer = producer
         self.strict = strict
         self.errors: list[str] = []
-        self._known_topics: set[str] = set()
+        self._known_topics: dict[str, str] = {}  # name given -> the broker's name
 
     def __call__(self, err, msg: Message) -> None:
         if err is not None:
             self.errors.append(str(err))
 
     def produce(self, topic: str, key: str | None, value: object) -> None:
-        if topic not in self._known_topics:
+        name = self._known_topics.get(topic)
+        if name is None:
+            # A learner's name or the broker's: the broker's (labkit.names), once per topic.
+            name = names.topic(topic)
             # Learn the topic's leaders *before* the first record. Otherwise records wait for
             # metadata longer than linger.ms and go out as soon as it arrives, splitting what
             # the pipeline produced together over several requests, so a lost ack would
             # duplicate a varying number of records.
             try:
-                self.producer.list_topics(topic, timeout=10)
+                self.producer.list_topics(name, timeout=10)
             except KafkaException:
                 pass  # a fault on the line right now: produce() fetches metadata itself
-            self._known_topics.add(topic)
-        self.producer.produce(topic, key=None if key is None else key.encode(),
+            self._known_topics[topic] = name
+        self.producer.produce(name, key=None if key is None else key.encode(),
                               value=topics.encode(value), on_delivery=self)
         self.producer.poll(0)
 

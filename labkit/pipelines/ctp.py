@@ -24,6 +24,7 @@ from contextlib import closing
 
 from confluent_kafka import Message
 
+from labkit import names
 from labkit.pipelines import consumer as ledger
 from labkit.pipelines.common import (PIPELINE_TUNING, commit, next_offsets, produce_in_halves,
                                      record_of)
@@ -62,6 +63,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
     ``max_batches`` stops after that many batches (the zombie experiment's late instance).
     """
     g = guarantee_named(guarantee, idempotent)
+    output_topic = names.topic(output_topic)  # the input's name: GroupInput (labkit.names)
     if offsets not in OFFSET_MODES:
         raise ValueError(f"offsets must be one of {OFFSET_MODES}, not {offsets!r}")
     if fencing not in FENCING_MODES:

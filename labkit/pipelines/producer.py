@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labkit import topics
+from labkit import names, topics
 from labkit.pipelines.common import PIPELINE_TUNING, produce_in_halves
 from labkit.pipelines.guarantee import guarantee as guarantee_named
 
@@ -31,6 +31,7 @@ def run(bootstrap: str, output_topic: str, progress_topic: str, transactional_id
         idempotent: bool | None = None) -> None:
     """Write ``records`` to ``output_topic`` from the saved position to the end."""
     g = guarantee_named(guarantee, idempotent)
+    output_topic, progress_topic = names.topic(output_topic), names.topic(progress_topic)
     out = g.open_output(bootstrap, transactional_id, PIPELINE_TUNING)
     position = saved_position(bootstrap, progress_topic, g.isolation)
     while position < len(records):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from labkit import topics
+from labkit import names, topics
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import PIPELINE_TUNING, next_offsets, produce_in_halves, record_of
 from labkit.pipelines.group import GroupInput, run_batches
@@ -99,6 +99,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, changelog_topic: st
     counts of aborted transactions. One instance: the store holds every key's count.
     """
     g = guarantee_named(guarantee)
+    output_topic, changelog_topic = names.topic(output_topic), names.topic(changelog_topic)
     with closing(StateStore(state_dir)) as store:
         out = g.open_output(bootstrap, transactional_id, PIPELINE_TUNING)  # fences first
         restore(store, bootstrap, changelog_topic, restore_isolation or g.isolation)

@@ -40,7 +40,7 @@ from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsu
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    ResourceType)
 
-from labkit import history, settings
+from labkit import history, names, settings
 from labkit.clientlog import client_config
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import PIPELINE_TUNING, record_of
@@ -100,7 +100,7 @@ def prepare_group(bootstrap: str, group_id: str, record_lock_ms: int | None = No
     settings = {"share.auto.offset.reset": "earliest"}
     if record_lock_ms is not None:
         settings["share.record.lock.duration.ms"] = str(record_lock_ms)
-    resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[
+    resource = ConfigResource(ResourceType.GROUP, names.group(group_id), incremental_configs=[
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()])
     admin.incremental_alter_configs([resource])[resource].result(timeout=30)
 
@@ -116,6 +116,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
     ``reject``: archived at once). ``batch_size`` is max.poll.records."""
     poison_ids = [str(p) for p in poison_ids or []]
     check_options(guarantee, ack_mode, poison, poison_ids)
+    input_topic, output_topic = names.topic(input_topic), names.topic(output_topic)
     g = guarantee_named(guarantee)
     out = g.open_output(bootstrap, tuning=PIPELINE_TUNING)
     me = settings.current().instance or "0"

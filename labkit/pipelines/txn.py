@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from labkit import names
 from labkit.clientlog import client_config
 from labkit.pipelines.common import GROUP_FENCING_ERRORS, DeliveryTracker, StaleGeneration
 
@@ -74,7 +75,7 @@ class Transactions:
 
             config = {"bootstrap.servers": bootstrap,
                       **ExactlyOnce().producer_settings(transactional_id)}
-        self.transactional_id = transactional_id
+        self.transactional_id = names.transactional_id(transactional_id)  # as client_config makes it
         self.producer = Producer(client_config(config))
         self.delivery = DeliveryTracker(self.producer, strict=True)
         if init:

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from labkit import javaconfig, settings
+from labkit import javaconfig, names, settings
 from labkit.faults.crashpoints import crash_point
 from labkit.spark import checkpoint as ckpt
 from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
@@ -84,6 +84,9 @@ def run_stream(spark, job: dict, send) -> dict:
     reader = (spark.readStream.format("kafka")
               .options(**javaconfig.spark_options(job["bootstrap"]))  # + LABKIT_KAFKA_CONFIG
               .option("subscribe", job["topic"])
+              # Spark's own group id prefix, in the learner's namespace (labkit.names): a
+              # room's prefixed group ACLs cover it; unchanged without a namespace
+              .option("groupIdPrefix", names.group("spark-kafka-source"))
               .option("startingOffsets", job["starting_offsets"])
               .option("maxOffsetsPerTrigger", str(job["max_offsets_per_trigger"])))
     for key, value in job.get("source_options", {}).items():  # e.g. kafka.isolation.level
@@ -138,6 +141,7 @@ def recount(spark, job: dict, send) -> dict:
     reader = (spark.read.format("kafka")
               .options(**javaconfig.spark_options(job["bootstrap"]))  # + LABKIT_KAFKA_CONFIG
               .option("subscribe", job["topic"])
+              .option("groupIdPrefix", names.group("spark-kafka-relation"))  # as the stream's
               .option("startingOffsets", "earliest").option("endingOffsets", "latest"))
     for key, value in job.get("source_options", {}).items():  # the stream's isolation too
         reader = reader.option(key, value)

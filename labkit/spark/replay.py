@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import checkers, data
+from labkit import checkers, data, names
 from labkit.checkers import Result
 from labkit.spark import check, delta
 from labkit.pipelines.lookup import (V1, V2, VERSION_FIELD, current_threshold, processing,
@@ -109,7 +109,7 @@ def experiment(bootstrap: str, sink: str, records: int = 60, *,
     workdir = Path(workdir or tempfile.mkdtemp(prefix="labkit-replay-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
-    topic = f"replay-{sink}-{run_id}-in"
+    topic = names.topic(f"replay-{sink}-{run_id}-in")  # Spark subscribes to the broker's name
     inputs = data.generate(records, seed=0)
     data.load_into_topic(bootstrap, topic, inputs, partitions=PARTITIONS)
     lookup = str((workdir / "lookup.db").resolve())
