@@ -266,12 +266,17 @@ def torture(
     partitions: int = typer.Option(1, "--partitions", help="partitions of the input (and output)"),
     keep_topics: bool = typer.Option(False, "--keep-topics",
                                      help="keep the run's input and output topics (deleted by default)"),
+    plaintext: bool = typer.Option(False, "--plaintext",
+                                   help="the app reads no LABKIT_KAFKA_CONFIG: on a cluster with "
+                                        "TLS/credentials, the lab's proxy stands in front of it"),
 ) -> None:
     """Run any COMMAND as the pipeline under test: kill it at random, audit its output.
 
     The lab writes --input JSON records with unique ids to a new input topic and passes
     LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC, LABKIT_GROUP_ID and
-    LABKIT_TRANSACTIONAL_ID to the app, which writes records keeping each input id.
+    LABKIT_TRANSACTIONAL_ID to the app, which writes records keeping each input id;
+    with LABKIT_KAFKA_CONFIG set, also that file (and LABKIT_KAFKA_JAVA_CONFIG, the same
+    settings in the Java client's names).
     Example: labkit torture --kills 3 -- python examples/torture/exactly_once_app.py
     """
     from labkit import harness
@@ -286,7 +291,8 @@ def torture(
         result = harness.torture(command or [], input=records, kills=kills, seed=seed,
                                  broker_kills=broker_kills, timeout_s=timeout, check=check,
                                  kill_after_s=window, fault=fault, partitions=partitions,
-                                 keep_topics=keep_topics, kill_clock=kill_clock)
+                                 keep_topics=keep_topics, kill_clock=kill_clock,
+                                 plaintext=plaintext)
     except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(result.to_json() if as_json else result.summary())

@@ -128,7 +128,8 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
             broker_kills: int = 0, timeout_s: float = 120.0, check: str = "records",
             kill_after_s: tuple[float, float] = (1.0, 4.0), fault: str | None = None,
             cluster: lab.Cluster | None = None, partitions: int = 1,
-            keep_topics: bool = False, kill_clock: str = "start") -> TortureResult:
+            keep_topics: bool = False, kill_clock: str = "start",
+            plaintext: bool = False) -> TortureResult:
     """Run ``command`` as the pipeline under test, kill it ``kills`` times (each a seeded
     random ``kill_after_s`` after the previous fault), and audit its output.
 
@@ -141,7 +142,11 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     failed run) unless ``keep_topics``. ``kill_clock="commit"`` starts each fault's delay at
     the app's first offset commit (to LABKIT_GROUP_ID) after its (re)start instead of at the
     start: with a delay shorter than the app's commit interval, every kill lands between two
-    of its commits. Raises HarnessError when the run cannot be judged.
+    of its commits. ``plaintext``: the app takes no connection settings (it ignores
+    LABKIT_KAFKA_CONFIG, like a first app written in a notebook): against a cluster that
+    wants TLS or credentials the proxy, without a fault, stands between it and the cluster
+    (its side plaintext, TLS and SASL upstream); on a plaintext cluster nothing changes.
+    Raises HarnessError when the run cannot be judged.
     """
     command = _checked_command(command)
     if input < 1 or kills < 0 or broker_kills < 0 or timeout_s <= 0:
@@ -188,7 +193,8 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
         topics.create(cluster.bootstrap, names[ENV_OUTPUT], partitions=partitions)
         result = _run(command, cluster, names, run_dir, inputs, kills=kills,
                       broker_kills=broker_kills, timeout_s=timeout_s, check=check,
-                      kill_after_s=kill_after_s, fault=fault, seed=seed, kill_clock=kill_clock)
+                      kill_after_s=kill_after_s, fault=fault, seed=seed, kill_clock=kill_clock,
+                      plaintext=plaintext)
     finally:
         if not keep_topics:
             # Each run makes two topics (and an app may make its own, e.g. Kafka Streams'
@@ -216,13 +222,15 @@ def _app_topics(bootstrap: str, group: str) -> list[str]:
 def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_dir: Path,
          inputs: list[dict], *, kills: int, broker_kills: int, timeout_s: float, check: str,
          kill_after_s: tuple[float, float], fault: str | None, seed: int,
-         kill_clock: str = "start") -> TortureResult:
+         kill_clock: str = "start", plaintext: bool = False) -> TortureResult:
     """Supervise the app over the prepared topics, stop it and audit its output."""
     result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
                            run_dir=str(run_dir))
     started = time.monotonic()
     with status(f"torture: {shlex.join(command)}") as progress, \
-            (proxy_mod.FaultProxy(cluster.bootstrap, fault) if fault else nullcontext()) as proxy, \
+            (proxy_mod.FaultProxy(cluster.bootstrap, fault)
+             if fault or (plaintext and connection.for_client(cluster.bootstrap))
+             else nullcontext()) as proxy, \
             _App(command, app_environment(proxy.bootstrap if proxy else cluster.bootstrap,
                                           names, run_dir), run_dir) as app, \
             _Watch(cluster.bootstrap, names[ENV_INPUT], names[ENV_OUTPUT],
@@ -231,7 +239,7 @@ def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_di
                    kill_after_s=kill_after_s, timeout_s=timeout_s, seed=seed,
                    progress=progress, started=started, kill_clock=kill_clock)
         app.stop()
-        result.fault_stats = proxy.stats() if proxy else None
+        result.fault_stats = proxy.stats() if fault else None
     result.report = _audit(cluster.bootstrap, names[ENV_OUTPUT], inputs, check)
     result.report.fault = fault
     result.seconds = round(time.monotonic() - started, 2)
