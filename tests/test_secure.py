@@ -184,6 +184,29 @@ def test_notebooks_00_04_05_pass_nbval_against_the_secure_lab(learner: lab.Local
     assert any(n.startswith("consume-transform-produce-") for n in names), sorted(names)
 
 
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labkit.cli", *args], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=120)
+
+
+def test_cli_up_and_status_say_the_lab_is_secure(cluster: lab.Cluster,
+                                                 learner: lab.LocalCluster) -> None:
+    up = _cli("up", "--secure")  # the running secure lab is reused: its address, the export line
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.splitlines() == [learner.bootstrap,
+                                      f"export LABKIT_KAFKA_CONFIG={learner.client_properties}"]
+    assert ("security: SASL_SSL only (SCRAM-SHA-512, TLS, ACLs on); clients need export "
+            f"LABKIT_KAFKA_CONFIG={learner.client_properties}") in _cli("status").stdout
+    info = json.loads(_cli("status", "--json").stdout)
+    assert info["secure"] is True and info["client_properties"] == str(learner.client_properties)
+    if cluster.external:
+        return  # the session runs against LABKIT_BOOTSTRAP: no plaintext lab of ours below
+    # the session's plaintext lab is never passed off as a secure one
+    refused = _cli("up", "--secure", LABKIT_HOME=str(cluster.home))
+    assert refused.returncode == 2 and "a plaintext lab is already running" in refused.stderr
+    assert "security: plaintext" in _cli("status", LABKIT_HOME=str(cluster.home)).stdout
+
+
 def test_client_properties_are_checked_by_name(tmp_path: Path) -> None:
     java = tmp_path / "java.properties"
     java.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
