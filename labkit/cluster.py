@@ -385,6 +385,8 @@ class LocalCluster:
                                  if self.security else None)
                     (d / "server.properties").write_text(
                         broker_properties(b, voters, len(self.brokers), listeners))
+                    if self.security:  # its JAAS line holds the admin's password
+                        (d / "server.properties").chmod(0o600)
                     (d / "log4j2.properties").write_text(LOG4J2.format(log=b.log_file))
                     update(f"Formatting storage of broker {b.node_id}")
                     self._format(java, classpath, b, cluster_id)
