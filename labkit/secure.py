@@ -14,9 +14,11 @@ What a managed Kafka or a room's cluster asks of a client, on the laptop, with t
 * ``<LABKIT_HOME>/client.properties`` in librdkafka's names for the learner: the file
   ``LABKIT_KAFKA_CONFIG`` points at (see ``labkit.connection``).
 
-The controller listener stays PLAINTEXT on 127.0.0.1: only the brokers use it (a broker
-registering with its controller arrives there as ``User:ANONYMOUS``, hence a super user;
-clients cannot reach the cluster's data through it without also being on this machine).
+The controller listener stays PLAINTEXT on 127.0.0.1, for the brokers: a broker registering
+with its controller arrives there as ``User:ANONYMOUS``, hence a super user. It serves no
+produce or fetch, but a process on this machine could send it controller requests (KIP-919
+admin calls) as that super user: the secure lab rehearses what a client of an authenticated
+cluster must do, it is not a hardened broker.
 ``labkit.cluster`` only asks this module for the listener properties, the format arguments
 and the ACLs; the lab's state file records that the lab is secure.
 """
