@@ -43,7 +43,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 
 import pandas as pd
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from labkit import names, topics
@@ -120,6 +120,9 @@ class _Reader(threading.Thread):
             "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
             "enable.partition.eof": True, "fetch.wait.max.ms": 10,
+            # Records gone from under the reader (deleted, out of range) are an error to
+            # report, not a silent jump to the end that would undercount ``delivered``.
+            "auto.offset.reset": "error",
         }))
         topics.assign_all(self.consumer, topic)
 
@@ -140,6 +143,11 @@ class _Reader(threading.Thread):
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
                             self.ready.set()
+                        elif not _transient(err):
+                            # Before, every error was skipped and the loop went on for as long
+                            # as the lane stayed open, reading nothing; the run then waited
+                            # out its drain timeout and reported fewer records, silently.
+                            raise KafkaException(err)
                         continue
                     sent, seq = HEADER.unpack_from(msg.value())
                     with self.lock:
@@ -158,6 +166,15 @@ class _Reader(threading.Thread):
             self.ready.set()
             self.done.set()
             self.consumer.close()
+
+
+# Errors the client retries by itself (a connection dropped, a broker restarting): reading
+# goes on. Anything else (an offset reset refused, authorization) ends the reader.
+_RECONNECTING = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+
+
+def _transient(err: KafkaError) -> bool:
+    return not err.fatal() and (err.retriable() or err.code() in _RECONNECTING)
 
 
 def producer_config(bootstrap: str, guarantee: str) -> dict:
@@ -203,6 +220,8 @@ class Lane:
             self.reader = _Reader(self.bootstrap, self.topic)
             self.reader.start()
             self.reader.ready.wait(30)  # reading before the first record: latency excludes it
+            if self.reader.error is not None:
+                raise self.reader.error
             self.producer = Producer(producer_config(self.bootstrap, self.guarantee))
             if self.transactional:
                 self.producer.init_transactions(30)
@@ -243,6 +262,9 @@ class Lane:
         if self.transactional and records_per_txn is None and commit_interval_ms is None:
             commit_interval_ms = DEFAULT_COMMIT_INTERVAL_MS
         producer, reader, topic = self.producer, self.reader, self.topic
+        if reader.error is not None or not reader.is_alive():
+            # A reader that stopped never says "done": waiting for it would only time out.
+            raise reader.error or RuntimeError("the lane's reader has stopped")
         first = self.next_seq
         self.next_seq += records
         reader.expect(first, records)
@@ -273,36 +295,38 @@ class Lane:
             flush_ns += flushed - t
             transactions += 1
 
-        started = time.perf_counter_ns()
-        txn_started = started
-        if self.transactional:
-            producer.begin_transaction()
-        for i in range(records):
-            now = time.perf_counter_ns()
-            while gap_ns and now < started + i * gap_ns:  # paced: wait for this record's turn
-                producer.poll((started + i * gap_ns - now) / 1e9)  # returns early on events
-                now = time.perf_counter_ns()
-            if self.transactional and in_txn and (
-                    (records_per_txn and in_txn >= records_per_txn)
-                    or (interval_ns and now - txn_started >= interval_ns)):
-                commit()
+        try:
+            started = time.perf_counter_ns()
+            txn_started = started
+            if self.transactional:
                 producer.begin_transaction()
-                in_txn, txn_started = 0, time.perf_counter_ns()
-                now = txn_started
-            while True:
-                try:
-                    producer.produce(topic, value=HEADER.pack(now, first + i) + pad,
-                                     partition=0, on_delivery=on_delivery)
-                    break
-                except BufferError:  # the client's queue is full: let it drain a little
-                    producer.poll(0.005)
-            producer.poll(0)
-            in_txn += 1
-        if self.transactional:
-            commit()
-        left = producer.flush(30)
-        seconds = (time.perf_counter_ns() - started) / 1e9
-        reader.reading.set()
+            for i in range(records):
+                now = time.perf_counter_ns()
+                while gap_ns and now < started + i * gap_ns:  # paced: wait for this record's turn
+                    producer.poll((started + i * gap_ns - now) / 1e9)  # returns early on events
+                    now = time.perf_counter_ns()
+                if self.transactional and in_txn and (
+                        (records_per_txn and in_txn >= records_per_txn)
+                        or (interval_ns and now - txn_started >= interval_ns)):
+                    commit()
+                    producer.begin_transaction()
+                    in_txn, txn_started = 0, time.perf_counter_ns()
+                    now = txn_started
+                while True:
+                    try:
+                        producer.produce(topic, value=HEADER.pack(now, first + i) + pad,
+                                         partition=0, on_delivery=on_delivery)
+                        break
+                    except BufferError:  # the client's queue is full: let it drain a little
+                        producer.poll(0.005)
+                producer.poll(0)
+                in_txn += 1
+            if self.transactional:
+                commit()
+            left = producer.flush(30)
+            seconds = (time.perf_counter_ns() - started) / 1e9
+        finally:  # also when producing fails: a reader left holding off would never read again
+            reader.reading.set()
         reader.done.wait(DRAIN_TIMEOUT_S)
         if reader.error is not None:
             raise reader.error

@@ -246,3 +246,34 @@ def test_the_pictures_render_from_the_tables():
     for picture in (cost.guarantees_picture(runs), cost.grid_picture(bench.summarize_grid(fake_grid(-3)))):
         assert picture.png.startswith(b"\x89PNG") and len(picture.png) > 10_000
         assert repr(picture).endswith("(static picture)>")
+
+
+def test_a_reader_stops_at_a_consumer_error_and_the_next_run_says_so(bootstrap):
+    # A real broker error under the reader: the records at its fetch position are deleted
+    # while it is paused, so on resuming it fetches before the log start (offset out of
+    # range). Before, the reader skipped every error and looped on, reading nothing, until
+    # the lane closed; a run then waited out its drain timeout and reported fewer records.
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from labkit.clientlog import client_config
+
+    with bench.Lane(bootstrap, "at_least_once", value_bytes=64, warmup=False) as lane:
+        reader, partition = lane.reader, [TopicPartition(lane.topic, 0)]
+        reader.reading.clear()  # it holds off (as in a throughput run), so its client is free
+        reader.consumer.pause(partition)  # nothing fetched while records come and go
+        producer = Producer(client_config({"bootstrap.servers": bootstrap}))
+        for _ in range(5):
+            producer.produce(lane.topic, value=b"x" * 64, partition=0)
+        assert producer.flush(30) == 0
+        admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
+        for future in admin.delete_records([TopicPartition(lane.topic, 0, 5)]).values():
+            assert future.result(30).low_watermark == 5
+        reader.consumer.resume(partition)
+        reader.reading.set()
+        reader.join(60)
+        assert not reader.is_alive()  # the thread ended by itself, the lane still open
+        assert isinstance(reader.error, KafkaException)
+        assert reader.error.args[0].code() == bench.KafkaError._AUTO_OFFSET_RESET
+        with pytest.raises(KafkaException):  # at once, not after the drain timeout
+            lane.run(3)
