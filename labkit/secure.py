@@ -224,6 +224,17 @@ def _san(x509, host: str):
         return x509.DNSName(host)
 
 
+def operator_properties(home: Path) -> dict[str, str] | None:
+    """The admin's connection settings when ``home`` holds a running secure lab, else None.
+
+    For the one operator's view a lesson shows, a share group's stored state: Kafka serves
+    ReadShareGroupState to ClusterAction only (an inter-broker API), which a learner, here as
+    on a room's cluster, is not granted. Only the lab's own local broker has an admin to
+    lend; on any other cluster that view needs the operator's credentials."""
+    lab = SecureLab(home)
+    return lab.admin_config() if lab.admin_file.is_file() else None
+
+
 def auth_message(home: Path) -> str:
     """What a client without (the right) credentials is told: the variable and the file."""
     path = SecureLab(home).client_file
