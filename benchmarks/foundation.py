@@ -14,13 +14,7 @@ import time
 from pathlib import Path
 
 from labkit.cluster import LocalCluster
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+from labkit.proc import rss_mb
 
 
 def timed_cluster(brokers: int) -> tuple[float, list[float]]:

@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from labkit import cluster, data
+from labkit import cluster, data, proc
 from labkit.spark import runner
 from labkit.spark.runner import SparkWorker, StreamJob, run_until_done
 from labkit.spark.sinks import SinkSpec
@@ -32,10 +32,7 @@ RECORDS, PER_BATCH, REPEATS = 60, 20, 3
 
 
 def vm_hwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return proc.peak_rss_mb(pid)  # Linux's VmHWM: the most it ever had resident
 
 
 def job(bootstrap: str, workdir: Path, kind: str = "naive") -> StreamJob:

@@ -10,24 +10,23 @@ the lab cluster ``labkit up`` started, else a new one owned by this Python proce
 
 No orphans: an owned broker gets SIGKILL from the kernel when its owner dies
 (PR_SET_PDEATHSIG), and ``atexit`` stops it cleanly on a normal exit. A detached lab
-(``labkit up``) outlives the CLI; its pids live in ``$LABKIT_HOME/cluster.json`` and a lab
-whose brokers or owner died is detected there and cleaned up by the next start.
+(``labkit up``) outlives the CLI; its pids, each with its process's start time (a recycled
+pid is not our broker), live in ``$LABKIT_HOME/cluster.json`` and a lab whose brokers or
+owner died is detected there and cleaned up by the next start. Starting, signalling and
+waiting for processes is ``labkit.proc``'s job.
 """
 from __future__ import annotations
 
 import atexit
 import base64
 import contextlib
-import ctypes
 import fcntl
 import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -35,7 +34,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from labkit import jvm, settings
+from labkit import jvm, proc, settings
 from labkit import secure as secure_lab
 from labkit.clientlog import client_config
 from labkit.paths import lab_home
@@ -87,45 +86,10 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) is not alive for our purposes.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _is_broker(pid: int) -> bool:
-    """Guards against pid reuse: only ever signal a process that is a Kafka broker."""
-    try:
-        return b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return pid_alive(pid)
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: atexit and the stale-lab check still clean up
-
-
-def die_with_owner():
-    """A Popen ``preexec_fn`` that makes the child die with this process (SIGKILL).
-
-    The kernel sends PR_SET_PDEATHSIG when the *thread* that forked the child ends, so it
-    is only armed from the main thread: a child started in a background thread (a
-    dashboard's experiment, a spare Spark worker) would otherwise be killed as soon as that
-    thread finished. Such children are still stopped by their owner's cleanup and atexit."""
-    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+# Kept importable from here (tests, notebooks and older code use them); they live in proc.
+pid_alive = proc.pid_alive
+die_with_owner = proc.die_with_owner
+BROKER_MARK = "kafka.Kafka"  # in every broker JVM's command line (its main class)
 
 
 def new_cluster_id() -> str:
@@ -200,6 +164,18 @@ class Broker:
     controller_port: int
     dir: str
     pid: int | None = None
+    # When that process started: with the pid, its identity (a pid alone may be recycled).
+    create_time: float | None = None
+
+    @property
+    def running(self) -> bool:
+        """Is this broker's process still the one we started, and running?"""
+        return proc.alive(self.pid, self.create_time)
+
+    def process(self):
+        """Its broker JVM (psutil.Process) if it runs: the pid, started when we started it
+        (state files from before start times were kept: a Kafka broker's command line)."""
+        return proc.ours(self.pid, self.create_time, BROKER_MARK)
 
     @property
     def address(self) -> str:
@@ -450,22 +426,21 @@ class LocalCluster:
 
     def _spawn(self, java: str, classpath: str, b: Broker) -> None:
         cmd = self._jvm_command(java, classpath, b, ["kafka.Kafka", str(Path(b.dir) / "server.properties")])
-        out = open(Path(b.dir) / "broker.out", "ab")
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C in a notebook or terminal must not hit the broker
-            preexec_fn=None if self.detached else die_with_owner(),
-        )
-        out.close()
-        self._procs[b.node_id] = proc
-        b.pid = proc.pid
+        with open(Path(b.dir) / "broker.out", "ab") as out:
+            child = proc.spawn(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                group=True,  # Ctrl-C in a notebook or terminal must not hit the broker
+                owned=not self.detached,  # an owned broker dies with its owner
+            )
+        self._procs[b.node_id] = child
+        b.pid, b.create_time = child.pid, proc.create_time(child.pid)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[int, str]:
-        alive = [b for b in self.brokers if pid_alive(b.pid)]
+        alive = [b for b in self.brokers if b.running]
         deadline = time.monotonic() + timeout_s
         while True:
             for b in alive:
-                if not pid_alive(b.pid):
+                if not b.running:
                     raise ClusterError(
                         f"broker {b.node_id} exited while starting; see {b.log_file} and "
                         f"{Path(b.dir) / 'broker.out'}"
@@ -484,17 +459,14 @@ class LocalCluster:
 
     def kill(self, node_id: int | None = None) -> None:
         """SIGKILL one broker (or all): no shutdown hook runs, nothing is flushed."""
-        for b in self._select(node_id):
-            if b.pid and pid_alive(b.pid) and _is_broker(b.pid):
-                os.kill(b.pid, signal.SIGKILL)
-            self._reap(b, timeout_s=10)
+        proc.kill(self._handles(self._select(node_id)))
 
     def restart(self, node_id: int | None = None) -> None:
         """Start killed or stopped broker(s) again on the same data dir and wait for them."""
         java = jvm.check_java()
         classpath = jvm.classpath("kafka")
         for b in self._select(node_id):
-            if pid_alive(b.pid):
+            if b.running:
                 continue
             self._spawn(java, classpath, b)
         self._save_state()
@@ -521,29 +493,20 @@ class LocalCluster:
 
     def _terminate(self, brokers: list[Broker], timeout_s: float) -> None:
         """SIGTERM the running ones together; SIGKILL whoever is still up after timeout_s."""
-        running = [b for b in brokers if b.pid and pid_alive(b.pid) and _is_broker(b.pid)]
-        for b in running:
-            os.kill(b.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for b in running:
-            if not self._reap(b, max(0.1, deadline - time.monotonic())):
-                os.kill(b.pid, signal.SIGKILL)
-                self._reap(b, 10)
+        proc.stop(self._handles(brokers), timeout_s)
 
-    def _reap(self, b: Broker, timeout_s: float) -> bool:
-        proc = self._procs.get(b.node_id)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc is not None:
-                try:
-                    proc.wait(timeout=0.1)
-                except subprocess.TimeoutExpired:
-                    continue
-                return True
-            if not pid_alive(b.pid):
-                return True
-            time.sleep(0.1)
-        return False
+    def _handles(self, brokers: list[Broker]) -> list:
+        """What to signal for these brokers: the Popen of one this object started (its exit
+        is reaped there), else its process if it is still the broker we started; never a
+        bare pid, which may belong to somebody else by now."""
+        found = []
+        for b in brokers:
+            child = self._procs.get(b.node_id)
+            if child is not None and child.pid == b.pid:
+                found.append(child)
+            elif (p := b.process()) is not None:
+                found.append(p)
+        return found
 
     def _stop_at_exit(self) -> None:
         if os.getpid() == self.owner_pid:  # not in a forked child that inherited atexit
@@ -557,6 +520,7 @@ class LocalCluster:
         state = {
             "brokers": [asdict(b) for b in self.brokers],
             "owner_pid": None if self.detached else self.owner_pid,
+            "owner_create_time": None if self.detached else proc.create_time(self.owner_pid),
             "detached": self.detached,
             "secure": self.secure,
             "started": time.time(),
@@ -578,8 +542,8 @@ class LocalCluster:
                       secure=state.get("secure", False))
         cluster.brokers = [Broker(**b) for b in state["brokers"]]
         cluster.owner_pid = state["owner_pid"]
-        owner_ok = state["detached"] or pid_alive(state["owner_pid"])
-        if owner_ok and all(pid_alive(b.pid) and _is_broker(b.pid) for b in cluster.brokers):
+        owner_ok = state["detached"] or proc.alive(state["owner_pid"], state.get("owner_create_time"))
+        if owner_ok and all(b.process() is not None for b in cluster.brokers):
             return cluster
         cluster.stop(timeout_s=5)  # stale: kill what is left, remove state and data
         return None
@@ -588,9 +552,9 @@ class LocalCluster:
         return {
             "bootstrap": self.bootstrap,
             "external": False,
-            "up": all(pid_alive(b.pid) for b in self.brokers),
+            "up": all(b.running for b in self.brokers),
             "brokers": [{"node_id": b.node_id, "address": b.address, "pid": b.pid,
-                         "alive": pid_alive(b.pid), "dir": b.dir} for b in self.brokers],
+                         "alive": b.running, "dir": b.dir} for b in self.brokers],
             "data_dir": str(self.home),
             "detached": self.detached,
             "secure": self.secure,

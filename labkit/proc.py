@@ -1,0 +1,300 @@
+"""Process hygiene in one place: children that die with their owner, liveness that a
+recycled pid cannot fool, stopping a process with everything it started, finding processes.
+
+    child = proc.spawn(cmd, group=True)          # dies with this process (PR_SET_PDEATHSIG)
+    pid, started = child.pid, proc.create_time(child.pid)   # store both, never the pid alone
+    proc.alive(pid, started)                     # False once it exited, or the pid was reused
+    proc.stop([child], timeout_s=10)             # SIGTERM it and its descendants, SIGKILL the rest
+
+Every module that starts or stops a long-lived process (the brokers, the crash runner's
+workers, the Spark workers and Connect server, the torture harness's apps) goes through here;
+no other module reads /proc or calls os.kill. One-shot commands (mvn, the storage format
+tool) stay ``subprocess.run``.
+
+A pid alone is not an identity: after a process exits the kernel hands its pid to the next
+process, so a state file's pid may name anybody. A psutil.Process remembers its start time
+and refuses to signal a different process with the same pid; for a pid read from a file, its
+start time (``create_time``) is stored beside it and compared (``process``).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import psutil
+
+# Two processes with the same pid started this close together would need the pid space to
+# wrap within the interval; a stored start time further off than this is another process.
+SAME_START_S = 0.05
+KILL_WAIT_S = 10.0
+
+
+
+
+# --------------------------------------------------------------------------- starting
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the owner's cleanup, atexit and the stale-lab check still stop it
+
+
+def die_with_owner() -> Callable[[], None] | None:
+    """A Popen ``preexec_fn`` that makes the child die with this process (SIGKILL).
+
+    The kernel sends PR_SET_PDEATHSIG when the *thread* that forked the child ends, so it
+    is only armed from the main thread: a child started in a background thread (a
+    dashboard's experiment, a spare Spark worker) would otherwise be killed as soon as that
+    thread finished. Such children are still stopped by their owner's cleanup and atexit."""
+    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
+def spawn(cmd: Sequence[str], *, owned: bool = True, group: bool = False,
+          **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **popen_kwargs)`` for a long-lived child.
+
+    ``owned``: it gets SIGKILL when this process dies (see ``die_with_owner``); False for a
+    child meant to outlive us (a detached lab). ``group``: it leads a session (and process
+    group) of its own, so Ctrl-C in a terminal or notebook does not reach it and
+    ``stop(..., group=True)`` reaches whatever it starts."""
+    return subprocess.Popen(list(cmd), start_new_session=group,
+                            preexec_fn=die_with_owner() if owned else None, **popen_kwargs)
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def create_time(pid: int | None) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None if there is none: what
+    to store beside a pid so a recycled pid is not taken for the same process later."""
+    p = process(pid)
+    return None if p is None else p.create_time()
+
+
+def process(pid: int | None, started: float | None = None) -> psutil.Process | None:
+    """The running process ``pid`` (not a zombie), or None. With ``started`` (its
+    ``create_time`` when it was ours), a process that got the same pid later is None too."""
+    if not pid:
+        return None
+    try:
+        p = psutil.Process(pid)
+        if started is not None and abs(p.create_time() - started) > SAME_START_S:
+            return None  # the pid was recycled: this is somebody else
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None  # exited, not yet reaped: it does nothing any more
+        return p
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+
+
+def alive(pid: int | None, started: float | None = None) -> bool:
+    """Is ``pid`` running (and, with ``started``, still the process that started then)?"""
+    return process(pid, started) is not None
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Is ``pid`` running (not a zombie)? Prefer ``alive(pid, started)`` for a stored pid."""
+    return alive(pid)
+
+
+def command_line(p: psutil.Process) -> str | None:
+    """Its command line as one string; None if it cannot be read (gone, another user's)."""
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def ours(pid: int | None, started: float | None, marker: str) -> psutil.Process | None:
+    """The process ``pid`` (started at ``started`` if given) if its command line carries
+    ``marker`` (e.g. ``kafka.Kafka``): only ever signal a process that is what we think."""
+    p = process(pid, started)
+    if p is None:
+        return None
+    cmd = command_line(p)
+    # Unreadable (another user's): it is alive, and we could not signal it anyway.
+    return p if cmd is None or marker in cmd else None
+
+
+def find(marker: str) -> list[psutil.Process]:
+    """Every running process whose command line contains ``marker`` (e.g. a worker's tag
+    that its JVM carries as ``-Dlabkit.worker=TAG``), except this one."""
+    found = []
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        cmd = command_line(p)
+        if cmd is not None and marker in cmd and process(p.pid, p.create_time()) is not None:
+            found.append(p)
+    return found
+
+
+def descendants(root: subprocess.Popen | psutil.Process | int) -> list[psutil.Process]:
+    """Every process ``root`` started, and theirs (psutil's children(recursive=True))."""
+    p = root if isinstance(root, psutil.Process) else process(root if isinstance(root, int) else root.pid)
+    if p is None:
+        return []
+    try:
+        return p.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return []
+
+
+def is_stopped(pid: int) -> bool:
+    """Is ``pid`` stopped (SIGSTOP: a frozen consumer)?"""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory now, in MiB (NaN when it has gone)."""
+    try:
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return float("nan")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The most resident memory it ever had (Linux's VmHWM), in MiB; NaN when unknown.
+    psutil has no high-water mark, so this is the one place that reads /proc."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to every process in group ``pgid`` (a child started with group=True
+    leads one whose id is its pid); False if none is left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def signal_self(sig: int) -> None:
+    """This process sends itself ``sig`` (a crash point's SIGKILL, a freeze's SIGSTOP)."""
+    os.kill(os.getpid(), sig)
+
+
+class _Targets:
+    """What one stop/kill acts on: our own children as Popen objects (so their exit code
+    is collected by Popen and stays readable), other processes as psutil.Process objects
+    (signals refuse a recycled pid), and with ``tree`` every descendant, listed before the
+    first signal (once a parent dies its children are re-parented and can no longer be
+    found from it)."""
+
+    def __init__(self, targets: Iterable, tree: bool, group: bool):
+        self.group = group
+        self.leaders: list[int] = []
+        self.popens: list[subprocess.Popen] = []
+        self.others: dict[int, psutil.Process] = {}
+        for t in targets:
+            if t is None:
+                continue
+            if isinstance(t, subprocess.Popen):
+                if t.returncode is not None and not group:
+                    continue  # already reaped: its pid may be somebody else's now
+                self.popens.append(t)
+                self.leaders.append(t.pid)
+            else:
+                self.others[t.pid] = t
+                self.leaders.append(t.pid)
+        if tree:
+            for root in [*self.popens, *list(self.others.values())]:
+                for child in descendants(root):
+                    self.others.setdefault(child.pid, child)
+        mine = {p.pid for p in self.popens}
+        self.others = {pid: p for pid, p in self.others.items() if pid not in mine}
+
+    def send(self, sig: int) -> None:
+        for p in self.popens:
+            if p.poll() is None:  # Popen never signals a pid it has reaped
+                p.send_signal(sig)
+        for p in list(self.others.values()):
+            try:
+                p.send_signal(sig)  # psutil: NoSuchProcess rather than hit a recycled pid
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                pass
+        if self.group:  # also members we never saw (re-parented, double-forked)
+            for pgid in self.leaders:
+                signal_group(pgid, sig)
+
+    @staticmethod
+    def _gone(p: psutil.Process) -> bool:
+        try:
+            if not p.is_running():  # exited, or its pid now belongs to another process
+                return True
+            p.wait(timeout=0)  # reaps it if it is our child that exited
+            return True
+        except psutil.TimeoutExpired:
+            try:  # a zombie has exited; its parent (or init) reaps it
+                return p.status() == psutil.STATUS_ZOMBIE
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                return True
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, ChildProcessError):
+            return True
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until every target has exited (and our children are reaped); all gone?"""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.popens = [p for p in self.popens if p.poll() is None]
+            self.others = {pid: p for pid, p in self.others.items() if not self._gone(p)}
+            if not self.popens and not self.others:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.popens] + list(self.others)
+
+
+def stop(targets: Iterable, timeout_s: float = 10.0, *, tree: bool = True, group: bool = False,
+         kill_wait_s: float = KILL_WAIT_S) -> list[int]:
+    """SIGTERM every target at once (a chance to shut down cleanly), SIGKILL whatever has not
+    exited ``timeout_s`` later; returns the pids that needed the SIGKILL.
+
+    ``targets``: Popen objects of our own children or psutil.Process objects (from
+    ``process``/``ours``/``find``; a bare pid is not accepted: it may be recycled).
+    ``tree``: their descendants too (a worker's JVM). ``group``: each target leads a process
+    group (spawned with group=True): the whole group is signalled, and gets the SIGKILL
+    whatever happened, so no member outlives its leader."""
+    what = _Targets(targets, tree, group)
+    what.send(signal.SIGTERM)
+    killed: list[int] = []
+    if not what.wait(timeout_s):
+        killed = what.pids()
+        what.send(signal.SIGKILL)
+    elif group:
+        for pgid in what.leaders:
+            signal_group(pgid, signal.SIGKILL)
+    what.wait(kill_wait_s)
+    return killed
+
+
+def kill(targets: Iterable, *, tree: bool = True, group: bool = False,
+         wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL every target (and with ``tree`` its descendants, with ``group`` its group) at
+    once, then wait until they are gone and our children reaped; did they all go?"""
+    what = _Targets(targets, tree, group)
+    what.send(signal.SIGKILL)
+    return what.wait(wait_s)
