@@ -15,9 +15,11 @@ import tempfile
 import time
 import uuid
 
+import psutil
 import pytest
 
 from labkit import cluster as lab
+from labkit import proc
 
 _shared: dict[str, object] = {}
 
@@ -110,28 +112,24 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 # ---------------------------------------------------------------- no notebook leaves processes behind
 # Around each notebook run by nbval: the lab processes alive after its kernel has shut down
 # that were not there before it started are leaks (brokers, Spark JVMs, crash-test workers).
-LAB_PROCESS_MARKS = (b"kafka.Kafka", b"org.apache.spark", b"pyspark", b"labkit.faults.runner",
-                     b"labkit.spark")
+LAB_PROCESS_MARKS = ("kafka.Kafka", "org.apache.spark", "pyspark", "labkit.faults.runner",
+                     "labkit.spark")
 _before_notebook: dict[str, set[int]] = {}
 
 
 def lab_processes() -> dict[int, str]:
     """Lab processes started by this test run: they inherited its LABKIT_HOME (kernels get
     it from pytest), which tells them apart from anything else running on the machine."""
-    mine = f"LABKIT_HOME={os.environ.get('LABKIT_HOME', '')}".encode()
+    home = os.environ.get("LABKIT_HOME", "")
     found = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    # psutil (labkit.proc's base): another user's process reads as None, not an error
+    for p in psutil.process_iter(["cmdline", "environ"]):
+        if p.pid == os.getpid():
             continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-            with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                environ = fh.read().split(b"\0")
-        except OSError:
-            continue
-        if mine in environ and any(mark in cmdline for mark in LAB_PROCESS_MARKS):
-            found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")[:160]
+        cmdline = " ".join(p.info["cmdline"] or ())
+        if ((p.info["environ"] or {}).get("LABKIT_HOME") == home
+                and any(mark in cmdline for mark in LAB_PROCESS_MARKS)):
+            found[p.pid] = cmdline[:160]
     return found
 
 
@@ -162,10 +160,7 @@ def pytest_runtest_teardown(item, nextitem):
             break
         time.sleep(0.5)
     if leaked:
-        for pid in leaked:  # clean up so one leak does not cascade into the next notebook
-            try:
-                os.kill(pid, 9)
-            except OSError:
-                pass
+        # clean up so one leak does not cascade into the next notebook
+        proc.kill([p for p in map(proc.process, leaked) if p is not None])
         raise AssertionError(f"{os.path.basename(notebook)} left lab processes behind: "
                              + "; ".join(f"{pid}: {cmd}" for pid, cmd in leaked.items()))
