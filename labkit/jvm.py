@@ -15,7 +15,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from labkit import settings
+from labkit import proc, settings
 from labkit.paths import LabkitSetupError, cache_dir, pom_file
 from labkit.progress import status
 
@@ -122,15 +122,19 @@ def _run_maven(cmd: list[str], title: str) -> None:
     lines: list[str] = []
     downloads = 0
     with status(title) as update:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if "Downloaded from" in line:
-                downloads += 1
-                artifact = line.rsplit("/", 1)[-1].split(" ")[0]
-                update(f"{title}: {downloads} files, last {artifact}")
-        code = proc.wait()
+        mvn = proc.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert mvn.stdout is not None
+        try:
+            for line in mvn.stdout:
+                lines.append(line)
+                if "Downloaded from" in line:
+                    downloads += 1
+                    artifact = line.rsplit("/", 1)[-1].split(" ")[0]
+                    update(f"{title}: {downloads} files, last {artifact}")
+            code = mvn.wait()
+        except BaseException:  # Ctrl-C in a notebook: Maven's JVM must not download on alone
+            proc.stop([mvn], timeout_s=5)
+            raise
     if code != 0:
         errors = "".join(l for l in lines if "[ERROR]" in l)[-3000:]
         raise LabkitSetupError(
