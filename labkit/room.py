@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import secrets
 import shlex
 import time
@@ -237,7 +238,7 @@ def compose_files(dir: Path, learners: int, room_host: str = "127.0.0.1",
         script.write_text("\n".join([
             "#!/bin/bash",
             f"# room-{n}: format the storage once (the SCRAM users go into the metadata log),",
-            "# then run the broker with the generated server.properties. Made by labkit room-files.",
+            "# then run the broker with the generated server.properties (python -m labkit.room files).",
             "set -e",
             "if [ ! -f /var/lib/kafka/data/meta.properties ]; then",
             f"  /opt/kafka/bin/kafka-storage.sh format -t {cluster_id} -c {seen} "
@@ -253,8 +254,6 @@ def compose_files(dir: Path, learners: int, room_host: str = "127.0.0.1",
 def _give_to_owner_of(root: Path) -> None:
     """Made by root in a container into a directory the instructor made: hand every file to
     that directory's owner, so the instructor can copy the learners' files out of it."""
-    import os
-
     st = root.stat()
     if os.geteuid() != 0 or st.st_uid == 0:
         return

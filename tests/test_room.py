@@ -83,10 +83,11 @@ def test_compose_secure_profile_runs_the_generated_files(tmp_path):
     assert {"room-1", "room-2", "room-3", "10.1.2.3"} <= names
 
 
-def test_room_acls_keep_each_learner_in_its_namespace(tmp_path):
+def test_room_acls_keep_each_learner_in_its_namespace(tmp_path, monkeypatch):
     """The generator's listeners (SASL_SSL, SSL controller with client certificates), SCRAM
     users and prefixed ACLs on a real broker: learner01 works in learner01.*, and cannot
     see, create, join or fence anything of learner02's."""
+    monkeypatch.setenv("LABKIT_NAMESPACE", "")  # the names below are the broker's, written out
     cluster = LocalCluster(brokers=1, home=tmp_path / "lab", secure=True)
     cluster.security = room.RoomSecurity(tmp_path / "room", learners=2)
     files = cluster.security.files
