@@ -157,3 +157,30 @@ def test_load_test_refuses_bad_arguments(args, message):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "room.py"), *args],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and message in out.stderr
+
+
+def test_compose_broker_script_formats_with_the_real_storage_tool(tmp_path):
+    """room-1's start script, as bash would split it, run by Kafka's own StorageTool (the
+    lab's jars in place of the image's kafka-storage.sh): the generated server.properties and
+    every --add-scram argument are accepted. Only log.dirs and the /room paths are moved."""
+    import shlex
+
+    from labkit import jvm
+
+    made = room.compose_files(tmp_path / "room", learners=3)
+    line = next(ln for ln in (made.broker_dir / "node-1.sh").read_text().splitlines()
+                if "kafka-storage.sh format" in ln)
+    words = shlex.split(line)
+    config = words[words.index("-c") + 1]
+    data = tmp_path / "data"
+    local = tmp_path / "node-1.properties"
+    local.write_text((made.dir / config.removeprefix(room.MOUNT + "/")).read_text()
+                     .replace("log.dirs=/var/lib/kafka/data", f"log.dirs={data}")
+                     .replace(room.MOUNT + "/", f"{made.dir}/"))
+    words[words.index("-c") + 1] = str(local)
+    assert words[:2] == ["/opt/kafka/bin/kafka-storage.sh", "format"]
+    assert sum(w == "--add-scram" for w in words) == 4  # admin + 3 learners
+    cmd = [jvm.check_java(), "-cp", jvm.classpath("kafka"), "kafka.tools.StorageTool", *words[1:]]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (data / "meta.properties").is_file() and (data / "bootstrap.checkpoint").is_file()
