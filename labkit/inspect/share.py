@@ -139,6 +139,31 @@ def share_coordinator(inspector: Inspector, group: str, topic_id: uuid.UUID, par
     return brokers[leader]
 
 
+def _read_state(inspector: Inspector, address: str, request) -> tuple:
+    """The partitions of a ReadShareGroupState answer from ``address``.
+
+    Kafka serves it to ClusterAction only (an inter-broker API), which a learner on a secure
+    cluster is not granted: refused so, it is asked again as the local secure lab's admin
+    (``labkit.secure.operator_properties``), the one identity the lab can lend; without one
+    the error says what the view needs."""
+    (result,) = inspector._send(address, request).results
+    if result.partitions[0].error_code != ErrorCode.cluster_authorization_failed:
+        return result.partitions
+    from labkit import secure
+    from labkit.paths import lab_home
+    from labkit.protocol import Connection, Security
+
+    operator = secure.operator_properties(lab_home())
+    if operator is None:
+        raise InspectError(
+            "a share group's stored state is read with ReadShareGroupState, which Kafka serves "
+            "to ClusterAction only (an inter-broker API) and your user is not granted it: on a "
+            "room's cluster this view needs the operator's credentials")
+    with Connection(address, inspector.timeout_s, security=Security.from_properties(operator)) \
+            as conn:
+        return conn.send(request).results[0].partitions
+
+
 def share_state(inspector: Inspector, group: str, topic: str, partition: int = 0) -> ShareState:
     """What the share coordinator stores for ``group`` on ``topic``-``partition``.
 
@@ -161,12 +186,11 @@ def share_state(inspector: Inspector, group: str, topic: str, partition: int = 0
         read_state.ReadStateData(topic_id=found.topic_id, partitions=(
             read_state.PartitionData(partition=i32(partition),
                                      leader_epoch=i32(epochs[partition])),)),))
-    (result,) = inspector._send(address, request).results
-    (p,) = result.partitions
+    (p,) = _read_state(inspector, address, request)
     if p.error_code == ErrorCode.not_coordinator:  # moved since, or a hash we got wrong
         for other in inspector.brokers().values():
             if other != address:
-                (p,) = inspector._send(other, request).results[0].partitions
+                (p,) = _read_state(inspector, other, request)
                 if p.error_code != ErrorCode.not_coordinator:
                     break
     uninitialized = p.error_code == ErrorCode.invalid_request and "uninitialized" in (
