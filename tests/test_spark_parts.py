@@ -209,3 +209,29 @@ def test_closing_a_worker_that_is_still_starting_leaves_no_jvm():
     worker.close()
     found = subprocess.run(["pgrep", "-f", f"labkit.worker={worker.tag}"], capture_output=True)
     assert found.returncode == 1, found.stdout  # 1: no process matched
+
+
+@pytest.mark.spark
+def test_a_worker_whose_jvm_never_gets_ready_is_killed_with_its_jvm(tmp_path, monkeypatch):
+    # The driver JVM really starts, then waits for a debugger that never comes (JDWP,
+    # suspend=y): it never opens its gateway, so the worker never says "ready". Suspended,
+    # it does not even read the EOF on its stdin that ends a normal JVM with its worker:
+    # before, the failed wait left both the worker and this JVM running.
+    from labkit import proc
+
+    monkeypatch.setenv("LABKIT_SPARK_JAVA_OPTS",
+                       "-agentlib:jdwp=transport=dt_socket,server=y,suspend=y,address=127.0.0.1:0")
+    worker = SparkWorker(log_dir=tmp_path).spawn()
+    log = tmp_path / f"worker-{worker.tag}.log"
+    deadline = time.monotonic() + 120
+    while "Listening for transport dt_socket" not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline and worker.alive, log.read_text(errors="replace")
+        time.sleep(0.2)  # the JVM has started and stopped at its first instruction
+    tree = [(p.pid, p.create_time()) for p in [*proc.descendants(worker.proc),
+                                                 *proc.find(f"labkit.worker={worker.tag}")]]
+    assert any("SparkSubmit" in (proc.command_line(proc.process(pid)) or "") for pid, _ in tree)
+    with pytest.raises(TimeoutError):
+        worker.wait_ready(timeout_s=2)
+    assert worker.proc is None and worker.returncode == -9  # the worker: SIGKILLed, reaped
+    assert not proc.find(f"labkit.worker={worker.tag}")
+    assert not [pid for pid, started in tree if proc.alive(pid, started)]

@@ -19,7 +19,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,8 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import settings, topics
-from labkit.cluster import die_with_owner, pid_alive
+from labkit import proc, settings, topics
 from labkit.faults.crashpoints import CRASH_POINTS, arm
 from labkit.paths import spark_remote
 from labkit.progress import status
@@ -92,6 +90,8 @@ class SparkWorker:
         self.log_dir = Path(log_dir) if log_dir else None
         self.proc: subprocess.Popen | None = None
         self.jvm_pid: int | None = None
+        self._jvm = None  # its psutil.Process once ready: signals never reach a recycled pid
+        self._returncode: int | None = None
         self.startup_s: float | None = None
         self.jvm_exit_s: float | None = None  # how long the JVM lived on after the worker
         self.spent = False  # ran an armed job: its crash-point counters are used, never reuse
@@ -111,30 +111,45 @@ class SparkWorker:
         # Its own working dir: Spark 4 writes an artifacts/ dir into the cwd, which would
         # otherwise litter the learner's notebooks/ folder.
         self._cwd = tempfile.mkdtemp(prefix="labkit-spark-")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "labkit.spark.child", str(jobs_r), str(replies_w), self.tag],
-            cwd=self._cwd,
-            pass_fds=(jobs_r, replies_w), stdin=subprocess.DEVNULL,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_owner())  # the worker dies with its owner (e.g. a kernel)
+        try:
+            self.proc = proc.spawn(  # the worker dies with its owner (e.g. a kernel)
+                [sys.executable, "-m", "labkit.spark.child", str(jobs_r), str(replies_w), self.tag],
+                cwd=self._cwd,
+                pass_fds=(jobs_r, replies_w), stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, group=True)
+        except BaseException:  # nothing started: leave no pipes or directory behind
+            for fd in (jobs_r, jobs_w, replies_r, replies_w):
+                os.close(fd)
+            shutil.rmtree(self._cwd, ignore_errors=True)
+            raise
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
         os.close(jobs_r)
         os.close(replies_w)
-        if log is not subprocess.DEVNULL:
-            log.close()
         self._jobs = os.fdopen(jobs_w, "w", buffering=1)
         self._replies = replies_r
         return self
 
-    def wait_ready(self) -> "SparkWorker":
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> "SparkWorker":
+        """Wait for the worker's "ready": its SparkSession is up (the JVM answered through
+        its gateway). A worker that does not get there (Spark failed, the JVM hangs, the
+        wait timed out or was interrupted) is killed with its JVM before the error is
+        raised: a JVM stuck before it reads its stdin would outlive its worker for good."""
         if self.jvm_pid is not None:
             return self
-        with status("Starting a Spark worker (a Python driver with its own JVM)"):
-            ready = self._next(READY_TIMEOUT_S)
+        try:
+            with status("Starting a Spark worker (a Python driver with its own JVM)"):
+                ready = self._next(timeout_s)
+        except BaseException:  # TimeoutError, Ctrl-C
+            self._kill()
+            raise
         if ready is None or ready.get("event") != "ready":
-            self.proc.wait(timeout=30)
-            raise SparkJobError(f"the Spark worker did not start (exit code {self.proc.returncode}); "
+            self._kill()
+            raise SparkJobError(f"the Spark worker did not start (exit code {self.returncode}); "
                                 f"see {self.log_dir or 'its log (pass log_dir)'}")
         self.jvm_pid, self.startup_s = ready["jvm_pid"], ready["startup_s"]
+        self._jvm = proc.process(self.jvm_pid)
         return self
 
     def start(self) -> "SparkWorker":
@@ -144,23 +159,40 @@ class SparkWorker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The worker's exit code once it has ended (kept after its cleanup)."""
+        return self.proc.returncode if self.proc is not None else self._returncode
+
+    @property
+    def _marker(self) -> str:
+        return f"labkit.worker={self.tag}"  # in its JVM's command line (labkit.spark.child)
+
+    def _kill(self) -> None:
+        """SIGKILL the worker and everything it started (its JVM; a spark-submit still
+        launching one), also what was already re-parented, then clean up."""
+        if self.proc is None:
+            return
+        proc.kill([self.proc, *proc.find(self._marker)])
+        self._cleanup()
+
     def close(self) -> None:
         """Ask the worker to stop Spark and exit; kill it if it does not."""
         if self.proc is None:
             return
         if self.alive and self.jvm_pid is None:
-            # Never became ready (e.g. an unused spare): nothing to stop cleanly. Its JVM, if
-            # already launched, exits when the gateway pipe closes.
-            self.proc.kill()
-            self.proc.wait()
-        elif self.alive:
+            # Never became ready (e.g. an unused spare): nothing to stop cleanly; its JVM,
+            # if already launched, goes with it.
+            self._kill()
+            return
+        if self.alive:
             try:
                 self._jobs.write(json.dumps({"op": "exit"}) + "\n")
                 self._jobs.flush()
                 self.proc.wait(timeout=60)
             except (BrokenPipeError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+                self._kill()
+                return
         self._cleanup()
 
     def _cleanup(self) -> None:
@@ -170,6 +202,7 @@ class SparkWorker:
             except OSError:
                 pass
         self.jvm_exit_s = self.wait_jvm_gone()
+        self._returncode = self.proc.returncode
         self.proc = None
         if self._cwd:
             shutil.rmtree(self._cwd, ignore_errors=True)
@@ -177,30 +210,26 @@ class SparkWorker:
     def wait_jvm_gone(self, timeout_s: float = JVM_EXIT_TIMEOUT_S) -> float:
         """Seconds the JVM took to exit after its driver; OrphanJvm if it would not."""
         started = time.monotonic()
-        if self.jvm_pid is None:  # killed before it said ready: its JVM may still be starting
-            self.jvm_pid = self._find_jvm()
-        while pid_alive(self.jvm_pid) and self._is_our_jvm():
+        jvm = self._jvm
+        if jvm is None:  # killed before it said ready: its JVM may still be starting
+            found = proc.find(self._marker)
+            jvm = found[0] if found else None
+            if self.jvm_pid is None and jvm is not None:
+                self.jvm_pid = jvm.pid
+        # its psutil.Process (start time included) and our tag: a recycled pid is not our JVM
+        while jvm is not None and proc.ours(jvm.pid, jvm.create_time(), self._marker):
             if time.monotonic() - started > timeout_s:
-                os.kill(self.jvm_pid, signal.SIGKILL)
-                raise OrphanJvm(f"the Spark JVM (pid {self.jvm_pid}) outlived its worker by "
+                proc.kill([jvm])
+                raise OrphanJvm(f"the Spark JVM (pid {jvm.pid}) outlived its worker by "
                                 f"{timeout_s:.0f} s and was killed")
             time.sleep(0.05)
         return time.monotonic() - started
 
     def _find_jvm(self) -> int | None:
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if f"labkit.worker={self.tag}".encode() in cmdline.read_bytes():
-                    return int(cmdline.parent.name)
-            except OSError:
-                continue
-        return None
-
-    def _is_our_jvm(self) -> bool:
-        try:  # guard against pid reuse: the JVM's command line carries our tag
-            return f"labkit.worker={self.tag}".encode() in Path(f"/proc/{self.jvm_pid}/cmdline").read_bytes()
-        except OSError:
-            return False
+        """The pid of a process carrying this worker's tag (its JVM, or the spark-submit
+        launching it), None while there is none."""
+        found = proc.find(self._marker)
+        return found[0].pid if found else None
 
     # -- jobs ---------------------------------------------------------------
     def _next(self, timeout_s: float) -> dict | None:
@@ -237,10 +266,8 @@ class SparkWorker:
         try:
             return self._collect(message, timeout_s, on_event)
         except (KeyboardInterrupt, TimeoutError):
-            # A job cut short leaves the worker mid-query: stop it rather than reuse it.
-            self.proc.kill()
-            self.proc.wait()
-            self._cleanup()
+            # A job cut short leaves the worker mid-query: stop it and its JVM, never reuse it.
+            self._kill()
             raise
 
     def _collect(self, message: dict, timeout_s: float, on_event) -> JobResult:
