@@ -14,11 +14,10 @@ VM does, until the supervisor sends SIGCONT. That is how a zombie is made.
 """
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import dataclass
 
-from labkit import settings
+from labkit import proc, settings
 
 ENV_POINT, ENV_HIT, ENV_STALL = settings.CRASH_AT, settings.CRASH_HIT, settings.CRASH_STALL
 CRASH_EXIT_CODE = -signal.SIGKILL  # what Popen.returncode shows for a crashed worker
@@ -91,9 +90,9 @@ def crash_point(name: str) -> None:
         return
     _visits[name] = _visits.get(name, 0) + 1
     if armed.crash_stall and _visits[name] == armed.crash_hit:
-        os.kill(os.getpid(), signal.SIGSTOP)  # returns once the supervisor sends SIGCONT
+        proc.signal_self(signal.SIGSTOP)  # returns once the supervisor sends SIGCONT
     elif not armed.crash_stall and _visits[name] >= armed.crash_hit:
-        os.kill(os.getpid(), signal.SIGKILL)
+        proc.signal_self(signal.SIGKILL)
 
 
 def reached(name: str) -> bool:

@@ -24,10 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import psutil
-
-from labkit import history
-from labkit.cluster import die_with_owner
+from labkit import history, proc
 from labkit.faults import crashpoints
 from labkit.progress import status
 
@@ -270,39 +267,38 @@ class _Children:
 
     def start(self, i: int, target: str, payload: bytes, log: Path, env: dict[str, str]) -> None:
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "labkit.faults.runner", target],
-                                    stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                                    env=env, preexec_fn=die_with_owner())
-        proc.stdin.write(payload)
-        proc.stdin.close()
-        self.procs[i] = (proc, time.monotonic(), log)
+            child = proc.spawn([sys.executable, "-m", "labkit.faults.runner", target],
+                               stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # registered before it is fed: if feeding fails, __exit__ still stops it
+        self.procs[i] = (child, time.monotonic(), log)
         self.logs.append(log)
+        child.stdin.write(payload)
+        child.stdin.close()
 
     def reap(self) -> list[tuple[int, int, float, Path]]:
         """(instance, exit code, seconds, log) of every child that has ended since last asked."""
         ended = []
-        for i, (proc, t0, log) in list(self.procs.items()):
-            code = proc.poll()
+        for i, (child, t0, log) in list(self.procs.items()):
+            code = child.poll()
             if code is not None:
                 del self.procs[i]
                 ended.append((i, code, round(time.monotonic() - t0, 3), log))
         return ended
 
     def wait(self, i: int, timeout_s: float) -> int:
-        proc, _, _ = self.procs.pop(i)
+        child, _, _ = self.procs.pop(i)
         try:
-            return proc.wait(timeout=timeout_s)
+            return child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            proc.kill([child])
             raise WorkerFailed(f"instance {i} did not finish within {timeout_s:.0f} s"
                                f"\n{self.tails()}") from None
 
     def wait_stopped(self, i: int, timeout_s: float) -> None:
-        proc = self.procs[i][0]
+        child = self.procs[i][0]
         deadline = time.monotonic() + timeout_s
-        while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:
-            if proc.poll() is not None or time.monotonic() > deadline:
+        while not proc.is_stopped(child.pid):
+            if child.poll() is not None or time.monotonic() > deadline:
                 raise WorkerFailed(f"instance {i} never reached its stall point"
                                    f"\n{self.tails()}")
             time.sleep(0.05)
@@ -324,9 +320,9 @@ class _Children:
         return self
 
     def __exit__(self, *exc) -> None:
-        for proc, _, _ in self.procs.values():  # a timeout, an error, Ctrl-C / an interrupt
-            proc.kill()  # SIGKILL also ends a stopped process
-            proc.wait()
+        # a timeout, an error, Ctrl-C / an interrupt: SIGKILL (it also ends a stopped
+        # process) to each worker and whatever it started
+        proc.kill([child for child, _, _ in self.procs.values()])
         self.procs.clear()
 
 
