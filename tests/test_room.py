@@ -45,9 +45,12 @@ def test_compose_secure_profile_runs_the_generated_files(tmp_path):
                 return tmp_path / src.removeprefix("./room").strip("/") / seen[len(dst) + 1:]
         raise AssertionError(f"{seen} is on no volume of {service}")
 
+    from labkit import jvm
+
     internal = []
     for n in (1, 2, 3):
         svc = compose[f"room-{n}"]
+        assert svc["image"] == f"apache/kafka:{jvm.pinned_versions()['kafka.version']}"
         script = host_path(svc, svc["command"][1])
         assert script.is_file()
         words = script.read_text().split()
