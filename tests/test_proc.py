@@ -99,3 +99,17 @@ def test_stop_escalates_from_sigterm_to_sigkill_for_the_whole_tree(tmp_path):
     polite = proc.spawn(SLEEP)  # the default SIGTERM action: it exits, no SIGKILL needed
     assert proc.stop([polite], timeout_s=30.0) == []
     assert polite.returncode == -signal.SIGTERM
+
+
+def test_no_other_module_reads_proc_or_signals_by_pid():
+    # One place for process hygiene: elsewhere a bare pid could be a recycled one. Popen's
+    # own methods (kill, send_signal, wait) are fine: Popen never signals a reaped child.
+    from pathlib import Path
+
+    package = Path(proc.__file__).parent
+    raw = ("/proc/", "os.kill(", "os.killpg(", "os.waitpid(", "preexec_fn=")
+    offenders = [f"{path.relative_to(package.parent)}:{number}"
+                 for path in package.rglob("*.py") if path.name != "proc.py"
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if any(word in line for word in raw)]
+    assert offenders == []
