@@ -217,8 +217,8 @@ class _Targets:
             else:
                 self.others[t.pid] = t
                 self.leaders.append(t.pid)
-        if tree:
-            for root in [*self.popens, *list(self.others.values())]:
+        if tree:  # (never from a reaped Popen's pid: it may be somebody else's by now)
+            for root in [*(p for p in self.popens if p.returncode is None), *list(self.others.values())]:
                 for child in descendants(root):
                     self.others.setdefault(child.pid, child)
         mine = {p.pid for p in self.popens}
