@@ -81,6 +81,29 @@ def test_the_inspector_reads_batches_and_markers_from_the_secure_lab(secure_lab)
         protocol.Connection(secure_lab.bootstrap, security=wrong)
 
 
+def test_a_share_groups_stored_state_on_the_secure_lab(secure_lab, monkeypatch, tmp_path):
+    from labkit.inspect.client import InspectError, Inspector
+    from labkit.inspect.share import share_state
+
+    # ReadShareGroupState is ClusterAction-only: the learner is refused, the inspector asks
+    # again as the secure lab's admin (found through LABKIT_HOME, the lab's home).
+    monkeypatch.setenv("LABKIT_HOME", str(secure_lab.home))
+    run = scenarios.share_group("at_least_once", "after-process-before-ack", records=10,
+                                bootstrap=secure_lab.bootstrap)
+    assert (run.report.lost, run.report.duplicated) == (0, 1)
+    state = run.share_state
+    # Read from the broker: the group's start offset has moved into the input, and nothing
+    # in [start, end) is left to deliver.
+    assert 0 < state.start_offset <= state.end_offset == 10
+    counts = state.counts()
+    assert counts["available"] == 0 and counts["not recorded"] == 0
+    # Without a lab to lend an admin (a room's cluster), the view says what it needs.
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    with Inspector(secure_lab.bootstrap) as inspector, \
+            pytest.raises(InspectError, match="operator's credentials"):
+        share_state(inspector, run.group, run.topics["input"])
+
+
 def _audit(run: scenarios.ScenarioRun) -> tuple:
     r = run.report
     return r.produced, r.delivered_unique, r.lost, r.duplicated, r.verdict
