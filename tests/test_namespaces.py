@@ -144,3 +144,25 @@ def test_an_invalid_namespace_gets_the_settings_message(bootstrap, monkeypatch):
         assert result.exit_code == 2
         assert "LABKIT_NAMESPACE='alice smith': use letters, digits" in result.stderr
     assert not [t for t in _broker_names(bootstrap)[0] if t.startswith("alice smith")]
+
+
+def test_torture_hands_the_app_its_namespaced_names(bootstrap, monkeypatch):
+    # An app the lab did not write (plain confluent-kafka, no labkit) under `labkit torture`
+    # as dave: it only knows what the environment says, and the broker holds dave's names.
+    from labkit import harness
+
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    monkeypatch.setenv("LABKIT_NAMESPACE", "dave")
+    app_ = [sys.executable, str(Path(__file__).parents[1] / "examples" / "torture" /
+                                "exactly_once_app.py"), "--work-ms", "5"]
+    result = harness.torture(app_, input=30, kills=1, seed=1, kill_after_s=(0.5, 1.0),
+                             keep_topics=True)
+    assert result.verdict == "exactly once"
+    made = [result.topics["input"], result.topics["output"]]
+    assert all(t.startswith("dave.torture-") for t in made)
+    group = made[0].removesuffix("-in")
+    all_topics, groups = _broker_names(bootstrap)
+    assert set(made) <= all_topics and group in groups  # the app committed as dave's group
+    monkeypatch.setenv("LABKIT_NAMESPACE", "")
+    assert group in _transactional_ids(bootstrap, monkeypatch)  # and wrote as dave's id
+    topics.delete(bootstrap, *made)
