@@ -230,6 +230,7 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
                                                  "archived, delivery counts)")) -> None:
     """Show a topic's record batches, markers and offsets (log start, LSO, high watermark)."""
     from labkit import inspect as inspector
+    from labkit import protocol
 
     try:
         if share_group:
@@ -239,7 +240,8 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
                 view = share_state(i, share_group, topic)
         else:
             view = inspector.describe_topic(lab.running_or_fail().bootstrap, topic)
-    except (ValueError, lab.ClusterError, LabkitSetupError, inspector.InspectError) as exc:
+    except (ValueError, lab.ClusterError, LabkitSetupError, inspector.InspectError,
+            ConnectionError, protocol.ProtocolError) as exc:  # e.g. no credentials: the fix
         _fail(str(exc))
     typer.echo(view.to_json() if as_json else view.to_text())
 
