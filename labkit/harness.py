@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from labkit import audit, connection, data, history, javaconfig, settings, topics
+from labkit import audit, connection, data, history, javaconfig, proc, settings, topics
 from labkit import names as namespace
 from labkit import cluster as lab
 from labkit.audit import AuditReport
@@ -596,10 +596,8 @@ class _App:
             try:
                 # A session of its own: SIGKILL reaches every process the command started
                 # (a shell's java, a script's workers), not only the first one.
-                self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
-                                             stderr=subprocess.STDOUT, env=self.env,
-                                             start_new_session=True,
-                                             preexec_fn=lab.die_with_owner())
+                self.proc = proc.spawn(self.command, stdin=subprocess.DEVNULL, stdout=out,
+                                       stderr=subprocess.STDOUT, env=self.env, group=True)
             except OSError as exc:
                 raise HarnessError(f"cannot start {self.command[0]!r}: {exc}") from None
         history.append(self.history, "started", attempt=self.starts, pid=self.proc.pid)
@@ -609,29 +607,17 @@ class _App:
 
     def kill(self) -> None:
         """SIGKILL the whole process group: nothing is flushed, closed or committed."""
-        self._signal_group(signal.SIGKILL)
-        self.proc.wait()
+        proc.kill([self.proc], group=True)
         history.append(self.history, "killed", attempt=self.starts)
 
     def stop(self) -> None:
         """SIGTERM the group (a chance to close cleanly), SIGKILL whatever is left."""
         if self.proc is None:
             return
-        self._signal_group(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        self._signal_group(signal.SIGKILL)  # also the group's other members, if any
-        self.proc.wait()
+        # The group's other members get the SIGKILL in any case (a shell's java, workers).
+        proc.stop([self.proc], STOP_GRACE_S, group=True)
         history.append(self.history, "stopped", attempt=self.starts, code=self.proc.returncode)
         self.proc = None
-
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)  # its pgid is its pid (a new session)
-        except ProcessLookupError:
-            pass  # the whole group has already gone
 
     def tail(self) -> str:
         log = self.run_dir / f"app-{self.starts}.log"
@@ -682,9 +668,9 @@ def _behind_proxy(command: list[str]) -> int:
     kills with the copier (the whole process group)."""
     with proxy_mod.FaultProxy(settings.current().bootstrap) as proxy:
         env = {**os.environ, ENV_BOOTSTRAP: proxy.bootstrap}
-        proc = subprocess.Popen(command, env=env, preexec_fn=lab.die_with_owner())
-        signal.signal(signal.SIGTERM, lambda *_: proc.terminate())  # the harness's stop()
-        return proc.wait()
+        child = proc.spawn(command, env=env)
+        signal.signal(signal.SIGTERM, lambda *_: child.terminate())  # the harness's stop()
+        return child.wait()
 
 
 if __name__ == "__main__":

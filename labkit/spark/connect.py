@@ -32,7 +32,8 @@ from pathlib import Path
 import pyspark
 
 from labkit import jvm, settings
-from labkit.cluster import PortInUseError, die_with_owner, port_is_free
+from labkit import proc
+from labkit.cluster import PortInUseError, port_is_free
 from labkit.paths import lab_home, spark_remote
 from labkit.progress import status
 
@@ -144,11 +145,10 @@ class ConnectServer:
             env.pop(client_only, None)  # the server is a driver, not a Connect client
         started = time.monotonic()
         with open(self.log_file, "ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = proc.spawn(  # it dies with its owner (a kernel, a test)
                 self.command(jars), env=env, cwd=self.log_dir, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: stop() reaches spark-submit's children
-                preexec_fn=die_with_owner())  # and it dies with its owner (a kernel, a test)
+                group=True)  # its own group: stop() reaches spark-submit's children
         try:
             self._wait_ready(started)
         except BaseException:  # also Ctrl-C while waiting: never leave the JVM behind
@@ -184,20 +184,9 @@ class ConnectServer:
         SIGKILL it if it has not exited within STOP_TIMEOUT_S."""
         if self.proc is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # the group may outlive its leader briefly (the foreachBatch Python workers)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        # The group may outlive its leader briefly (the foreachBatch Python workers): it
+        # gets the SIGKILL whatever happened.
+        proc.stop([self.proc], STOP_TIMEOUT_S, group=True, kill_wait_s=STOP_TIMEOUT_S)
         self.proc = None
 
     def serve(self) -> int:
