@@ -65,10 +65,10 @@ def learner(index: int, records: int) -> dict:
     """One learner's session (runs in its own process, its environment set by the room)."""
     from confluent_kafka.admin import AdminClient
 
-    from labkit import scenarios, settings, topics
+    from labkit import names, scenarios, settings, topics
     from labkit.clientlog import client_config
 
-    namespace = settings.current().namespace
+    namespace = names.namespace()
     bootstrap = settings.current().bootstrap
     runs = []
     for name in SCENARIOS:

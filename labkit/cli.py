@@ -75,12 +75,12 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
     """Show the lab cluster: bootstrap, brokers, pids, data dir, up/down, the namespace."""
-    from labkit import settings
+    from labkit import names, settings
 
     try:
-        namespace, why = _namespace(settings.current())
+        namespace, why = names.namespace_and_source()
         external = lab.external_from_env()
-    except (lab.ClusterError, settings.SettingsError) as exc:
+    except (lab.ClusterError, settings.SettingsError) as exc:  # a bad namespace or config file
         _fail(str(exc))
     running = external or lab.LocalCluster.attach()
     info = running.info() if running else {"up": False, "bootstrap": None, "brokers": []}
@@ -108,18 +108,6 @@ def status(as_json: bool = typer.Option(False, "--json", help="machine-readable"
     for b in info["brokers"]:
         typer.echo(f"  broker {b['node_id']}  {b['address']}  pid {b['pid']}  "
                    f"{'alive' if b['alive'] else 'DEAD'}")
-
-
-def _namespace(s) -> tuple[str, str]:
-    """The namespace and where it comes from (the rule of ``Settings.namespace``)."""
-    if s.namespace_set:
-        return s.namespace, "from LABKIT_NAMESPACE"
-    if s.namespace_given:
-        return "", "LABKIT_NAMESPACE is set empty"
-    if s.external:
-        return s.namespace, ("your login name, the default on an external cluster "
-                             "(LABKIT_BOOTSTRAP); LABKIT_NAMESPACE=name sets another")
-    return s.namespace, "the local lab's default; LABKIT_NAMESPACE=name sets one"
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """A learner's namespace on a shared cluster: the one rule for the names the lab gives Kafka.
 
-With ``LABKIT_NAMESPACE=alice`` (or, on an external cluster, the login name: see
-``labkit.settings.Settings.namespace``) every topic, consumer group id and transactional id
+With ``LABKIT_NAMESPACE=alice`` (or, on an external cluster, the SASL user name or the login name: see
+``namespace_and_source``) every topic, consumer group id and transactional id
 the lab creates is ``alice.<name>``: a notebook keeps saying ``payments``, the broker holds
 ``alice.payments``. Learners sharing one cluster then never read each other's topics, never
 join each other's groups and never fence each other's producers (the transaction
@@ -23,15 +23,46 @@ a learner typed (``topics.read``, ``describe_topic``, ...) without becoming ``al
 """
 from __future__ import annotations
 
-from labkit import settings
+import getpass
+import re
+
+from labkit import connection, settings
 
 SEPARATOR = "."
 MAX_TOPIC = 249  # Kafka's limit on a topic name's length
 
 
 def namespace() -> str:
-    """The current namespace ("" on the local lab; see ``Settings.namespace``)."""
-    return settings.current().namespace
+    """The current namespace ("" on the local lab; the rule: ``namespace_and_source``)."""
+    return namespace_and_source()[0]
+
+
+def namespace_and_source() -> tuple[str, str]:
+    """The namespace and, in words, where it comes from.
+
+    LABKIT_NAMESPACE when set (set empty: none). On an external cluster, which a room
+    shares: the SASL user name in LABKIT_KAFKA_CONFIG (each learner's own login there, and
+    what an instructor's prefixed ACLs grant, e.g. ``learner01.``), else the login name on
+    this machine. On the local lab none, so the lessons show the names they talk about."""
+    now = settings.current()
+    if now.namespace_set:
+        return settings.checked_namespace(now.namespace_set), "from LABKIT_NAMESPACE"
+    if now.namespace_given:
+        return "", "LABKIT_NAMESPACE is set empty"
+    if not now.external:
+        return "", "the local lab's default; LABKIT_NAMESPACE=name sets one"
+    user = connection.settings().get("sasl.username", "")
+    if user:
+        return (settings.checked_namespace(_legal(user), "sasl.username"),
+                "your user name in LABKIT_KAFKA_CONFIG, the default on an external cluster "
+                "(LABKIT_BOOTSTRAP) with credentials; LABKIT_NAMESPACE=name sets another")
+    return (settings.checked_namespace(_legal(getpass.getuser()), "the login name"),
+            "your login name, the default on an external cluster (LABKIT_BOOTSTRAP); "
+            "LABKIT_NAMESPACE=name sets another")
+
+
+def _legal(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_-]", "-", name)
 
 
 def prefix() -> str:

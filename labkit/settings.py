@@ -13,7 +13,6 @@ variable live here:
 """
 from __future__ import annotations
 
-import getpass
 import os
 import re
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ KAFKA_JAVA_CONFIG = "LABKIT_KAFKA_JAVA_CONFIG"
 # side), kept in the environment so every process the lab starts inherits the list.
 PLAINTEXT = "LABKIT_PLAINTEXT"
 SPARK_REMOTE = "LABKIT_SPARK_REMOTE"
+NAMESPACE = "LABKIT_NAMESPACE"
 
 
 class SettingsError(ValueError):
@@ -77,19 +77,6 @@ class Settings:
         return bool(self.bootstrap)
 
     @property
-    def namespace(self) -> str:
-        """The prefix for every topic, group id and transactional id the lab creates.
-
-        LABKIT_NAMESPACE when set; on an external cluster (shared by a room) the user's login
-        name; on the local lab nothing, so the lessons show the names they talk about.
-        ``LABKIT_NAMESPACE=`` (set, empty) turns the login-name default off."""
-        if self.namespace_set:
-            return _checked_namespace(self.namespace_set)
-        if self.external and not self.namespace_given:
-            return _checked_namespace(re.sub(r"[^a-zA-Z0-9_-]", "-", getpass.getuser()))
-        return ""
-
-    @property
     def spark_remote(self) -> str | None:
         """A Spark Connect server (``sc://host:port``) the Spark lessons use, None for local."""
         url = self.spark_remote_set
@@ -102,10 +89,12 @@ class Settings:
         return url
 
 
-def _checked_namespace(name: str) -> str:
+def checked_namespace(name: str, source: str = "LABKIT_NAMESPACE") -> str:
+    """``name`` if it can prefix Kafka names (no '.', which separates it); else the error."""
     if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_-]{0,39}", name):
-        raise SettingsError(f"LABKIT_NAMESPACE={name!r}: use letters, digits, '-' and '_' "
-                            "(at most 40, starting with a letter or digit), e.g. alice")
+        fix = "" if source == "LABKIT_NAMESPACE" else " in a namespace; set LABKIT_NAMESPACE"
+        raise SettingsError(f"{source}={name!r}: use letters, digits, '-' and '_' (at most 40, "
+                            f"starting with a letter or digit){fix}, e.g. alice")
     return name
 
 
@@ -128,7 +117,7 @@ def current() -> Settings:
     return Settings(
         bootstrap=env.get(BOOTSTRAP, "").strip(),
         kafka_config=_path(KAFKA_CONFIG),
-        namespace_set=env.get("LABKIT_NAMESPACE", "").strip(),
+        namespace_set=env.get(NAMESPACE, "").strip(),
         project=_path("LABKIT_PROJECT"),
         cache=_path("LABKIT_CACHE"),
         home=_path("LABKIT_HOME"),
@@ -150,7 +139,7 @@ def current() -> Settings:
         history_file=env.get(HISTORY, ""),
         instance=env.get(INSTANCE, ""),
         attempt=_int(ATTEMPT, 1),
-        namespace_given="LABKIT_NAMESPACE" in env,
+        namespace_given=NAMESPACE in env,
         plaintext=_addresses(env.get(PLAINTEXT, "")),
     )
 
@@ -159,10 +148,21 @@ def _addresses(text: str) -> frozenset[str]:
     return frozenset(a.strip() for a in text.split(",") if a.strip())
 
 
-def connection_env() -> dict[str, str]:
-    """This process's connection variables (LABKIT_KAFKA_CONFIG, LABKIT_PLAINTEXT; "" when
-    unset), for a long-lived child started earlier (a warm Spark worker) to apply per job."""
-    return {name: os.environ.get(name, "") for name in (KAFKA_CONFIG, PLAINTEXT)}
+def connection_env() -> dict[str, str | None]:
+    """This process's connection variables (LABKIT_KAFKA_CONFIG, LABKIT_PLAINTEXT,
+    LABKIT_NAMESPACE; None when unset, which differs from a namespace set empty), for a
+    long-lived child started earlier (a warm Spark worker) to apply per job
+    (``apply_connection_env``)."""
+    return {name: os.environ.get(name) for name in (KAFKA_CONFIG, PLAINTEXT, NAMESPACE)}
+
+
+def apply_connection_env(env: dict[str, str | None]) -> None:
+    """In the child: make this process's connection variables what ``env`` says."""
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def mark_plaintext(addresses: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import settings
+from labkit import names, settings
 
 PACKAGE = Path(settings.__file__).parent
 
@@ -32,15 +32,23 @@ def test_a_variable_set_after_import_is_seen_on_the_next_call(monkeypatch):
     assert settings.current().broker_heap == "512m"
 
 
-def test_namespace_local_lab_external_cluster_and_explicit(monkeypatch):
+def test_namespace_local_lab_external_cluster_credentials_and_explicit(monkeypatch, tmp_path):
     monkeypatch.delenv("LABKIT_NAMESPACE", raising=False)
     monkeypatch.delenv("LABKIT_BOOTSTRAP", raising=False)
-    assert settings.current().namespace == ""          # the lessons' own names on a laptop
+    monkeypatch.delenv("LABKIT_KAFKA_CONFIG", raising=False)
+    assert names.namespace() == ""                     # the lessons' own names on a laptop
     monkeypatch.setenv("LABKIT_BOOTSTRAP", "kafka.example:9092")
     expected = re.sub(r"[^a-zA-Z0-9_-]", "-", getpass.getuser())
-    assert settings.current().namespace == expected    # a shared cluster: one per login
+    assert names.namespace() == expected               # a shared cluster: one per login
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                      "sasl.username=learner07\nsasl.password=secret\n")
+    monkeypatch.setenv("LABKIT_KAFKA_CONFIG", str(config))
+    assert names.namespace() == "learner07"            # what a room's prefixed ACLs grant
     monkeypatch.setenv("LABKIT_NAMESPACE", "alice")
-    assert settings.current().namespace == "alice"
+    assert names.namespace_and_source() == ("alice", "from LABKIT_NAMESPACE")
+    monkeypatch.setenv("LABKIT_NAMESPACE", "")
+    assert names.namespace() == ""                     # set empty: none, even here
 
 
 @pytest.mark.parametrize("name, value, says", [
@@ -52,6 +60,26 @@ def test_namespace_local_lab_external_cluster_and_explicit(monkeypatch):
 def test_a_bad_value_names_the_variable_and_the_fix(monkeypatch, name, value, says):
     monkeypatch.setenv(name, value)
     with pytest.raises(settings.SettingsError) as err:
-        now = settings.current()
-        (now.namespace, now.spark_remote)
+        settings.current().spark_remote
+        names.namespace()
     assert name in str(err.value) and says in str(err.value)
+
+
+def test_a_warm_child_takes_the_connection_variables_as_they_are_now(monkeypatch):
+    # A Spark worker started before the learner set LABKIT_NAMESPACE / LABKIT_KAFKA_CONFIG
+    # applies the kernel's values with each job; "unset" and "set empty" stay different.
+    monkeypatch.setenv("LABKIT_NAMESPACE", "alice")
+    monkeypatch.setenv("LABKIT_KAFKA_CONFIG", "/tmp/client.properties")
+    sent = settings.connection_env()
+    monkeypatch.setenv("LABKIT_NAMESPACE", "")
+    monkeypatch.delenv("LABKIT_KAFKA_CONFIG")
+    settings.apply_connection_env(sent)
+    now = settings.current()
+    assert (names.namespace(), str(now.kafka_config)) == ("alice", "/tmp/client.properties")
+    monkeypatch.delenv("LABKIT_NAMESPACE")
+    monkeypatch.delenv("LABKIT_KAFKA_CONFIG")
+    unset = settings.connection_env()
+    monkeypatch.setenv("LABKIT_NAMESPACE", "")
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", "kafka.example:9092")
+    settings.apply_connection_env(unset)
+    assert names.namespace() != ""  # unset again: the login-name default is back

@@ -181,7 +181,8 @@ def main(argv: list[str]) -> None:
             job = json.loads(line)
             if job["op"] == "exit":
                 break
-            os.environ.update(job.get("env", {}))  # LABKIT_KAFKA_CONFIG as the lab's is now
+            # the lab's LABKIT_KAFKA_CONFIG and LABKIT_NAMESPACE as they are now, not at start
+            settings.apply_connection_env(job.get("env", {}))
             os.environ.update(job.get("arm", {}))  # crash points read these when visited
             try:
                 result = JOBS[job["op"]](spark, job, send)
