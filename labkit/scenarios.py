@@ -619,6 +619,7 @@ def _tracer(path: str | Path | None):
 def _ensure_bootstrap() -> str:
     from labkit import cluster
 
+    namespace.namespace()  # a bad LABKIT_NAMESPACE fails here, before a broker is started
     return cluster.ensure().bootstrap
 
 
