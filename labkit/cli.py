@@ -124,6 +124,35 @@ def down() -> None:
     typer.echo(f"stopped {len(running.brokers)} broker(s).")
 
 
+@app.command("clean-topics")
+def clean_topics(yes: bool = typer.Option(False, "--yes", help="delete without asking")) -> None:
+    """Delete every topic of your namespace (what the lessons left on a shared cluster)."""
+    from labkit import names, settings, topics
+
+    try:
+        namespace = names.namespace()
+        bootstrap = lab.running_or_fail().bootstrap
+        if not namespace:  # without one, "mine" is every topic on the cluster
+            _fail("no namespace is set, so every topic would count as yours: set "
+                  "LABKIT_NAMESPACE (on the local lab, `labkit down` removes everything)")
+        mine = topics.listing(bootstrap)
+    except (lab.ClusterError, settings.SettingsError) as exc:
+        _fail(str(exc))
+    if not mine:
+        typer.echo(f"no topics in namespace {namespace}.")
+        return
+    typer.echo(f"{len(mine)} topic(s) in namespace {namespace}: {', '.join(mine[:5])}"
+               + (" ..." if len(mine) > 5 else ""))
+    if not yes and not typer.confirm("delete them?"):
+        raise typer.Exit(code=1)
+    topics.delete(bootstrap, *mine)
+    left = set(mine) & set(topics.listing(bootstrap))
+    if left:
+        _fail(f"{len(left)} topic(s) still there (e.g. {sorted(left)[0]}): the broker refused "
+              "or timed out; run again, or ask the instructor (ACLs may forbid deleting)")
+    typer.echo(f"deleted {len(mine)} topic(s).")
+
+
 @app.command("crash-points")
 def crash_points(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
     """List the named crash points, one line each."""

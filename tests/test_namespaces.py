@@ -136,6 +136,24 @@ def test_labkit_scenario_deletes_its_topics_unless_kept(bootstrap, monkeypatch):
     assert (status["namespace"], status["namespace_from"]) == ("carol", "from LABKIT_NAMESPACE")
 
 
+def test_clean_topics_deletes_one_namespace_and_nothing_else(bootstrap, monkeypatch):
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
+    monkeypatch.setenv("LABKIT_NAMESPACE", "")
+    topics.create(bootstrap, "erin.payments", "erin.counts", "frank.payments", "erin-bare")
+    refused = CliRunner().invoke(app, ["clean-topics", "--yes"])  # no namespace: all is "mine"
+    assert refused.exit_code == 2 and "set LABKIT_NAMESPACE" in refused.stderr
+    monkeypatch.setenv("LABKIT_NAMESPACE", "erin")
+    kept = CliRunner().invoke(app, ["clean-topics"], input="n\n")
+    assert kept.exit_code == 1 and "2 topic(s) in namespace erin" in kept.stdout
+    done = CliRunner().invoke(app, ["clean-topics", "--yes"])
+    assert done.exit_code == 0 and "deleted 2 topic(s)" in done.stdout, done.output
+    on_broker = _broker_names(bootstrap)[0]
+    assert not {"erin.payments", "erin.counts"} & on_broker
+    assert {"frank.payments", "erin-bare"} <= on_broker  # another's, and a name not in it
+    monkeypatch.setenv("LABKIT_NAMESPACE", "")
+    topics.delete(bootstrap, "frank.payments", "erin-bare")
+
+
 def test_an_invalid_namespace_gets_the_settings_message(bootstrap, monkeypatch):
     monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
     monkeypatch.setenv("LABKIT_NAMESPACE", "alice smith")
