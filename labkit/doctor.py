@@ -140,6 +140,19 @@ def credentials_fix(exc: Exception) -> str:
             "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location)")
 
 
+def _or_denied(fix: str) -> Callable[[Exception], str]:
+    """``fix``, unless the broker's ACLs refused the names: then the namespace is the fix (a
+    room grants each user the names starting with its namespace, e.g. ``learner07.``)."""
+    def choose(exc: Exception) -> str:
+        if "AUTHORIZATION_FAILED" not in str(exc):
+            return fix
+        namespace, source = names.namespace_and_source()
+        return (f"your user may not use the names in namespace {namespace or '(none)'!r} "
+                f"({source.split(';')[0]}): set LABKIT_NAMESPACE to the one your instructor "
+                "granted (on a room: your user name), or unset it to use that default")
+    return choose
+
+
 def reachable(bootstrap: str) -> str:
     brokers = lab.check_reachable(bootstrap, 10.0)
     return f"{bootstrap}: {len(brokers)} broker(s) answer"
@@ -229,11 +242,11 @@ def run(spark: bool = True, on_check: Callable[[Check], None] | None = None) -> 
             lambda exc: credentials_fix(exc) if isinstance(exc, lab.AuthenticationFailed)
             else "check the address and that the brokers are up (`labkit status`)")).ok
         if net:
-            record(_check("produce/consume", lambda: produce_consume(bootstrap),
-                          "check the broker's log (`labkit status` shows its directory)"))
-            record(_check("transactions", lambda: transaction(bootstrap),
-                          "the cluster must allow transactions (transaction.state.log.* "
-                          "settings sized to its brokers)"))
+            record(_check("produce/consume", lambda: produce_consume(bootstrap), _or_denied(
+                "check the broker's log (`labkit status` shows its directory)")))
+            record(_check("transactions", lambda: transaction(bootstrap), _or_denied(
+                "the cluster must allow transactions (transaction.state.log.* "
+                "settings sized to its brokers)")))
     if spark:
         record(_check("spark", spark_session, "run `labkit setup`; check Java (above)"))
     return found

@@ -19,7 +19,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from labkit import room
+from labkit import doctor, room
 from labkit.clientlog import client_config
 from labkit.cluster import LocalCluster
 from labkit.connection import read_properties
@@ -148,6 +148,18 @@ def test_room_acls_keep_each_learner_in_its_namespace(tmp_path, monkeypatch):
         spy.close()
         assert KafkaError.GROUP_AUTHORIZATION_FAILED in errors, errors
         del producer, intruder, admins  # before the broker stops: no reconnect noise
+        # The doctor as learner01 with only its file: the namespace defaults to its user name
+        # (what the ACLs grant) and every round trip passes; a wrong LABKIT_NAMESPACE is
+        # refused by the ACLs and named as the fix.
+        monkeypatch.setenv("LABKIT_BOOTSTRAP", cluster.bootstrap)
+        monkeypatch.setenv("LABKIT_KAFKA_CONFIG", str(files.learner_file(1)))
+        monkeypatch.delenv("LABKIT_NAMESPACE")
+        checks = {c.name: c for c in doctor.run(spark=False)}
+        assert checks["produce/consume"].ok and checks["transactions"].ok, checks
+        monkeypatch.setenv("LABKIT_NAMESPACE", "learner02")
+        wrong = {c.name: c for c in doctor.run(spark=False)}["produce/consume"]
+        assert not wrong.ok and "AUTHORIZATION_FAILED" in wrong.detail
+        assert "'learner02'" in wrong.fix and "set LABKIT_NAMESPACE" in wrong.fix
 
 
 @pytest.mark.parametrize("args, message", [
