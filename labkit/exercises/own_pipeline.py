@@ -7,12 +7,13 @@ the notebook and in the check, and judges it only by what its output topic shows
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from labkit import harness
+from labkit import harness, proc
 from labkit.exercises import Verdict, check, unanswered
 
 # The same torture for the notebook's runs and for the check. 600 records at the apps'
@@ -24,12 +25,19 @@ from labkit.exercises import Verdict, check, unanswered
 TORTURE = {"input": 600, "kills": 3, "seed": 12, "kill_after_s": (0.5, 1.5),
            "kill_clock": "commit", "timeout_s": 120}
 APP_FILE = "my_fixed_app.py"
+PREFIX = "own-pipeline-"
 
 
 def workdir() -> Path:
     """A fresh directory for the learner's app files: a temp dir, never the repository,
-    removed when the kernel exits (copy an app you want to keep)."""
-    directory = Path(tempfile.mkdtemp(prefix="own-pipeline-"))
+    removed when the kernel exits (copy an app you want to keep). A kernel that is killed
+    (nbval's, a crashed one) runs no exit hook: its directory, named after its pid, goes
+    the next time any kernel asks for one."""
+    for left in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        owner = left.name[len(PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not proc.pid_alive(int(owner)):
+            shutil.rmtree(left, ignore_errors=True)
+    directory = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     return directory
 
