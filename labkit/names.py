@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import getpass
 import re
+from collections.abc import Iterable
 
 from labkit import connection, settings
 
@@ -108,5 +109,11 @@ def short(name: str) -> str:
 
 def mine(name: str) -> bool:
     """Does the broker's ``name`` belong to the current namespace? (Always, without one.)"""
+    return bool(only_mine([name]))
+
+
+def only_mine(broker_names: Iterable[str]) -> list[str]:
+    """Those of ``broker_names`` in the current namespace, in order. The namespace is looked
+    up once (on a shared cluster it may mean reading LABKIT_KAFKA_CONFIG), not per name."""
     p = prefix()
-    return not p or name.startswith(p)
+    return [n for n in broker_names if not p or n.startswith(p)]

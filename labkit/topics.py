@@ -109,8 +109,8 @@ def listing(bootstrap: str, timeout_s: float = 10.0) -> list[str]:
     """The topics a learner sees, by the broker's names: on a shared cluster those of the
     learner's namespace only (``labkit.names``); never Kafka's internal ``__`` topics."""
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
-    return sorted(t for t in admin.list_topics(timeout=timeout_s).topics
-                  if not t.startswith("__") and namespace.mine(t))
+    return sorted(namespace.only_mine(t for t in admin.list_topics(timeout=timeout_s).topics
+                                      if not t.startswith("__")))
 
 
 def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[int]:

@@ -263,8 +263,8 @@ class Inspector:
             if response.error_code in _NOT_READY:
                 continue  # this broker's transaction log is still loading: nothing to list yet
             _check(response.error_code, "ListTransactions")
-            ids.update(str(t.transactional_id) for t in response.transaction_states
-                       if names.mine(str(t.transactional_id)))
+            ids.update(names.only_mine(str(t.transactional_id)
+                                       for t in response.transaction_states))
         return sorted(ids)
 
     def _coordinators(self, key_type: int, keys: list[str]) -> dict[str, list[str]]:
@@ -329,7 +329,7 @@ class Inspector:
             if response.error_code in _NOT_READY:
                 continue
             _check(response.error_code, "ListGroups")
-            found.update(str(g.group_id) for g in response.groups if names.mine(str(g.group_id)))
+            found.update(names.only_mine(str(g.group_id) for g in response.groups))
         return sorted(found)
 
     def group_offsets(self, topic: str, groups: Iterable[str] | None = None) -> dict[str, dict[int, int]]:
