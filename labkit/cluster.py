@@ -86,9 +86,6 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-# Kept importable from here (tests, notebooks and older code use them); they live in proc.
-pid_alive = proc.pid_alive
-die_with_owner = proc.die_with_owner
 BROKER_MARK = "kafka.Kafka"  # in every broker JVM's command line (its main class)
 
 

@@ -11,7 +11,8 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from labkit import topics
-from labkit.cluster import ClusterError, LocalCluster, pid_alive
+from labkit.cluster import ClusterError, LocalCluster
+from labkit.proc import pid_alive
 from tests.kafka_helpers import consume_all
 
 

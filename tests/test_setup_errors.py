@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from labkit import jvm
-from labkit.cluster import (ClusterError, LocalCluster, PortInUseError, check_reachable,
-                            die_with_owner, pid_alive)
+from labkit.cluster import ClusterError, LocalCluster, PortInUseError, check_reachable
+from labkit.proc import die_with_owner, pid_alive
 from labkit.paths import LabkitSetupError
 
 LABKIT = [sys.executable, "-m", "labkit.cli"]
