@@ -91,15 +91,46 @@ class AuditReport:
         return pd.DataFrame([row], columns=list(REPORT_KEYS))
 
     def summary(self) -> str:
-        """A short, stable text for notebooks (nbval compares it; keep its lines as they are)."""
-        verdict = "exactly once" if self.exactly_once else "NOT exactly once"
+        """A short, stable text for notebooks: a sentence a beginner reads, the counts, and
+        the verdict. Every word is defined in README.md, "Reading the audit"."""
         state = ""
         if self.state_expected is not None:
             state = f"  state: {'matches' if self.state_matches else 'DRIFTED'}"
         return (f"{self.scenario} [{self.guarantee}] crash_at={self.crash_at} fault={self.fault}\n"
+                f"  {self.sentence()}\n"
                 f"  produced={self.produced} delivered_unique={self.delivered_unique} "
                 f"lost={self.lost} duplicated={self.duplicated} reordered={self.reordered} "
-                f"aborted_visible={self.aborted_visible}{state}\n  verdict: {verdict}")
+                f"aborted_visible={self.aborted_visible}{state}\n  verdict: {self.verdict_text()}")
+
+    def sentence(self) -> str:
+        """What happened to the records in this run, in words: '40 in, 30 out: 10 lost, ...'."""
+        if not self.anomalies:
+            return (f"{self.produced} in, {self.delivered_unique} out, each once: "
+                    "nothing lost, nothing duplicated in this run.")
+        found = [f"{self.lost} lost" if self.lost else "nothing lost",
+                 f"{self.duplicated} duplicated" if self.duplicated else "nothing duplicated"]
+        if self.reordered:
+            found.append(f"{self.reordered} out of order")
+        if self.aborted_visible:
+            found.append(f"{self.aborted_visible} from aborted transactions seen")
+        if self.state_expected is not None and not self.state_matches:
+            found.append("the state is off")
+        return f"{self.produced} in, {self.delivered_unique} out: {', '.join(found)}."
+
+    def verdict_text(self) -> str:
+        """The verdict as the summary words it: a run shows what happened once, so only an
+        exactly_once run that survived a recorded crash or fault reads 'exactly once'."""
+        if self.anomalies:
+            shape = (f"it behaved as {self.verdict}" if self.verdict != checkers.INCORRECT
+                     else "neither at most once nor at least once")
+            return f"NOT exactly once ({', '.join(self.anomalies)}): {shape}"
+        injected = [f"crash at {self.crash_at}"] if self.crash_at else []
+        injected += [f"fault {self.fault}"] if self.fault else []
+        if self.guarantee == "exactly_once" and injected:
+            return f"exactly once in this run, under the {' and the '.join(injected)}"
+        reason = (f"{self.guarantee} does not promise exactly once" if injected
+                  else "no crash point or network fault in this run")
+        return f"no anomaly seen in this run (not a guarantee: {reason})"
 
 
 # --------------------------------------------------------------------------- the checker

@@ -337,7 +337,7 @@ def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", re
                              stall_at="in-transaction-before-commit", label=f"{ZOMBIE} [{fencing}]",
                              history_file=str(history_file))
         report = audit.audit_topic(bootstrap, names_["output"], inputs, ZOMBIE, guarantee,
-                                   crash_at=None)
+                                   crash_at=None, fault="zombie")  # A stalled, then woke
         events = history.read(history_file)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -135,7 +135,8 @@ def test_every_report_is_judged_by_the_one_verdict():
     reordered = check("s", "exactly_once", inputs(), seen("x0", "x1", "x4", "x3", "x2", "x5"))
     assert (reordered.lost, reordered.duplicated, reordered.reordered) == (0, 0, 1)
     assert reordered.verdict == "incorrect" and not reordered.exactly_once
-    assert reordered.summary().endswith("verdict: NOT exactly once")
+    assert reordered.summary().endswith(
+        "verdict: NOT exactly once (non-monotonic): neither at most once nor at least once")
     counts = check_counts("s", "at_least_once", 6, {"a": 3, "b": 3}, {"a": 4, "b": 3})
     assert (counts.lost, counts.duplicated, counts.delivered_unique) == (0, 1, 6)
     assert counts.verdict == "at least once" and counts.anomalies == ["duplicate", "state-drift"]
@@ -250,3 +251,31 @@ def test_the_audit_never_imports_pipelines_or_faults():
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if m and m.startswith(("labkit.pipelines", "labkit.faults",
                                                             "labkit.scenarios"))}
+
+
+@pytest.mark.parametrize("report, sentence, verdict", [
+    (AuditReport("s", "exactly_once", crash_at="mid-batch", produced=40, delivered_unique=40),
+     "40 in, 40 out, each once: nothing lost, nothing duplicated in this run.",
+     "exactly once in this run, under the crash at mid-batch"),
+    # a clean run proves nothing about a guarantee it did not put to the test
+    (AuditReport("s", "at_least_once", produced=40, delivered_unique=40),
+     "40 in, 40 out, each once: nothing lost, nothing duplicated in this run.",
+     "no anomaly seen in this run (not a guarantee: no crash point or network fault in this run)"),
+    (AuditReport("s", "exactly_once", produced=40, delivered_unique=40),
+     "40 in, 40 out, each once: nothing lost, nothing duplicated in this run.",
+     "no anomaly seen in this run (not a guarantee: no crash point or network fault in this run)"),
+    (AuditReport("s", "at_least_once", fault="reset:produce:11", produced=40, delivered_unique=40),
+     "40 in, 40 out, each once: nothing lost, nothing duplicated in this run.",
+     "no anomaly seen in this run (not a guarantee: at_least_once does not promise exactly once)"),
+    (AuditReport("s", "at_most_once", crash_at="c", produced=40, delivered_unique=30, lost=10),
+     "40 in, 30 out: 10 lost, nothing duplicated.",
+     "NOT exactly once (lost-write): it behaved as at most once"),
+    (AuditReport("s", "at_least_once", crash_at="c", produced=40, delivered_unique=40, duplicated=10,
+                 state_expected={"a": 1}, state_actual={"a": 2}),
+     "40 in, 40 out: nothing lost, 10 duplicated, the state is off.",
+     "NOT exactly once (duplicate, state-drift): it behaved as at least once"),
+])
+def test_the_summary_says_what_happened_and_claims_no_more(report, sentence, verdict):
+    lines = report.summary().splitlines()
+    assert lines[1].strip() == sentence and lines[3] == f"  verdict: {verdict}"
+    assert lines[2].startswith(f"  produced={report.produced} delivered_unique=")
