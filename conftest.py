@@ -14,12 +14,15 @@ import os
 import tempfile
 import time
 import uuid
+from collections import defaultdict
+from pathlib import Path
 
 import psutil
 import pytest
 
 from labkit import cluster as lab
 from labkit import proc
+from tests.solution_code import SOLUTIONS, SOLVED, UNSOLVED, exercise_indices, solved
 
 _shared: dict[str, object] = {}
 
@@ -30,6 +33,9 @@ def _xdist_controller(config: pytest.Config) -> bool:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--shipped-notebooks", action="store_true",
+                     help="nbval runs the notebooks as shipped (exercises unsolved, 'Not yet' "
+                          "compared) instead of solved")
     parser.addoption("--lab-home", default=None,
                      help="use the lab running in this LABKIT_HOME (e.g. `labkit up --secure`, "
                           "with LABKIT_KAFKA_CONFIG set) instead of starting a broker")
@@ -164,3 +170,72 @@ def pytest_runtest_teardown(item, nextitem):
         proc.kill([p for p in map(proc.process, leaked) if p is not None])
         raise AssertionError(f"{os.path.basename(notebook)} left lab processes behind: "
                              + "; ".join(f"{pid}: {cmd}" for pid, cmd in leaked.items()))
+
+
+# ---------------------------------------------------------------- each notebook runs once, solved
+# nbval runs every notebook with its exercises solved (the code of notebooks/solutions/<name>.md
+# inserted after the placeholders): each notebook executes once in CI, and that one run both
+# compares every other cell's stored output and proves each exercise's check passes with the
+# documented answer. The shipped copies stay unsolved: tests/test_exercise_solutions.py checks
+# their stored "Not yet" without running them. `--shipped-notebooks` runs them as shipped.
+
+def exercise_verdict_problem(text: str) -> str | None:
+    """Why a solved exercise cell's output is not a pass (None when it is one)."""
+    if UNSOLVED in text:
+        return f"the solved exercise's check printed {UNSOLVED!r}"
+    if SOLVED not in text:
+        return f"the solved exercise's check did not print {SOLVED!r}"
+    return None
+
+
+def _output_text(outputs) -> str:
+    parts = []
+    for out in outputs or ():
+        parts.append(out.get("text", "") if out.get("output_type") == "stream"
+                     else out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+try:
+    from nbval.plugin import IPyNbCell, IPyNbFile
+except ImportError:  # nbval is a dev dependency; without it there is nothing to swap
+    IPyNbFile = None
+else:
+    class SolvedExerciseCell(IPyNbCell):
+        """An exercise cell run with its solution: its check must say "Well done" (its stored,
+        unsolved output is not compared)."""
+
+        def runtest(self) -> None:
+            super().runtest()
+            problem = exercise_verdict_problem(_output_text(self.test_outputs))
+            if problem:
+                self.raise_cell_error(problem, _output_text(self.test_outputs)[-2000:])
+
+    class SolvedNotebook(IPyNbFile):
+        """nbval's notebook, collected with each exercise cell solved."""
+
+        def collect(self):
+            items = list(super().collect())  # reads self.nb, one item per code cell
+            name = Path(str(self.fspath)).stem
+            answered = solved(self.nb, name)
+            exercises = set(exercise_indices(self.nb))
+            code = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code"]
+            for item, index in zip(items, code):
+                if index in exercises:
+                    yield SolvedExerciseCell.from_parent(
+                        self, name=item.name, cell_num=item.cell_num,
+                        cell=answered.cells[index], options=defaultdict(bool, item.options, check=False))
+                else:
+                    yield item
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collect_file(file_path, parent):
+    outcome = yield
+    if IPyNbFile is None or parent.config.getoption("--shipped-notebooks"):
+        return
+    if not (SOLUTIONS / f"{file_path.stem}.md").exists():
+        return
+    outcome.force_result([SolvedNotebook.from_parent(parent, path=file_path)
+                          if type(found) is IPyNbFile else found
+                          for found in outcome.get_result()])

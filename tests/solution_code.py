@@ -1,8 +1,12 @@
 """The code block of a notebook's solution page, run: tests check the documented answer."""
 from __future__ import annotations
 
+import ast
+import copy
 import re
 from pathlib import Path
+
+import nbformat
 
 SOLUTIONS = Path(__file__).parents[1] / "notebooks" / "solutions"
 
@@ -23,3 +27,35 @@ def solution_scope(name: str) -> dict:
     scope: dict = {}
     exec(solution_code(name), scope)
     return scope
+
+
+SOLVED, UNSOLVED = "✅ Well done", "🔁 Not yet"
+
+
+def exercise_indices(nb) -> list[int]:
+    """The indices of a notebook's exercise cells (code cells starting with '# EXERCISE')."""
+    return [i for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and c.source.lstrip().startswith("# EXERCISE")]
+
+
+def solved(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
+    """A copy of ``nb`` with each exercise's solution (the solution page's python blocks, in
+    order) inserted right after the exercise's own assignments of the same names (so it
+    replaces the placeholders, the check still runs)."""
+    nb = copy.deepcopy(nb)
+    cells = [nb.cells[i] for i in exercise_indices(nb)]
+    assert cells, f"{name}: expected a code cell starting with '# EXERCISE'"
+    answers = solution_codes(name)
+    assert len(answers) == len(cells), \
+        f"{name}: {len(cells)} exercise cells but {len(answers)} solution blocks"
+    for cell, answer in zip(cells, answers):
+        names = {t.id for node in ast.parse(answer).body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name)}
+        assigns = [node for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+                   and {t.id for t in node.targets if isinstance(t, ast.Name)} & names]
+        assert assigns, f"{name}: the exercise cell assigns none of {sorted(names)}"
+        lines = cell.source.splitlines()
+        end = max(node.end_lineno for node in assigns)
+        cell.source = "\n".join(lines[:end] + ["# the solution, from notebooks/solutions/",
+                                               answer.rstrip()] + lines[end:])
+    return nb
