@@ -2,6 +2,7 @@
 the live HTML, and the background loop's life cycle (start, re-create, stop)."""
 from __future__ import annotations
 
+import io
 import threading
 import time
 
@@ -15,6 +16,7 @@ from labkit import topics
 from labkit.audit import AuditReport
 from labkit.inspect import UnknownTopicError
 from labkit.widgets import STATE_STYLE, Counts, Dashboard, figure, live_frontend, log_strip
+from labkit.widgets.static import png_bytes
 from labkit.widgets.html import counters_html, offsets_html, producers_html, strip_html
 from tests.kafka_helpers import end_transaction, produce_txn, transactional_producer
 
@@ -89,6 +91,21 @@ def test_static_picture_has_markers_and_legend(bootstrap: str, lesson_topic: str
         assert (np.abs(pixels - rgb).max(axis=2) < 0.02).sum() > 30, f"no {state} pixels"
     assert repr(dash.static()) == ("<counters, offsets dashboard, log strip, producer-state "
                                    "table (static picture)>")
+
+
+@pytest.mark.parametrize("views", [("offsets", "log"), ("log",), ("offsets", "log", "producers")])
+def test_the_static_picture_keeps_every_title_inside_it(bootstrap: str, lesson_topic: str,
+                                                        views) -> None:
+    """The first view's title sits above its axes: the saved picture must contain it whole
+    (it was cut off at the top edge of the offsets-first dashboards of 04, 07 and 10)."""
+    dash = Dashboard(bootstrap, lesson_topic, mode="static")
+    fig = figure(dash.refresh(), views)
+    dash.stop()
+    assert fig.axes[0].get_title(loc="left"), "the first view has a title above its axes"
+    pixels = imread(io.BytesIO(png_bytes(fig)))[..., :3]
+    # the saved picture's edges are background: nothing drawn reaches them
+    edges = np.concatenate([pixels[:3].reshape(-1, 3), pixels[-3:].reshape(-1, 3)])
+    assert (edges > 0.97).all(), "something is drawn on the picture's top or bottom edge"
 
 
 def test_live_html_carries_the_same_data(bootstrap: str, lesson_topic: str) -> None:

@@ -142,7 +142,9 @@ def figure(snap: Snapshot, views: tuple[str, ...] = tuple(DRAW)) -> Figure:
 
 def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    # "tight": the saved area grows to hold every title and label, so the first view's title
+    # (drawn above its axes) is never cut off at the top edge
+    fig.savefig(buf, format="png", bbox_inches="tight", pad_inches=0.08)
     return buf.getvalue()
 
 
