@@ -1,0 +1,104 @@
+"""The curriculum's route holds together: every notebook is in one track of
+notebooks/tracks.toml, says so in its header (track, what to read before, time, next), ends
+with a Next link to the notebook after it, and every reference to a notebook (a link or
+"notebook 05" in prose) in the notebooks, README.md and docs/ names one that exists.
+Static: reads files only."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.notebook_cells import NAMES, NOTEBOOKS, read
+
+ROOT = NOTEBOOKS.parent
+TRACKS = tomllib.loads((NOTEBOOKS / "tracks.toml").read_text())
+ORDER = [n for track in TRACKS["track"] for n in track["notebooks"]]
+LINK = re.compile(r"\]\(((?:\.\./notebooks/|notebooks/)?)([\w-]+)\.ipynb(#[\w-]*)?\)")
+HEADER = re.compile(r"^> \*\*Track:\*\* (?P<track>[^(]+) \((?P<pos>\d+) of (?P<total>\d+)\)"
+                    r" · \*\*Before this:\*\* (?P<before>.+?) · \*\*Time:\*\* ~(?P<minutes>\d+) min"
+                    r"(?: · \*\*Next:\*\* (?P<next>.+))?$", re.M)
+# "notebook 05", "notebooks 08a and 08b", "notebook 02's": a number that must name a notebook
+PROSE_REF = re.compile(r"\bnotebooks? (\d\d[a-z]?)\b(?:(?:,| and| or|–|-) ?(\d\d[a-z]?)\b)?")
+
+
+def targets(text: str) -> list[str]:
+    return [m.group(2) for m in LINK.finditer(text)]
+
+
+def markdown(name: str) -> list[str]:
+    return [c.source for c in read(name).cells if c.cell_type == "markdown"]
+
+
+def test_every_notebook_is_in_exactly_one_track_and_every_name_exists():
+    assert sorted(ORDER) == sorted(set(ORDER)), "a notebook is listed twice in tracks.toml"
+    assert sorted(ORDER) == NAMES, (f"not in a track: {sorted(set(NAMES) - set(ORDER))}; "
+                                    f"no such notebook: {sorted(set(ORDER) - set(NAMES))}")
+    assert set(TRACKS["before"]) == set(ORDER) - {ORDER[0]}, "each notebook but the first names what comes before it"
+    assert all(b in NAMES for before in TRACKS["before"].values() for b in before)
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_the_header_states_track_before_time_and_next(name):
+    first = markdown(name)[0]
+    found = HEADER.search(first)
+    assert found, f"{name}: no header line '> **Track:** ... · **Before this:** ... · **Time:** ~N min'"
+    track = next(t for t in TRACKS["track"] if name in t["notebooks"])
+    assert found["track"].strip() == track["name"]
+    assert (int(found["pos"]), int(found["total"])) == (track["notebooks"].index(name) + 1,
+                                                         len(track["notebooks"]))
+    before = TRACKS["before"].get(name, [])
+    assert targets(found["before"]) == before or (not before and found["before"] == "none")
+    assert 5 <= int(found["minutes"]) <= 30, f"{name}: a notebook is read and run in 5-30 min"
+    following = ORDER[ORDER.index(name) + 1] if name != ORDER[-1] else None
+    assert (targets(found["next"]) if found["next"] else [None]) == [following]
+
+
+@pytest.mark.parametrize("name", ORDER[:-1])
+def test_the_summary_ends_with_a_next_link_to_the_following_notebook(name):
+    last = markdown(name)[-1]
+    closing = [line for line in last.splitlines() if line.startswith("Next: ")]
+    assert closing, f"{name}: the last markdown cell has no 'Next: [..](..ipynb)' line"
+    assert targets(closing[-1])[:1] == [ORDER[ORDER.index(name) + 1]]
+
+
+def documents() -> dict[str, str]:
+    texts = {f"notebooks/{n}": "\n".join(markdown(n)) for n in NAMES}
+    texts["README.md"] = (ROOT / "README.md").read_text()
+    texts |= {f"docs/{p.name}": p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+    return texts
+
+
+def test_every_link_to_a_notebook_resolves():
+    broken = [(where, t) for where, text in documents().items() for t in targets(text)
+              if t not in NAMES]
+    assert broken == []
+
+
+def test_every_notebook_named_in_prose_exists():
+    """'notebook 08' when only 08a, 08b and 08c exist is a dead end for a learner."""
+    numbers = {n.split("_")[0] for n in NAMES}
+    unknown = [(where, ref) for where, text in documents().items()
+               for m in PROSE_REF.finditer(text) for ref in m.groups() if ref and ref not in numbers]
+    assert unknown == []
+
+
+def test_nbval_markers_are_tags_and_lessons_do_not_talk_about_their_tests():
+    in_code = [(n, i) for n in NAMES for i, c in enumerate(read(n).cells)
+               if c.cell_type == "code" and "NBVAL" in c.source]
+    assert in_code == [], "use the cell tags nbval-ignore-output / nbval-skip"
+    talk = re.compile(r"nbval|notebook tests?|compared by the", re.I)
+    prose = [(n, m.group(0)) for n in NAMES for text in markdown(n) for m in talk.finditer(text)]
+    assert prose == []
+
+
+def test_the_checks_catch_what_they_look_for():
+    """The patterns above find the defects they are for (so an empty result means something)."""
+    assert targets("see [08b](08b_spark_kafka_in_and_out.ipynb#3-x) and [x](../notebooks/09_cost.ipynb)") \
+        == ["08b_spark_kafka_in_and_out", "09_cost"]
+    assert [g for m in PROSE_REF.finditer("the upsert of notebook 08 and notebooks 05 and 06")
+            for g in m.groups() if g] == ["08", "05", "06"]
+    assert HEADER.search("> **Track:** Core (2 of 8) · **Before this:** [00](00_tour.ipynb) · "
+                         "**Time:** ~10 min · **Next:** [02](02_at_least_once.ipynb)")["next"]
