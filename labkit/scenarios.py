@@ -34,7 +34,7 @@ from labkit.faults import crashpoints
 from labkit.faults.runner import RunResult, run_frozen, run_workers, run_zombie
 from labkit.faults.runner import target_name as runner_target
 from labkit.paths import lab_home
-from labkit.pipelines import consumer, ctp, producer, running_count, share
+from labkit.pipelines import consumer, ctp, learner, producer, running_count, share
 from labkit.pipelines.group import check_group_protocol
 from labkit.pipelines.guarantee import GUARANTEES
 from labkit.topics import ISOLATION_LEVELS
@@ -205,7 +205,7 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
                  inputs: list[dict] | None = None, instances: int = 1, partitions: int = 1,
                  group_protocol: str = "classic", crash_instance: int = 0,
                  kills: int = 0, trace: str | Path | None = None,
-                 keep_topics: bool = True) -> ScenarioRun:
+                 keep_topics: bool = True, code: Callable | None = None) -> ScenarioRun:
     """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
     ``isolation`` is how the audited downstream consumer reads the output.
 
@@ -227,8 +227,16 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
 
     ``keep_topics=False`` deletes the run's topics when it ends (also after a failure), as
     ``labkit scenario`` does; kept by default here, because a notebook's next cells look at
-    them (``run.topics``)."""
+    them (``run.topics``).
+
+    ``code``: a function written by the learner (e.g. in a notebook cell) that the workers run
+    instead of the scenario's own pipeline (``labkit.pipelines.learner``): it gets the
+    scenario's settings it names as parameters (``bootstrap``, ``input_topic``,
+    ``output_topic``, ``group_id``, ``transactional_id``, ``instance_id``, ``batch_size``), and
+    its ``crash_point(...)`` calls are where ``crash_at`` kills it. The audit is the same."""
     scenario = _scenario(name)
+    if code is not None and not scenario.reads_input:
+        raise ValueError(f"code= replaces a pipeline that reads an input topic, not {name!r}")
     _guarantee(guarantee)
     _instances(scenario, instances, partitions, crash_instance)
     check_group_protocol(group_protocol)
@@ -255,6 +263,10 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     kwargs = _worker_kwargs(scenario, guarantee, names_, base, workdir, inputs, records)
     kwargs.update(options)
     members = _members(scenario, kwargs, base, instances, group_protocol)
+    worker = scenario.worker
+    if code is not None:  # the learner's function, sent as the text of its cell
+        worker, text = learner.run_code, learner.code_of(code)
+        members = [{**m, "code": text, "function": code.__name__} for m in members]
     history_file = workdir / "history.jsonl"
     used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     try:
@@ -270,7 +282,7 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
                 (watch(watched) if watch else nullcontext()):
             for member in members:
                 member["bootstrap"] = proxy.bootstrap if proxy else bootstrap
-            result = run_workers(scenario.worker, members, crash_at=crash_at, hit=hit,
+            result = run_workers(worker, members, crash_at=crash_at, hit=hit,
                                  crash_instance=crash_instance, label=f"{name} [{guarantee}]",
                                  history_file=str(history_file), kills=kills, seed=seed)
             stats = proxy.stats() if proxy else None

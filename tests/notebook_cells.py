@@ -6,7 +6,8 @@ from pathlib import Path
 import nbformat
 
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
-NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+# "_"-prefixed notebooks are a test's temporary copies, not lessons
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb") if not p.stem.startswith("_"))
 # nbval does not compare a cell that has one of these in its source or tags
 UNCOMPARED_MARKS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP", "NBVAL_CHECK_OUTPUT_NEVER")
 UNCOMPARED_TAGS = ("nbval-ignore-output", "nbval-skip")
