@@ -22,7 +22,11 @@ import pytest
 
 from labkit import cluster as lab
 from labkit import proc
-from tests.solution_code import SOLUTIONS, SOLVED, UNSOLVED, exercise_indices, solved
+try:  # the solved-notebook runs below need the project's tests package (absent when this
+    # file is copied elsewhere, as the leak test does)
+    from tests.solution_code import SOLUTIONS, SOLVED, UNSOLVED, exercise_indices, solved
+except ImportError:
+    SOLUTIONS = None
 
 _shared: dict[str, object] = {}
 
@@ -232,7 +236,7 @@ else:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collect_file(file_path, parent):
     outcome = yield
-    if IPyNbFile is None or parent.config.getoption("--shipped-notebooks"):
+    if IPyNbFile is None or SOLUTIONS is None or parent.config.getoption("--shipped-notebooks"):
         return
     if not (SOLUTIONS / f"{file_path.stem}.md").exists():
         return

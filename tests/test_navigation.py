@@ -102,3 +102,28 @@ def test_the_checks_catch_what_they_look_for():
             for g in m.groups() if g] == ["08", "05", "06"]
     assert HEADER.search("> **Track:** Core (2 of 8) · **Before this:** [00](00_tour.ipynb) · "
                          "**Time:** ~10 min · **Next:** [02](02_at_least_once.ipynb)")["next"]
+
+
+def test_the_workshop_path_fits_90_minutes_and_names_real_sections():
+    text = (ROOT / "docs" / "workshop.md").read_text()
+    table = text.split("## The path")[1].split("\n\n")[1]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines()[2:]]
+    minutes = [int(row[-1]) for row in rows]
+    assert sum(minutes) <= 90 and f"Total: {sum(minutes)} minutes." in text
+    stops = [row for row in rows if row[0]]
+    assert len(stops) >= 6, "a workshop path of at least six stops"
+    for row in stops:
+        (name,) = targets(row[1])
+        first, last = (int(n) for n in row[2].split("-"))
+        headings = "\n".join(markdown(name))
+        missing = [n for n in range(first, last + 1) if not re.search(rf"^## {n}\. ", headings, re.M)]
+        assert missing == [], f"{name} has no section(s) {missing}"
+        reading = int(row[3]) / 200
+        assert float(row[4]) == pytest.approx(reading, abs=0.06), f"{name}: words at 200/min"
+        run_min = float(row[5]) / 60
+        exercise = 5 if row[6] == "yes" else 0
+        assert int(row[-1]) == -(-(reading + run_min + exercise) // 1) + int(row[7]), name
+    core = next(t for t in TRACKS["track"] if t["name"] == "Core")["notebooks"]
+    assert [targets(row[1])[0] for row in stops] == [n for n in core if any(
+        targets(row[1])[0] == n for row in stops)], "the stops follow the Core track's order"
