@@ -24,7 +24,8 @@ from labkit import cluster as lab
 from labkit import proc
 try:  # the solved-notebook runs below need the project's tests package (absent when this
     # file is copied elsewhere, as the leak test does)
-    from tests.solution_code import SOLUTIONS, SOLVED, UNSOLVED, exercise_indices, solved
+    from tests.solution_code import (SOLUTIONS, SOLVED, UNSOLVED, checks_in_place,
+                                     exercise_indices, solved)
 except ImportError:
     SOLUTIONS = None
 
@@ -182,6 +183,8 @@ def pytest_runtest_teardown(item, nextitem):
 # compares every other cell's stored output and proves each exercise's check passes with the
 # documented answer. The shipped copies stay unsolved: tests/test_exercise_solutions.py checks
 # their stored "Not yet" without running them. `--shipped-notebooks` runs them as shipped.
+# A notebook whose check comes cells after its exercise (10) runs as shipped here, its
+# solution in its own run (test_exercise_solutions).
 
 def exercise_verdict_problem(text: str) -> str | None:
     """Why a solved exercise cell's output is not a pass (None when it is one)."""
@@ -220,6 +223,9 @@ else:
 
         def collect(self):
             items = list(super().collect())  # reads self.nb, one item per code cell
+            if not checks_in_place(self.nb):  # runs as shipped; its solution is run by
+                yield from items  # tests/test_exercise_solutions.py
+                return
             name = Path(str(self.fspath)).stem
             answered = solved(self.nb, name)
             exercises = set(exercise_indices(self.nb))

@@ -38,6 +38,15 @@ def exercise_indices(nb) -> list[int]:
             if c.cell_type == "code" and c.source.lstrip().startswith("# EXERCISE")]
 
 
+def checks_in_place(nb) -> bool:
+    """Whether each exercise cell prints its own check (its stored output says "Not yet").
+    Only then can the notebook run once, solved, with every other stored output compared:
+    where the check comes cells later (10), the cells between show the unsolved run."""
+    return all(UNSOLVED in "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "")
+                                   for o in nb.cells[i].get("outputs", []))
+               for i in exercise_indices(nb))
+
+
 def solved(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """A copy of ``nb`` with each exercise's solution (the solution page's python blocks, in
     order) inserted right after the exercise's own assignments of the same names (so it

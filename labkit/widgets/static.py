@@ -131,20 +131,20 @@ def figure(snap: Snapshot, views: tuple[str, ...] = tuple(DRAW)) -> Figure:
     if unknown or not views:
         raise ValueError(f"unknown view(s) {unknown}: choose from {list(DRAW)}")
     heights = [_height(v, snap) for v in views]
-    fig = Figure(figsize=(WIDTH_IN, sum(heights)), dpi=110)
+    # constrained layout makes room inside the figure for every title and label (the first
+    # view's title sits above its axes) while the picture keeps its size
+    fig = Figure(figsize=(WIDTH_IN, sum(heights)), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(views), 1, height_ratios=heights, squeeze=False)[:, 0]
     for view, ax in zip(views, axes):
         DRAW[view](ax, snap)
-    fig.subplots_adjust(left=0.02, right=0.98, top=0.97, bottom=0.03, hspace=0.35)
+    fig.get_layout_engine().set(h_pad=0.04, hspace=0.08)
     return fig
 
 
 def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    # "tight": the saved area grows to hold every title and label, so the first view's title
-    # (drawn above its axes) is never cut off at the top edge
-    fig.savefig(buf, format="png", bbox_inches="tight", pad_inches=0.08)
+    fig.savefig(buf, format="png")
     return buf.getvalue()
 
 
