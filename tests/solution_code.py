@@ -47,10 +47,19 @@ def checks_in_place(nb) -> bool:
                for i in exercise_indices(nb))
 
 
+def _bound_names(node: ast.stmt) -> set[str]:
+    """The names a top-level assignment or def binds (an exercise's answer is either)."""
+    if isinstance(node, ast.FunctionDef):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return set()
+
+
 def solved(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """A copy of ``nb`` with each exercise's solution (the solution page's python blocks, in
-    order) inserted right after the exercise's own assignments of the same names (so it
-    replaces the placeholders, the check still runs)."""
+    order) inserted right after the exercise's own assignments (or defs) of the same names
+    (so it replaces the placeholders, the check still runs)."""
     nb = copy.deepcopy(nb)
     cells = [nb.cells[i] for i in exercise_indices(nb)]
     assert cells, f"{name}: expected a code cell starting with '# EXERCISE'"
@@ -58,10 +67,8 @@ def solved(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     assert len(answers) == len(cells), \
         f"{name}: {len(cells)} exercise cells but {len(answers)} solution blocks"
     for cell, answer in zip(cells, answers):
-        names = {t.id for node in ast.parse(answer).body if isinstance(node, ast.Assign)
-                 for t in node.targets if isinstance(t, ast.Name)}
-        assigns = [node for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
-                   and {t.id for t in node.targets if isinstance(t, ast.Name)} & names]
+        names = set().union(*map(_bound_names, ast.parse(answer).body))
+        assigns = [node for node in ast.parse(cell.source).body if _bound_names(node) & names]
         assert assigns, f"{name}: the exercise cell assigns none of {sorted(names)}"
         lines = cell.source.splitlines()
         end = max(node.end_lineno for node in assigns)

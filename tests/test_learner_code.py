@@ -75,3 +75,14 @@ def test_learner_code_gets_only_the_settings_it_names_and_a_clear_error():
         run_code("def app(bootstrap, colour):\n    pass\n", "app", bootstrap="b", group_id="g")
     with pytest.raises(LearnerCodeError, match="no function named 'main'"):
         run_code("x = 1\n", "main", bootstrap="b")
+
+
+def test_the_worker_runs_a_cells_definitions_not_its_calls():
+    """An exercise cell defines the learner's function, then calls its check: sent to the
+    worker, the call must not run (it would start the check inside the crashed worker)."""
+    code = ("import builtins\nLIMIT = int('3')\ndef app(bootstrap):\n"
+            "    builtins._lab_seen = (bootstrap, LIMIT)\n"
+            "check(app, lab.bootstrap)  # the notebook's check: no 'check' or 'lab' here\n")
+    run_code(code, "app", bootstrap="b:1")
+    import builtins
+    assert builtins.__dict__.pop("_lab_seen") == ("b:1", 3)

@@ -6,6 +6,10 @@ the naive sink shows when the driver dies at the other two Spark crash points; t
 runs the real query (real Spark, real broker), crashed at each point, and compares the
 prediction with what the audit measured.
 
+Also 08a: the learner writes a foreachBatch function that survives the replay; the check
+runs it (labkit.spark.scenarios.experiment(sink=...)) under the same crash into a table keyed
+by the payment id, and audits the table.
+
 08b: the learner writes the Kafka source options that keep a transactional input's aborted
 records out of the transactional sink; the check runs the real query with those options on
 a freshly written input (some transactions aborted) and audits the table.
@@ -102,3 +106,40 @@ def check_source_options(options: dict[str, str] | None, bootstrap: str) -> Verd
                  f"the table (lost {r.lost}, duplicated {r.duplicated}). Spark ignores a source "
                  "option it does not know, silently: check how the notebook hands settings to "
                  "the Kafka consumer inside Spark's source.")
+
+
+IDEMPOTENT_SCENARIO = "spark-idempotent"  # its table's key is the payment id, as a real one's
+
+
+def _refusal(error: Exception) -> str:
+    """What went wrong in the learner's sink, in a line that does not change between runs."""
+    text = str(error)
+    if "UNIQUE constraint failed" in text or "duplicate key value" in text:
+        return ("the database refused the replay: batch 1's payments were already in the "
+                "table, and its key is the payment id")
+    last = [line.strip() for line in text.splitlines() if "Error" in line or "error" in line]
+    return f"your sink failed: {(last[-1] if last else text.splitlines()[0])[:200]}"
+
+
+def check_my_sink(sink, bootstrap: str) -> Verdict:
+    """08a · the learner's foreachBatch function, crashed as the notebook crashed the naive
+    sink (driver killed after the sink wrote batch 1, before commits/1) into a table keyed
+    by the payment id; passes when the audit finds every payment once."""
+    if not callable(sink):
+        return check(False, "", "my_sink must be a function: def my_sink(batch_df, batch_id, "
+                                "db_url, table): ...")
+    try:
+        exp = experiment(IDEMPOTENT_SCENARIO, bootstrap, "exactly_once", SHOWN, RECORDS,
+                         spare=False, sink=sink)
+    except Exception as exc:  # the learner's code, run by Spark: say what it did, briefly
+        return check(False, "", f"{_refusal(exc)}. Make the write of a row whose payment id "
+                                "is already there replace it (or leave it), not fail.")
+    try:
+        r = exp.report
+    finally:
+        exp.cleanup()
+    return check(r.exactly_once,
+                 f"your sink survived the replay: {r.produced} payments, each once in the "
+                 "table. A replay now writes the same rows onto themselves.",
+                 f"the audit found {r.lost} lost and {r.duplicated} duplicated. Every row of "
+                 "the batch must reach the table, and a row already there must not come twice.")

@@ -8,6 +8,7 @@ So the code on the learner's screen is the code the lab SIGKILLs at its crash po
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import linecache
 from collections.abc import Callable
@@ -34,23 +35,41 @@ def code_of(function: Callable) -> str:
     return "".join(lines)
 
 
-def run_code(code: str, function: str, **settings: object) -> None:
-    """Execute ``code`` and call its ``function`` with the ``settings`` it names.
+def definitions(code: str) -> ast.Module:
+    """The cell without its bare expressions: an exercise cell ends by calling its check
+    (``check_my_sink(my_sink, ...)``), which the worker must not run. Imports, functions,
+    classes and assignments stay."""
+    kept = [node for node in ast.parse(code).body if not isinstance(node, ast.Expr)]
+    return ast.Module(body=kept, type_ignores=[])
 
-    The worker's settings (bootstrap, topics, group id, transactional id, ...) are passed by
-    name, only those the function's parameters ask for; a parameter without a default that
-    the lab does not provide is an error that lists what it does provide."""
+
+def load(code: str, function: str) -> Callable:
+    """Execute the definitions of ``code`` (a cell's text) and return its function named
+    ``function``."""
     namespace: dict[str, object] = {"__name__": "learner_code"}
-    exec(compile(code, f"<{function}>", "exec"), namespace)
+    exec(compile(definitions(code), f"<{function}>", "exec"), namespace)
     target = namespace.get(function)
     if not callable(target):
         raise LearnerCodeError(f"the code defines no function named {function!r}")
+    return target
+
+
+def call(target: Callable, **settings: object) -> object:
+    """Call ``target`` with the ``settings`` it names, only those its parameters ask for; a
+    parameter without a default that the lab does not provide is an error that lists what
+    it does provide."""
     wanted = inspect.signature(target).parameters
     missing = [name for name, p in wanted.items() if name not in settings
                and p.default is inspect.Parameter.empty
                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if missing:
-        raise LearnerCodeError(f"{function}() asks for {missing}, which the lab does not provide; "
-                               f"it provides: {', '.join(sorted(settings))}")
+        raise LearnerCodeError(f"{target.__name__}() asks for {missing}, which the lab does not "
+                               f"provide; it provides: {', '.join(sorted(settings))}")
     takes_all = any(p.kind is p.VAR_KEYWORD for p in wanted.values())
-    target(**{k: v for k, v in settings.items() if takes_all or k in wanted})
+    return target(**{k: v for k, v in settings.items() if takes_all or k in wanted})
+
+
+def run_code(code: str, function: str, **settings: object) -> None:
+    """Execute ``code`` and call its ``function`` with the worker's settings (bootstrap,
+    topics, group id, transactional id, ...) it names."""
+    call(load(code, function), **settings)

@@ -77,10 +77,34 @@ def _batch_ranges(job: dict, batch_id: int) -> dict[tuple[str, int], tuple[int, 
             mine[["topic", "partition", "start_offset", "end_offset"]].itertuples(index=False)}
 
 
+def _learner_sink(job: dict, spec: SinkSpec):
+    """The learner's foreachBatch function (job["sink_code"]) as the batch writer, called
+    with what it names of: batch_df, batch_id, db_url, table, path, app_id, output_topic,
+    kafka_options, ranges. None when the job uses the lab's own sink."""
+    if not job.get("sink_code"):
+        return None
+    from labkit.pipelines import learner
+
+    target = learner.load(job["sink_code"]["code"], job["sink_code"]["function"])
+    settings = {"db_url": spec.db_url, "table": spec.table, "path": spec.path,
+                "app_id": delta.app_id(spec.table), "output_topic": spec.output_topic,
+                "kafka_options": javaconfig.spark_options(job["bootstrap"])}
+
+    def write(df, batch_id: int, rows: int, ranges) -> dict:
+        before = delta.latest_version(spec.path) if spec.path else None
+        learner.call(target, batch_df=df, batch_id=batch_id, ranges=ranges, **settings)
+        if spec.path and delta.latest_version(spec.path) == before:  # Delta skipped it
+            return {"written": 0, "skipped": [f"txnVersion {batch_id} (table at v{before})"]}
+        return {"written": rows}
+
+    return write
+
+
 def run_stream(spark, job: dict, send) -> dict:
     from pyspark.sql import functions as F
 
     spec = SinkSpec(**job["sink"])
+    sink = _learner_sink(job, spec)
     reader = (spark.readStream.format("kafka")
               .options(**javaconfig.spark_options(job["bootstrap"]))  # + LABKIT_KAFKA_CONFIG
               .option("subscribe", job["topic"])
@@ -113,8 +137,9 @@ def run_stream(spark, job: dict, send) -> dict:
             rows = apply_threshold(job["lookup"], rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
               "t": round(started - t0, 3)})
-        notes = write_batch(spec, df, rows, batch_id, job["bootstrap"],
-                            ranges=_batch_ranges(job, batch_id))
+        ranges = _batch_ranges(job, batch_id)
+        notes = (sink(df, batch_id, len(rows), ranges) if sink else
+                 write_batch(spec, df, rows, batch_id, job["bootstrap"], ranges=ranges))
         seen.append(batch_id)
         send({"event": "batch-end", "batch": batch_id, "rows": len(rows),
               "seconds": round(time.monotonic() - started, 3), **notes})

@@ -68,6 +68,10 @@ class StreamJob:
     # Extra Kafka source options, e.g. {"kafka.isolation.level": "read_committed"} (Spark's
     # source inherits the Java client's default, read_uncommitted).
     source_options: dict[str, str] = field(default_factory=dict)
+    # A learner's foreachBatch function instead of the lab's sink: {"code": the text of the
+    # cell that defines it, "function": its name} (labkit.pipelines.learner). The sink's
+    # tables are still the lab's, so the audit reads the same columns.
+    sink_code: dict[str, str] | None = None
 
     def message(self) -> dict:
         return {"op": "stream", **asdict(self)}  # asdict turns the nested SinkSpec into a dict too

@@ -54,6 +54,7 @@ import pandas as pd
 from labkit import data, names, topics
 from labkit.audit import AuditReport
 from labkit.inspect import describe_topic
+from labkit.pipelines import learner
 from labkit.spark import check, delta
 from labkit.spark.db import default_url
 from labkit.spark.runner import SPARK_CRASH_POINTS, Run, StreamJob, recount, run_until_done
@@ -131,7 +132,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
                on_event: Callable[[dict], None] | None = None,
                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
                spare: bool = True,
-               source_options: dict[str, str] | None = None) -> SparkExperiment:
+               source_options: dict[str, str] | None = None,
+               sink: Callable | None = None) -> SparkExperiment:
     """Run scenario ``name`` and audit it; keeps the checkpoint and database in ``workdir``.
 
     ``resume`` overrides where a restart starts: the transactional sink resumes from the
@@ -143,8 +145,20 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     ``spare=False`` for the last crash experiment of a series: no spare Spark worker is
     started for a next one. ``source_options`` replaces the scenario's Kafka source options
     (e.g. a learner's attempt at reading a transactional input).
+
+    ``sink`` is a learner's ``foreachBatch`` function, written in a notebook cell: the Spark
+    worker runs the text of that cell instead of the scenario's own sink (the crash points
+    stay where the worker and the function put them; the tables, the replay and the audit
+    are the scenario's). It names what it needs among batch_df, batch_id, db_url, table,
+    path, app_id, output_topic, kafka_options and ranges.
     """
     kind = validate(name, guarantee, crash_at, records)
+    sink_code = None
+    if sink is not None:
+        if crash_at == TASK_FAILURE:
+            raise ValueError(f"{TASK_FAILURE} fails a task of the lab's own Kafka sink: run "
+                             "it without sink=")
+        sink_code = {"code": learner.code_of(sink), "function": sink.__name__}
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"labkit-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
@@ -160,14 +174,14 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     span = sum(p.high_watermark for p in describe_topic(bootstrap, topic).partitions)
     if kind == "kafka":
         topics.create(bootstrap, out_topic, partitions=1)
-    sink = SinkSpec(kind, db_url=None if kind in ("kafka", *DELTA_KINDS) else default_url(workdir),
+    spec = SinkSpec(kind, db_url=None if kind in ("kafka", *DELTA_KINDS) else default_url(workdir),
                     table=f"{kind.replace('-', '_')}_{run_id}",
                     output_topic=out_topic if kind == "kafka" else None,
                     path=str(workdir / "delta-table") if kind in DELTA_KINDS else None)
     job = StreamJob(query=name, topic=topic, bootstrap=bootstrap,
-                    checkpoint=str(workdir / "checkpoint"), sink=sink,
+                    checkpoint=str(workdir / "checkpoint"), sink=spec,
                     max_offsets_per_trigger=math.ceil(span / BATCHES),
-                    source_options=dict(source_options))
+                    source_options=dict(source_options), sink_code=sink_code)
     made = {"input": topic, **({"output": out_topic} if kind == "kafka" else {})}
     with watch(made) if watch else nullcontext():
         run = run_until_done(job, crash_at, CRASH_HIT, log_dir=workdir, on_event=on_event,
@@ -178,7 +192,7 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     expected = recount(bootstrap, topic, source_options=(
         {"kafka.isolation.level": "read_committed"} if name in TXN_INPUT else None))
     if kind in ("running-count", "increment-count"):
-        counts = check.table_counts(sink.db_url, sink.table)
+        counts = check.table_counts(spec.db_url, spec.table)
         output = pd.DataFrame(sorted(counts.items()), columns=["key", "total"])
         report = check.audit_counts(name, guarantee, crash_at, len(inputs), expected, counts)
     else:
@@ -187,9 +201,9 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
             if guarantee == "exactly_once":
                 output = check.dedupe_by_id(output)
         elif kind in DELTA_KINDS:  # read back by Spark, in the order of the table's commits
-            output, _ = delta.read_table(sink.path)
+            output, _ = delta.read_table(spec.path)
         else:
-            output = check.table_records(sink.db_url, sink.table)
+            output = check.table_records(spec.db_url, spec.table)
         aborted = check.aborted_rows(bootstrap, topic, output) if name in TXN_INPUT else None
         report = check.audit_output(name, guarantee, crash_at, inputs, output, expected,
                                     aborted=aborted)

@@ -1,0 +1,101 @@
+"""The sink functions 08a, 08b and 08c show are the code their crash experiments run.
+
+Each test takes the cell that defines a notebook's foreachBatch function, changes one thing
+in it, and runs the notebook's experiment with the changed function (from a module file, as
+a learner's cell would be sent: its whole text, imports included). The audit must come out
+as the change predicts, and differ from the audit the notebook shows for the cell as
+shipped (nbval checks that one): so the experiment runs the code on screen, not the lab's
+own sink.
+"""
+from __future__ import annotations
+
+import linecache
+import uuid
+
+import pytest
+
+from tests.notebook_cells import compared_text, read
+from labkit.pipelines.learner import definitions
+from labkit.spark.scenarios import experiment
+
+pytestmark = pytest.mark.spark
+
+CRASH_AT = "spark-after-sink-before-commit"
+
+
+def sink_cell(notebook: str, function: str) -> str:
+    (cell,) = [c.source for c in read(notebook).cells
+               if c.cell_type == "code" and f"def {function}(" in c.source]
+    return cell
+
+
+def shown_audit(notebook: str, call: str) -> str:
+    """The stored output of the notebook's cell that runs ``call`` (as nbval compares it)."""
+    (cell,) = [c for c in read(notebook).cells if c.cell_type == "code" and call in c.source]
+    return compared_text(cell)
+
+
+def load(source: str, function: str):
+    """``function`` defined by ``source`` as a notebook cell defines it: the text is kept in
+    linecache under a name of its own (IPython does the same), so the lab sends the whole
+    cell; only its definitions run here, as in the worker (an exercise cell calls its check)."""
+    filename = f"<cell-{uuid.uuid4().hex[:8]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict = {}
+    exec(compile(definitions(source), filename, "exec"), namespace)
+    return namespace[function]
+
+
+def edited(source: str, old: str, new: str) -> str:
+    assert old in source, f"the notebook's sink no longer contains {old!r}"
+    return source.replace(old, new)
+
+
+def test_08a_a_naive_sink_that_drops_half_of_each_batch_loses_it(bootstrap, tmp_path):
+    notebook = "08a_spark_checkpoints_and_sinks"
+    assert "duplicated=20" in shown_audit(notebook, "print(naive.report.summary())")
+    source = edited(sink_cell(notebook, "naive_sink"), "            db.executemany(INSERT.format(table=table), rows[half:])",
+                    "            pass  # the second half is never written")
+    exp = experiment("spark-naive", bootstrap, "at_least_once", CRASH_AT, 60,
+                     workdir=tmp_path / "run", sink=load(source, "naive_sink"))
+    r = exp.report
+    # every batch of 20 keeps 10; the replayed batch 1 writes its first 10 again
+    assert (r.produced, r.lost, r.duplicated) == (60, 30, 10), r.summary()
+
+
+def test_08b_a_kafka_sink_that_writes_one_partition_loses_the_other(bootstrap, tmp_path):
+    notebook = "08b_spark_kafka_in_and_out"
+    assert "lost=0 duplicated=20" in shown_audit(notebook, 'kafka = experiment(')
+    source = edited(sink_cell(notebook, "kafka_sink"), '(batch_df.select(',
+                    '(batch_df.where("partition = 0").select(')
+    exp = experiment("spark-kafka-sink", bootstrap, "at_least_once", CRASH_AT, 60,
+                     workdir=tmp_path / "run", sink=load(source, "kafka_sink"))
+    on_partition_1 = sum(1 for r in exp.inputs if r["id"] not in set(exp.output["id"]))
+    assert exp.report.lost == on_partition_1 > 0, exp.report.summary()
+    exp.delete_topics()
+
+
+def test_08c_a_delta_sink_without_txn_options_appends_the_replay(bootstrap, tmp_path):
+    notebook = "08c_spark_delta_and_replay"
+    assert "lost=0 duplicated=0" in shown_audit(notebook, 'txn = experiment(')
+    source = sink_cell(notebook, "delta_sink")
+    for line in ('     .option("txnAppId", app_id)      # this query\'s id\n',
+                 '     .option("txnVersion", batch_id)  # Spark\'s micro-batch id: the same on a replay\n'):
+        source = edited(source, line, "")
+    exp = experiment("spark-delta", bootstrap, "exactly_once", CRASH_AT, 30,
+                     workdir=tmp_path / "run", sink=load(source, "delta_sink"), spare=False)
+    # batch 1 (10 payments) committed before the crash, and again by the replay
+    assert (exp.report.lost, exp.report.duplicated) == (0, 10), exp.report.summary()
+
+
+def test_08a_exercise_2_as_shipped_is_refused_with_a_hint_and_a_non_function_too(bootstrap):
+    """The shipped my_sink (a copy of the naive sink) meets the replay in a table keyed by
+    the payment id: the check says why it failed, in words that do not change between runs
+    (the solved one passes in nbval's run of 08a)."""
+    from labkit.exercises.spark import check_my_sink
+
+    (cell,) = [c.source for c in read("08a_spark_checkpoints_and_sinks").cells
+               if c.cell_type == "code" and c.source.startswith("# EXERCISE 2")]
+    verdict = check_my_sink(load(cell, "my_sink"), bootstrap)
+    assert not verdict.passed and "refused the replay" in verdict.message, verdict.message
+    assert "Not yet" in str(check_my_sink(None, bootstrap))
