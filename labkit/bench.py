@@ -536,6 +536,28 @@ class Conclusion:
         """"slower" / "faster" / "no difference beyond the spread" for ``name``."""
         return self.compared[name][3]
 
+    def headline(self, exactly_once: str = "transactional") -> str:
+        """What exactly-once cost in this run, in one sentence derived from the numbers."""
+        median, q1, q3, verdict = self.compared[exactly_once]
+        if verdict == "slower":
+            cost = (f"had {-median:.0f} % less throughput than {self.baseline} (the middle half "
+                    f"of the rounds: {-q3:.0f} to {-q1:.0f} % less)")
+        elif verdict == "faster":  # noise can do this: the appendix shows the rounds
+            cost = (f"ran {median:.0f} % faster than {self.baseline} (middle half of the rounds "
+                    f"{q1:+.0f} to {q3:+.0f} %): the rounds disagree with the usual cost, see the appendix")
+        else:
+            cost = (f"showed no throughput difference from {self.baseline} beyond the spread of "
+                    f"the rounds ({q1:+.0f} to {q3:+.0f} %)")
+        if self.slowest_to_read == exactly_once:
+            wait = (f"and a read_committed reader waited longest for its records (median "
+                    f"{self.slowest_to_read_p50_ms:.0f} ms: a record is readable once its "
+                    "transaction commits)")
+        elif self.slowest_to_read is not None:
+            wait = f"and a read_committed reader waited longest for {self.slowest_to_read}, not for it"
+        else:
+            wait = "(no latency measured)"
+        return f"In this run, exactly-once ({exactly_once}) {cost}, {wait}."
+
     def lines(self) -> list[str]:
         out = [f"fastest: {self.fastest} (median {self.fastest_records_per_s:,.0f} records/s), "
                f"ahead of {self.runner_up} beyond the spread: "

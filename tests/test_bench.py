@@ -165,6 +165,10 @@ def test_the_conclusion_follows_the_numbers_not_a_fixed_sentence():
     assert c.verdict("transactional") == "slower"
     assert c.verdict("at_most_once") == "no difference beyond the spread"
     assert (c.slowest_to_read, c.slowest_to_read_clear) == ("transactional", True)
+    assert c.headline() == ("In this run, exactly-once (transactional) had 20 % less "
+                            "throughput than at_least_once (the middle half of the rounds: 20 "
+                            "to 20 % less), and a read_committed reader waited longest for its records "
+                            "(median 90 ms: a record is readable once its transaction commits).")
     lines = c.lines()
     assert lines[0].startswith("fastest: at_most_once") and lines[0].endswith("beyond the spread: no")
     assert "transactional vs at_least_once: -20.0 % throughput (middle half of the rounds -20.0 to -20.0 %): slower" in lines
@@ -181,6 +185,8 @@ def test_the_conclusion_follows_the_numbers_not_a_fixed_sentence():
     assert c.verdict("transactional") == "no difference beyond the spread"
     assert (c.slowest_to_read, c.slowest_to_read_clear) == ("transactional", False)
     assert c.lines()[-1].endswith("in every round: no")
+    assert c.headline().startswith("In this run, exactly-once (transactional) showed no "
+                                   "throughput difference from at_least_once beyond the spread")
 
 
 def test_conclude_needs_a_baseline_table():
