@@ -293,6 +293,25 @@ def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 300
     return ["sh", "-c", script]
 
 
+def copy_with_java(bootstrap: str, name: str, records: list[dict], transaction_size: int = 5,
+                   timeout_s: float = 120) -> tuple[int, list[dict]]:
+    """Kafka's Java TransactionalMessageCopier copies ``records`` from topic ``<name>-in``
+    to ``<name>-out`` in transactions of ``transaction_size``, through a fault proxy that
+    records every request and injects nothing. Returns the copier's exit code and the
+    requests it sent (the proxy's trace), to set beside librdkafka's."""
+    data.load_into_topic(bootstrap, f"{name}-in", records)
+    topics.create(bootstrap, f"{name}-out")
+    trace: list[dict] = []
+    with proxy_mod.FaultProxy(bootstrap, trace=trace.append) as proxy:
+        env = {**os.environ, ENV_BOOTSTRAP: proxy.bootstrap,
+               ENV_INPUT: namespace.topic(f"{name}-in"), ENV_OUTPUT: namespace.topic(f"{name}-out"),
+               ENV_GROUP: namespace.group(name), ENV_TRANSACTIONAL_ID: namespace.transactional_id(name)}
+        # run() kills the copier if it outlives the timeout (sh execs java: one process)
+        done = subprocess.run(copier_command(transaction_size=transaction_size), env=env,
+                              timeout=timeout_s, capture_output=True, text=True)
+    return done.returncode, trace
+
+
 STREAMS_GUARANTEES = ("at_least_once", "exactly_once_v2")
 STREAMS_APP = "StreamsRunningCount.java"
 

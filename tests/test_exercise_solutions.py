@@ -40,7 +40,7 @@ def test_the_solution_replaces_the_placeholders():
     assert source.index("my_lost = None") < source.index("my_lost = 5") < source.index("check_mid_batch_loss(")
 
 
-def test_only_the_capstone_checks_in_a_later_cell():
+def test_only_the_capstone_checks_in_a_later_cell():  # the others print their check
     """Every other notebook runs once in CI; a new one checked later costs a second run."""
     assert CHECKED_LATER == ["10_capstone"]
 

@@ -47,13 +47,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("read_for(committed_reader, 1.5)", "read_committed   got: ['t1-debit', 't3-debit']"),
         ("the hanging app wakes up", "_FENCED"),
         ("tail.assign(", "ABORT  hanging app               1"),
-        ("print(\" -> \".join(f\"{r['api']}", "AddOffsetsToTxn v0 -> TxnOffsetCommit v3 -> EndTxn v1"),
-        ("print(\" -> \".join(f\"{r['api']}", "every request that carries one: [0]"),
         ("print(TRANSACTION.caption())", "5. transaction coordinator -> partition leaders: WriteTxnMarkers"),
-        ("def epochs_in_words", "librdkafka  epoch per transaction: flat at 0"),
-        ("def epochs_in_words", "Java copier epoch per transaction: rising, 0 -> 1 -> 2 -> 3"),
-        ("def epochs_in_words", "Java copier sent: InitProducerId v5, Produce v13, TxnOffsetCommit v5, "
-                                "EndTxn v5; never: ['AddPartitionsToTxn', 'AddOffsetsToTxn']"),
     ],
     "05_consume_transform_produce": [
         ("print(one.report.summary())", "markers in the output log: COMMIT ABORT COMMIT COMMIT COMMIT"),
@@ -75,7 +69,16 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ('zombie_rebalance(fencing="group"', "refused by the group coordinator: UNKNOWN_MEMBER_ID"),
         ('zombie_rebalance(fencing="group"', "lost=0 duplicated=0"),
         ('zombie_rebalance(fencing="none"', "lost=0 duplicated=10"),
-        ('for name, run in (("classic"', "a survivor left with no partitions: False; exactly once: True"),
+    ],
+    "09b_on_the_wire": [
+        ("print(\" -> \".join(f\"{r['api']}", "AddOffsetsToTxn v0 -> TxnOffsetCommit v3 -> EndTxn v1"),
+        ("print(\" -> \".join(f\"{r['api']}", "every request that carries one: [0]"),
+        ("def epochs_in_words", "librdkafka  epoch per transaction: flat at 0"),
+        ("def epochs_in_words", "Java copier epoch per transaction: rising, 0 -> 1 -> 2 -> 3"),
+        ("def epochs_in_words", "Java copier sent: InitProducerId v5, Produce v13, TxnOffsetCommit v5, "
+                                "EndTxn v5; never: ['AddPartitionsToTxn', 'AddOffsetsToTxn']"),
+        ("for name, run in runs.items()", "classic   dead member's partitions idle"),
+        ("for name, run in runs.items()", "a survivor left with no partitions: False; exactly once: True"),
     ],
     "07_stateful_exactly_once": [
         ("alo = run_count(", "state: DRIFTED"),

@@ -4,38 +4,57 @@ from __future__ import annotations
 from labkit.exercises import Verdict, check, unanswered
 
 
-def start_instance(bootstrap: str, topic: str, transactional_id: str) -> int:
-    """Start one more instance with ``transactional_id``, commit one record with it and
-    return the epoch the partition leader saw it write with."""
-    from labkit import names
+def replay_takeover(bootstrap: str) -> tuple[int, int]:
+    """Sections 1-2 again, on a topic and a transactional.id of their own: A opens a
+    transaction and freezes, B takes over (aborting A's) and commits, then a third instance
+    starts while B is idle and commits one record. Returns the epochs the partition leader
+    saw B and the third instance write with. Fresh names each time: the answer does not
+    move when the check is run again."""
+    import uuid
+
+    from labkit import names, topics
     from labkit.inspect import Inspector
     from labkit.pipelines.txn import Transactions
 
-    topic = names.topic(topic)  # Transactions.produce is given the broker's name (labkit.names)
-    txn = Transactions(bootstrap, transactional_id)
-    txn.begin()
-    txn.produce(topic, "check", {"id": "exercise-check", "key": "check"})
-    txn.commit()
-    with Inspector(bootstrap) as inspector:
-        return max(s.producer_epoch for s in inspector.producers(topic))
+    topic = f"zombie-check-{uuid.uuid4().hex[:8]}"
+    topics.create(bootstrap, topic)
+    on_broker, app = names.topic(topic), f"{topic}-app"  # produce takes the broker's name
+
+    def leader_epoch(inspector: Inspector) -> int:
+        return max(s.producer_epoch for s in inspector.producers(on_broker))
+
+    try:
+        frozen = Transactions(bootstrap, app)
+        frozen.begin()
+        frozen.produce(on_broker, "acct", {"id": "a-1", "key": "acct"})
+        frozen.flush()
+        epochs = []
+        with Inspector(bootstrap) as inspector:
+            for instance in ("b", "c"):  # B takes over, then the third while B is idle
+                txn = Transactions(bootstrap, app)
+                txn.begin()
+                txn.produce(on_broker, "acct", {"id": f"{instance}-1", "key": "acct"})
+                txn.commit()
+                epochs.append(leader_epoch(inspector))
+        return epochs[0], epochs[1]
+    finally:
+        topics.delete(bootstrap, topic)
 
 
-def check_next_epoch(bootstrap: str, topic: str, transactional_id: str,
-                     epoch: int | None) -> Verdict:
+def check_next_epoch(bootstrap: str, epoch: int | None) -> Verdict:
     """06: predict the epoch of a third instance with the same transactional.id (the second
-    one is idle: no open transaction). The check really starts it and asks the broker."""
+    one is idle: no open transaction). The check replays the takeover and asks the broker."""
     if unanswered(epoch):
         return check(False, "", "fill in my_epoch, then run this cell again. Look at the epoch "
                      "the second instance writes with, and at what it has open right now.")
-    got = start_instance(bootstrap, topic, transactional_id)
+    second, got = replay_takeover(bootstrap)
     return check(epoch == got,
-                 f"the third instance writes with epoch {got}: one bump, because nothing was "
-                 "open to abort (the double bump of step 2 came from aborting the zombie's "
-                 "transaction).",
+                 f"the third instance writes with epoch {got}: one bump from B's {second}, "
+                 "because nothing was open to abort (the double bump of step 2 came from "
+                 "aborting the zombie's transaction).",
                  f"the new instance does not write with epoch {epoch}. How many times does "
                  "init_transactions() bump the epoch when the previous instance has nothing "
-                 "open to abort? (Every run of this cell starts one more instance, so the "
-                 "epoch moves on with each run: count the runs in.)")
+                 "open to abort?")
 
 
 GROUP_RECORDS, GROUP_INSTANCES, GROUP_PARTITIONS = 180, 3, 6

@@ -124,6 +124,27 @@ class TopicView:
         rows = [{c: getattr(b, c) for c in columns} for b in self.batches]
         return pd.DataFrame(rows, columns=columns)
 
+    def transactions_frame(self, partition: int = 0) -> pd.DataFrame:
+        """One row per transaction on ``partition``, in log order: the epoch(s) and first
+        sequence number of its data, and its marker (COMMIT/ABORT) with the marker's epoch.
+        Shows which protocol the producer spoke: classic keeps the epoch and counts sequences
+        on; transaction version 2 bumps the epoch at every commit and starts sequences at 0."""
+        rows, epochs, first_seq = [], set(), None
+        for b in self.batches:
+            if b.partition != partition:
+                continue
+            if b.is_control:
+                rows.append({"data epoch": ", ".join(map(str, sorted(epochs))),
+                             "first sequence": first_seq, "marker": b.marker,
+                             "marker epoch": b.producer_epoch})
+                epochs, first_seq = set(), None
+            else:
+                epochs.add(b.producer_epoch)
+                first_seq = b.base_sequence if first_seq is None else first_seq
+        return pd.DataFrame(rows, columns=["data epoch", "first sequence", "marker", "marker epoch"],
+                            index=pd.RangeIndex(1, len(rows) + 1, name="transaction")).astype(
+            {"first sequence": "Int64", "marker epoch": "Int64"})
+
     def records_frame(self, value_of: Callable[[bytes | None], object] | None = None) -> pd.DataFrame:
         """One row per data record (markers left out): partition, offset, its batch's base
         offset and producer id/epoch, the record's own sequence number (base sequence + its
