@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # Jupyter refuses to run as root unless told to (containers, CI-like machines).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup test-deps lab test down clean
+.PHONY: setup test-deps lab test site down clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version.split()[0]'
@@ -37,8 +37,12 @@ lab: setup
 test: setup test-deps
 	$(BIN)/pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile
 
+# The lessons as a static site in _site/ (stored outputs, nothing executed; no Java needed)
+site: $(STAMP)
+	$(BIN)/python book/build.py
+
 down:
 	$(BIN)/labkit down
 
 clean: down
-	rm -rf $(VENV) .cache .lab
+	rm -rf $(VENV) .cache .lab _site
