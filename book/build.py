@@ -1,6 +1,6 @@
 """Build the lessons as a static site: `make site` (Sphinx with MyST-NB, strict).
 
-The sources are staged in .cache/book-src (the README, the notebooks with their stored
+The sources are staged in .cache/book/src (the README, the notebooks with their stored
 outputs, their solutions and docs/), with an index whose table of contents is the tracks of
 notebooks/tracks.toml in their order, the workshop path first. sphinx-build runs with -W:
 a broken link between pages, a missing image or a notebook left out of the contents fails
@@ -58,16 +58,22 @@ def stage(src: Path) -> None:
     (src / "index.md").write_text(index(tracks, solutions, docs))
 
 
-def build(out: Path = ROOT / "_site", src: Path = ROOT / ".cache" / "book-src") -> Path:
+def build(out: Path = ROOT / "_site", work: Path = ROOT / ".cache" / "book") -> Path:
+    """Stage the sources in ``work``, build there (MyST-NB writes its picture folder beside
+    the build, so the build stays out of the repository's top level), copy the site to
+    ``out``."""
     started = time.monotonic()
+    src, html = work / "src", work / "html"
     print(f"staging the lessons in {src}", flush=True)
     stage(src)
     print("building the site (sphinx-build, strict) ...", flush=True)
-    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(html, ignore_errors=True)
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-                           "-d", str(src.parent / "book-doctrees"), str(src), str(out)])
+                           "-d", str(work / "doctrees"), str(src), str(html)])
     if done.returncode != 0:
         raise SystemExit(f"the site did not build (the warnings above say where); exit {done.returncode}")
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(html, out)
     print(f"site built in {time.monotonic() - started:.1f} s: open {out / 'index.html'}")
     return out
 

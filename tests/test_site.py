@@ -35,7 +35,7 @@ def book():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("site")
-    return book().build(out=tmp / "html", src=tmp / "src")
+    return book().build(out=tmp / "site", work=tmp / "work")
 
 
 def title_of(name: str) -> str:
