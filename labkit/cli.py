@@ -235,6 +235,7 @@ def scenario(
                                    records=records, keep_topics=keep_topics, **group)
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
+    _to_room(report)
     typer.echo(report.to_json() if as_json else report.summary())
 
 
@@ -314,7 +315,37 @@ def torture(
                                  plaintext=plaintext)
     except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
+    _to_room(result.report)
     typer.echo(result.to_json() if as_json else result.summary())
+
+
+def _to_room(report) -> None:
+    """With LABKIT_ROOM set, the audit's counts go to the room's board too."""
+    from labkit import board
+
+    board.publish_audit(report)
+
+
+room_app = typer.Typer(no_args_is_help=True, help="A room of learners on one cluster.")
+app.add_typer(room_app, name="room")
+
+
+@room_app.command("board")
+def room_board(room: str = typer.Option("", help="the room (default: LABKIT_ROOM)"),
+               host: str = typer.Option("127.0.0.1", help="the address to serve on (0.0.0.0: "
+                                                          "the room's network)"),
+               port: int = typer.Option(8770, help="the port (0: any free one)")) -> None:
+    """Serve the room's board until Ctrl-C: one row per learner, one column per exercise,
+    live. Learners set LABKIT_ROOM to the same name; their checks publish to it."""
+    from labkit import board, settings
+
+    room = room or settings.current().room
+    if not room:
+        _fail("name the room: --room NAME, or set LABKIT_ROOM (the learners set the same)")
+    try:
+        board.serve(lab.running_or_fail().bootstrap, room, host=host, port=port)
+    except (lab.ClusterError, settings.SettingsError, OSError) as exc:
+        _fail(str(exc))
 
 
 @app.command()

@@ -101,6 +101,19 @@ def transactional_id(name: str) -> str:
     return qualify(name)
 
 
+ROOM_TOPIC_PREFIX = "labkit-room-"  # outside every namespace: a room's learners share it
+
+
+def room_topic(room: str) -> str:
+    """The topic of room ``room``'s board: the one name no namespace prefixes, since every
+    learner of the room writes it and the instructor reads it (a room's ACLs grant WRITE
+    on the prefix to learners, READ to the instructor)."""
+    if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_-]{0,39}", room):
+        raise settings.SettingsError(f"LABKIT_ROOM={room!r}: use letters, digits, '-' and '_' "
+                                     "(at most 40, starting with a letter or digit), e.g. kafka-101")
+    return ROOM_TOPIC_PREFIX + room
+
+
 def short(name: str) -> str:
     """For display: a name without the current namespace's prefix (others unchanged)."""
     p = prefix()

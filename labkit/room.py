@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import connection
-from labkit.names import SEPARATOR
+from labkit.names import ROOM_TOPIC_PREFIX, SEPARATOR
 from labkit.secure import ADMIN, MECHANISM, SCRAM_ITERATIONS, make_certificates
 
 LEARNER_PREFIX = "learner"
@@ -177,8 +177,9 @@ class RoomFiles:
 
 def grant(bootstrap: str, files: RoomFiles, timeout_s: float = 120.0) -> int:
     """Each learner's prefixed ACLs, created as the admin: all on the topics, groups and
-    transactional ids that start with its namespace, idempotent writes; nothing on the
-    cluster's other names (so listings show it only its own). Waits up to ``timeout_s`` for
+    transactional ids that start with its namespace, idempotent writes, and writing (not
+    reading) the room boards' topics; nothing on the cluster's other names (so listings
+    show it only its own). Waits up to ``timeout_s`` for
     the cluster (compose starts this next to the brokers). Returns the bindings created."""
     from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
                                        AdminClient, ResourcePatternType, ResourceType)
@@ -198,6 +199,12 @@ def grant(bootstrap: str, files: RoomFiles, timeout_s: float = 120.0) -> int:
         bindings.append(AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
                                    principal, "*", AclOperation.IDEMPOTENT_WRITE,
                                    AclPermissionType.ALLOW))
+        # the room's board (labkit.board): every learner writes its results, only the
+        # instructor (the admin) reads them
+        for operation in (AclOperation.WRITE, AclOperation.DESCRIBE):
+            bindings.append(AclBinding(ResourceType.TOPIC, ROOM_TOPIC_PREFIX,
+                                       ResourcePatternType.PREFIXED, principal, "*", operation,
+                                       AclPermissionType.ALLOW))
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **admin_props}))
     deadline = time.monotonic() + timeout_s
     for _binding, future in admin.create_acls(bindings, request_timeout=60).items():

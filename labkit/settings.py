@@ -32,6 +32,7 @@ KAFKA_JAVA_CONFIG = "LABKIT_KAFKA_JAVA_CONFIG"
 PLAINTEXT = "LABKIT_PLAINTEXT"
 SPARK_REMOTE = "LABKIT_SPARK_REMOTE"
 NAMESPACE = "LABKIT_NAMESPACE"
+ROOM = "LABKIT_ROOM"
 
 
 class SettingsError(ValueError):
@@ -60,6 +61,7 @@ class Settings:
     spark_remote_set: str          # LABKIT_SPARK_REMOTE as written
     pg_dsn: str                    # LABKIT_PG_DSN: the Spark sinks' PostgreSQL
     widgets: str                   # LABKIT_WIDGETS: live | static | "" (guess)
+    room: str                      # LABKIT_ROOM: publish exercise results to this room's board
     # set by the lab for the processes it starts
     crash_at: str
     crash_hit: int
@@ -133,6 +135,7 @@ def current() -> Settings:
         spark_remote_set=env.get(SPARK_REMOTE, "").strip(),
         pg_dsn=env.get("LABKIT_PG_DSN", "").strip(),
         widgets=env.get("LABKIT_WIDGETS", "").strip().lower(),
+        room=env.get(ROOM, "").strip(),
         crash_at=env.get(CRASH_AT, ""),
         crash_hit=_int(CRASH_HIT, 1),
         crash_stall=bool(env.get(CRASH_STALL)),

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from labkit import doctor, room
 from labkit.clientlog import client_config
 from labkit.cluster import LocalCluster
 from labkit.connection import read_properties
+from labkit.names import room_topic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,7 +148,28 @@ def test_room_acls_keep_each_learner_in_its_namespace(tmp_path, monkeypatch):
                     break
         spy.close()
         assert KafkaError.GROUP_AUTHORIZATION_FAILED in errors, errors
-        del producer, intruder, admins  # before the broker stops: no reconnect noise
+        # the room's board: the instructor makes its topic; a learner may write it, not read it
+        board_topic = room_topic(run)
+        instructor = AdminClient(client_config({"bootstrap.servers": cluster.bootstrap,
+                                                **files.admin()}))
+        instructor.create_topics([NewTopic(board_topic, 1, 1)])[board_topic].result(timeout=30)
+        results = Producer(config(1))
+        acked = []
+        results.produce(board_topic, b'{"passed": true}', on_delivery=lambda e, m: acked.append(e))
+        results.flush(30)
+        assert acked == [None]
+        reader = Consumer(config(1, **{"group.id": f"learner01.{run}-board"}))
+        reader.assign([TopicPartition(board_topic, 0, 0)])
+        refusals = set()
+        for _ in range(20):
+            msg = reader.poll(1.0)
+            if msg is not None and msg.error():
+                refusals.add(msg.error().code())
+                break
+            assert msg is None, "a learner read the room's results"
+        reader.close()
+        assert KafkaError.TOPIC_AUTHORIZATION_FAILED in refusals, refusals
+        del producer, intruder, admins, instructor, results  # before the broker stops
         # The doctor as learner01 with only its file: the namespace defaults to its user name
         # (what the ACLs grant) and every round trip passes; a wrong LABKIT_NAMESPACE is
         # refused by the ACLs and named as the fix.

@@ -1,11 +1,12 @@
 """02 · at-least-once: the exercise check."""
 from __future__ import annotations
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 SCENARIO, GUARANTEE, RECORDS = "consume-transform-produce", "at_least_once", 40
 
 
+@exercise("02_at_least_once")
 def check_harmless_crash_point(bootstrap: str, crash_at: str | None) -> Verdict:
     """02: name a crash point at which the at-least-once pipeline neither loses nor
     duplicates anything. The check crashes the real pipeline there and audits the output."""

@@ -1,11 +1,12 @@
 """01 · at-most-once: the exercise check."""
 from __future__ import annotations
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 RECORDS = 40  # as in the notebook: 4 batches of 10, the crash on the 2nd batch
 
 
+@exercise("01_at_most_once")
 def check_mid_batch_loss(bootstrap: str, predicted_lost: int | None) -> Verdict:
     """01: predict how many of 40 payments the at-most-once consumer loses when it is killed
     at ``mid-batch`` (half of its 2nd batch written to the table).

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from labkit import data, scenarios
-from labkit.exercises import Verdict, check
+from labkit.exercises import Verdict, check, exercise
 
 SCENARIO = "consume-transform-produce"
 PAYMENTS = 300  # all of data/payments.csv
@@ -124,6 +124,7 @@ def _hints(settings: dict, results: pd.DataFrame) -> list[str]:
     return hints
 
 
+@exercise("10_capstone")
 def check_capstone(settings: dict, results: pd.DataFrame | None = None,
                    bootstrap: str | None = None) -> Verdict:
     """10 · the verdict: exactly-once under every crash point and a lost ack, by the audit.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from labkit import bench
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 from labkit.inspect import Inspector
 
 RECORDS = 1000
@@ -28,6 +28,7 @@ def measured_high_watermark(bootstrap: str, records: int = RECORDS,
         return inspector.offsets(topic)[0].high_watermark, m.transactions
 
 
+@exercise("09_cost")
 def check_offsets(bootstrap: str, high_watermark: int | None) -> Verdict:
     """09 · how many offsets do 1000 records in transactions of 10 use in one partition?"""
     if unanswered(high_watermark):

@@ -1,7 +1,7 @@
 """05 · consume-transform-produce: the exercise check."""
 from __future__ import annotations
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 CTP = "consume-transform-produce"
 # Each mistake shows up at one of these crash points (notebook 05 shows which).
@@ -9,6 +9,7 @@ PROBES = ("after-send-offsets-before-commit", "after-commit", "after-poll-before
 RECORDS = 40
 
 
+@exercise("05_consume_transform_produce")
 def check_ctp_settings(bootstrap: str, offsets: str | None, offset_delta: int | None) -> Verdict:
     """05: choose ``offsets`` and ``offset_delta`` so that the exactly_once pipeline survives a
     crash at every point where one of the mistakes shows; each is really run and audited."""

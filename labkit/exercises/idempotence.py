@@ -1,11 +1,12 @@
 """03 · idempotent producer: the exercise check."""
 from __future__ import annotations
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 RECORDS = 40
 
 
+@exercise("03_idempotent_producer")
 def check_idempotent_crash(bootstrap: str, producer_ids: int | None,
                            duplicates: int | None) -> Verdict:
     """03: the idempotent at-least-once pipeline is killed at ``mid-batch`` (half of its 2nd

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from labkit import harness, proc
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 # The same torture for the notebook's runs and for the check. 600 records at the apps'
 # 10 ms of work each take ~7 s per pass. Each of the 3 kills comes 0.5-1.5 s after the
@@ -63,6 +63,7 @@ def verdict_lines(result: harness.TortureResult) -> str:
     ])
 
 
+@exercise("12_your_own_pipeline")
 def check_own_pipeline(source: str | None, directory: str | Path) -> Verdict:
     """12 · make the app exactly once: write ``source`` to a file in ``directory``, torture
     it with the notebook's kills and judge its output."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 GUARANTEE, RECORDS = "at_least_once", 40
 CHOICES = ("release", "reject")
@@ -24,6 +24,7 @@ def _poison_deliveries(bootstrap: str, poison: str) -> tuple[list[int], int]:
     return [a.delivery_count for a in run.attempts if a.outcome != "processed"], run.archived
 
 
+@exercise("11_share_groups")
 def check_poison(bootstrap: str, deliveries_with_release: int | None,
                  ack_for_one_delivery: str | None) -> Verdict:
     """``deliveries_with_release``: how many times the released poison record is delivered;

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from labkit.exercises import Verdict, check, prediction_gaps, unanswered
+from labkit.exercises import Verdict, check, exercise, prediction_gaps, unanswered
 from labkit.spark.runner import SPARK_CRASH_POINTS
 from labkit.spark.scenarios import TASK_FAILURE, experiment
 
@@ -65,6 +65,7 @@ def judge(prediction: dict[str, int], measured: pd.DataFrame) -> Verdict:
                  "table when the driver died, and was commits/1 already written?")
 
 
+@exercise("08a_spark_checkpoints_and_sinks", "1")
 def check_naive_duplicates(prediction: dict[str, int | None], bootstrap: str) -> Verdict:
     """08 · predict the naive sink's duplicated rows after a crash at each other Spark point."""
     points = exercise_points()
@@ -80,6 +81,7 @@ def check_naive_duplicates(prediction: dict[str, int | None], bootstrap: str) ->
 TXN_SCENARIO = "spark-txn-input-default"  # the transactional input, read with given options
 
 
+@exercise("08b_spark_kafka_in_and_out")
 def check_source_options(options: dict[str, str] | None, bootstrap: str) -> Verdict:
     """08b · Kafka source options under which no aborted record reaches the sink: measured by
     running the query with them and auditing its table (aborted read 0, exactly once)."""
@@ -121,6 +123,7 @@ def _refusal(error: Exception) -> str:
     return f"your sink failed: {(last[-1] if last else text.splitlines()[0])[:200]}"
 
 
+@exercise("08a_spark_checkpoints_and_sinks", "2")
 def check_my_sink(sink, bootstrap: str) -> Verdict:
     """08a · the learner's foreachBatch function, crashed as the notebook crashed the naive
     sink (driver killed after the sink wrote batch 1, before commits/1) into a table keyed

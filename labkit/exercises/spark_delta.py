@@ -8,7 +8,7 @@ a table that matches a single processing of each payment; the check runs the rea
 """
 from __future__ import annotations
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 from labkit.spark import replay
 
 SINK = "delta-append"
@@ -35,6 +35,7 @@ def judge(prediction: bool, exp: replay.ReplayExperiment) -> Verdict:
                  "with the replayed batch 1, and which threshold did each copy of it see?")
 
 
+@exercise("08c_spark_delta_and_replay")
 def check_append_replay(prediction: bool | None, bootstrap: str) -> Verdict:
     """08c · does a plain Delta append match a single processing after the threshold change?"""
     if unanswered(prediction):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from labkit import scenarios
-from labkit.exercises import Verdict, check, prediction_gaps
+from labkit.exercises import Verdict, check, exercise, prediction_gaps
 
 SCENARIO = "running-count"
 GUARANTEE = "at_least_once"
@@ -36,6 +36,7 @@ def measure_drift(points: tuple[str, ...], bootstrap: str | None = None,
     return pd.DataFrame(rows)
 
 
+@exercise("07_stateful_exactly_once")
 def check_drift(prediction: dict[str, bool | None], bootstrap: str | None = None) -> Verdict:
     """07 · predict, per crash point, whether at_least_once's counts drift (True) or not."""
     points = exercise_points()

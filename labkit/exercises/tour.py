@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import uuid
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 KEY = "acct-03"
 
@@ -36,6 +36,7 @@ def produce_three_more(bootstrap: str, topic: str) -> tuple[int, int]:
     return acks[-1]
 
 
+@exercise("00_tour")
 def check_tour(bootstrap: str, topic: str, partition: int | None, offset: int | None) -> Verdict:
     """00 · tour: predict partition and offset of the last of three more acct-03 payments.
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import uuid
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 
 def run_three_transactions(bootstrap: str, topic: str) -> tuple[int, int]:
@@ -35,6 +35,7 @@ def run_three_transactions(bootstrap: str, topic: str) -> tuple[int, int]:
     return offsets.high_watermark, acks[-1]
 
 
+@exercise("04_transactions")
 def check_transactions(bootstrap: str, high_watermark: int | None,
                        last_offset: int | None) -> Verdict:
     """04 · transactions: predict the high watermark and the last record's offset after

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 RECORDS, TRANSACTION_SIZE = 30, 10
 
@@ -42,6 +42,7 @@ def judge(epoch: int, measured: int) -> Verdict:
                  "EndTxn do to it? Count the transactions.")
 
 
+@exercise("09b_on_the_wire")
 def check_last_marker_epoch(bootstrap: str, epoch: int | None) -> Verdict:
     """09b: predict the epoch of the Java copier's last marker; the check runs the copier."""
     if unanswered(epoch):

@@ -1,7 +1,7 @@
 """06 · zombies: the exercise check."""
 from __future__ import annotations
 
-from labkit.exercises import Verdict, check, unanswered
+from labkit.exercises import Verdict, check, exercise, unanswered
 
 
 def replay_takeover(bootstrap: str) -> tuple[int, int]:
@@ -41,6 +41,7 @@ def replay_takeover(bootstrap: str) -> tuple[int, int]:
         topics.delete(bootstrap, topic)
 
 
+@exercise("06_zombies", "1")
 def check_next_epoch(bootstrap: str, epoch: int | None) -> Verdict:
     """06: predict the epoch of a third instance with the same transactional.id (the second
     one is idle: no open transaction). The check replays the takeover and asks the broker."""
@@ -60,6 +61,7 @@ def check_next_epoch(bootstrap: str, epoch: int | None) -> Verdict:
 GROUP_RECORDS, GROUP_INSTANCES, GROUP_PARTITIONS = 180, 3, 6
 
 
+@exercise("06_zombies", "2")
 def check_group_duplicates(bootstrap: str, duplicates: int | None) -> Verdict:
     """06: predict the duplicates when one of three at_least_once instances is killed at
     after-process-before-commit on its second batch. The check runs it and audits."""

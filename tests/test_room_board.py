@@ -1,0 +1,128 @@
+"""The room board (labkit.board, `labkit room board`): ten learner processes, each with its
+own namespace and LABKIT_ROOM set, run real exercise checks against the test broker; the
+board, served by the real CLI, shows each learner's pass or hint per exercise in Chromium
+within 5 s. A learner who cannot publish gets one warning line and still its verdict."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from labkit.board import RoomState, publish_verdict
+from labkit.cluster import free_port
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+LEARNERS = 10
+LEARNER = """
+import os, sys
+from labkit.exercises.transactions import check_transactions
+from labkit.exercises.wire import check_last_marker_epoch
+bootstrap = os.environ["LABKIT_BOOTSTRAP"]
+print(check_last_marker_epoch(bootstrap, None))  # unanswered: a hint, nothing run
+right = int(sys.argv[1]) % 2 == 0
+print(check_transactions(bootstrap, 9, 7) if right else check_transactions(bootstrap, 6, 5))
+"""
+TXN, WIRE = "04_transactions", "09b_on_the_wire"
+
+
+def test_the_state_counts_passes_hints_and_audits():
+    state = RoomState("r")
+    for passed in (False, False, True):
+        state.add({"kind": "exercise", "learner": "ana", "notebook": TXN, "exercise": "",
+                   "passed": passed, "message": "m", "t": 1.0})
+    state.add({"kind": "exercise", "learner": "bo", "notebook": "00_tour", "exercise": "",
+               "passed": False, "message": "hint", "t": 2.0})
+    state.add({"kind": "audit", "learner": "bo", "lost": 3, "duplicated": 0, "exactly_once": False})
+    data = state.to_json()
+    assert data["exercises"] == ["00_tour", TXN]  # the curriculum's order
+    assert data["learners"]["ana"][TXN]["passed"] and data["learners"]["ana"][TXN]["hints"] == 2
+    assert data["audits"] == {"runs": 1, "lost": 3, "duplicated": 0, "exactly_once": 0}
+
+
+def test_a_learner_who_cannot_publish_is_warned_once_and_goes_on(monkeypatch, capsys):
+    from labkit.exercises.wire import check_last_marker_epoch
+
+    monkeypatch.setenv("LABKIT_ROOM", "nowhere")
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", f"127.0.0.1:{free_port()}")  # nothing listens
+    verdict = check_last_marker_epoch("127.0.0.1:1", None)
+    assert not verdict.passed and "fill in my_epoch" in verdict.message
+    warning = [line for line in capsys.readouterr().err.splitlines() if "room board" in line]
+    assert len(warning) == 1 and "the lesson goes on" in warning[0]
+    monkeypatch.delenv("LABKIT_ROOM")
+    assert publish_verdict("x", "", True, "m") is False  # no room: nothing to publish
+
+
+@pytest.fixture
+def board(bootstrap: str):
+    room = f"test-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
+    server = subprocess.Popen([sys.executable, "-c", "from labkit.cli import app; app()", "room",
+                               "board", "--room", room, "--port", str(port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "state", timeout=1).read()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the board did not start: {server.stdout.read()}")
+                time.sleep(0.2)
+        yield room, url
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_ten_learners_appear_on_the_board_in_chromium_within_5_s(board, bootstrap):
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    room, url = board
+    learners = [f"learner{n:02d}" for n in range(LEARNERS)]
+    procs = [subprocess.Popen([sys.executable, "-c", LEARNER, str(n)],
+                              env={**os.environ, "LABKIT_BOOTSTRAP": bootstrap, "LABKIT_ROOM": room,
+                                   "LABKIT_NAMESPACE": who},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n, who in enumerate(learners)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    finished = time.monotonic()
+    for (out, err), p in zip(outputs, procs):
+        assert p.returncode == 0 and "room board" not in err, err[-1500:]
+    expected = {who: {TXN: ("passed", "✅") if n % 2 == 0 else ("hint", "🔁 1"), WIRE: ("hint", "🔁 1")}
+                for n, who in enumerate(learners)}
+
+    def shown(page) -> dict:
+        return page.eval_on_selector_all("tr[data-learner] td[data-exercise]", """tds => {
+            const out = {};
+            for (const td of tds) {
+                const who = td.parentElement.dataset.learner;
+                (out[who] = out[who] || {})[td.dataset.exercise] = [td.className, td.textContent];
+            }
+            return out; }""")
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            seen = {}
+            while time.monotonic() - finished < 5:
+                seen = {who: {k: tuple(v) for k, v in row.items()} for who, row in shown(page).items()}
+                if seen == expected:
+                    break
+                time.sleep(0.1)
+            latency = time.monotonic() - finished
+            assert seen == expected, f"after {latency:.1f} s the board shows {seen}"
+            assert page.locator("#totals").inner_text().startswith(f"{LEARNERS} learners")
+        finally:
+            browser.close()
