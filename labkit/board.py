@@ -74,7 +74,7 @@ def publish_verdict(notebook: str, exercise: str, passed: bool, message: str) ->
 
 def publish_audit(report) -> bool:
     """An audit's counts (``labkit scenario``, ``labkit torture``) for the room's totals."""
-    return publish({"kind": "audit", "pipeline": report.pipeline, "guarantee": report.guarantee,
+    return publish({"kind": "audit", "scenario": report.scenario, "guarantee": report.guarantee,
                     "produced": report.produced, "lost": report.lost,
                     "duplicated": report.duplicated, "exactly_once": report.exactly_once})
 
@@ -167,10 +167,10 @@ class RoomReader:
                     continue
                 try:
                     record = json.loads(message.value())
-                except (TypeError, ValueError):
-                    continue  # not the lab's: skip it, keep the board up
-                with self.lock:
-                    self.state.add(record)
+                    with self.lock:
+                        self.state.add(record)
+                except (TypeError, ValueError, KeyError, AttributeError):
+                    continue  # not the lab's record: skip it, keep the board up
 
     def snapshot(self) -> dict:
         with self.lock:

@@ -31,6 +31,7 @@ from labkit import connection, settings
 
 SEPARATOR = "."
 MAX_TOPIC = 249  # Kafka's limit on a topic name's length
+ROOM_TOPIC_PREFIX = "labkit-room-"  # a room board's topic: outside every namespace (room_topic)
 
 
 def namespace() -> str:
@@ -76,7 +77,7 @@ def qualify(name: str) -> str:
     """``name`` in the current namespace (unchanged if it is in it already, or if there is
     no namespace). The one rule; ``topic``, ``group`` and ``transactional_id`` say which
     kind of name a call site means."""
-    if not name:
+    if not name or name.startswith(ROOM_TOPIC_PREFIX):  # a room's board: shared, never prefixed
         return name
     p = prefix()
     return name if not p or name.startswith(p) else p + name
@@ -99,9 +100,6 @@ def group(name: str) -> str:
 def transactional_id(name: str) -> str:
     """The broker's transactional.id for the learner's ``name``."""
     return qualify(name)
-
-
-ROOM_TOPIC_PREFIX = "labkit-room-"  # outside every namespace: a room's learners share it
 
 
 def room_topic(room: str) -> str:

@@ -25,7 +25,8 @@ def measured_high_watermark(bootstrap: str, records: int = RECORDS,
     m = bench.measure(bootstrap, "transactional", records, VALUE_BYTES,
                       records_per_txn=records_per_txn, topic=topic, warmup=False)
     with Inspector(bootstrap) as inspector:
-        return inspector.offsets(topic)[0].high_watermark, m.transactions
+        # the last COMMIT marker included
+        return inspector.settled_offsets(topic)[0].high_watermark, m.transactions
 
 
 @exercise("09_cost")

@@ -31,7 +31,7 @@ def run_three_transactions(bootstrap: str, topic: str) -> tuple[int, int]:
         producer.flush(30)  # abort_transaction() would drop unsent records: send them first
         producer.commit_transaction(30) if commit else producer.abort_transaction(30)
     with Inspector(bootstrap) as inspector:
-        offsets = inspector.offsets(topic)[0]
+        offsets = inspector.settled_offsets(topic)[0]  # the last COMMIT marker included
     return offsets.high_watermark, acks[-1]
 
 

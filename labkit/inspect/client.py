@@ -13,6 +13,7 @@ and OffsetFetch (at the group coordinator, FindCoordinator key_type 0).
 from __future__ import annotations
 
 import datetime
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -187,6 +188,21 @@ class Inspector:
             for p in parts:
                 out[p] = PartitionOffsets(p, log_start=start[p], lso=lso[p], high_watermark=hw[p])
         return dict(sorted(out.items()))
+
+    def settled_offsets(self, topic: str, timeout_s: float = 30.0) -> dict[int, PartitionOffsets]:
+        """``offsets`` once every partition's LSO has reached its high watermark: no
+        transaction open and every marker written. commit_transaction() returns before the
+        coordinator has written the COMMIT markers, so a high watermark read right after it
+        can still lack them (one offset short per partition, more often under load)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.offsets(topic)
+            if all(o.lso == o.high_watermark for o in found.values()):
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: a transaction is still open after {timeout_s:.0f} s "
+                                   f"(LSO behind the high watermark: {found})")
+            time.sleep(0.05)
 
     # ------------------------------------------------------------ batches
 
