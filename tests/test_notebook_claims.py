@@ -60,7 +60,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("ledger_report.summary()", "duplicated=10"),
     ],
     "06_zombies": [
-        ("records the zombie added to the log", "ProducerFenced"),
+        ("records the zombie added to the log", "zombie commit -> _FENCED (fatal: True"),
         ("fencing = exchanges(wire)", "instance-B: InitProducerId v4  -> CONCURRENT_TRANSACTIONS"),
         ("fencing = exchanges(wire)", "instance-A: Produce v10  -> INVALID_PRODUCER_EPOCH"),
         ('for isolation in ("read_committed", "read_uncommitted")', "verdict: exactly once"),
