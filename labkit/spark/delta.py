@@ -67,10 +67,16 @@ def write_delta(kind: str, table: str, path: str, df, rows: list, batch_id: int)
     # is visited before the write, so a crash there leaves nothing of this batch.
     crash_point("spark-mid-sink")
     writer.save(path)
+    return commit_notes(path, before, batch_id, len(rows))
+
+
+def commit_notes(path: str, before: int | None, batch_id: int, rows: int) -> dict:
+    """Notes for the runner's event log after a batch was written to the table at ``path``
+    (``before``: its version until then): the commit it made, or that Delta skipped it."""
     after = latest_version(path)
     if after == before:  # no new commit: Delta saw (appId, version) already and wrote nothing
         return {"written": 0, "skipped": [f"txnVersion {batch_id} (table at v{after})"]}
-    return {"written": len(rows), "applied": [f"v{after}"], "delta_version": after}
+    return {"written": rows, "applied": [f"v{after}"], "delta_version": after}
 
 
 # ---------------------------------------------------------------- reading back (the audit)
