@@ -49,11 +49,14 @@ def main(learners: int = 30, seconds: float = 30.0) -> None:
     url = f"http://127.0.0.1:{port}/state"
     procs = []
     try:
+        deadline = time.monotonic() + 60
         while True:
             try:
                 urllib.request.urlopen(url, timeout=1).read()
                 break
-            except OSError:
+            except OSError:  # not up yet; a board that died or never answers ends the run
+                if board.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the board did not start: run `labkit room board` by hand to see why")
                 time.sleep(0.2)
         cpu_before = psutil.Process(board.pid).cpu_times()
         until = time.time() + seconds

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,30 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+def chromium_or_fail() -> None:
+    """The browser tests need Debian's Chromium; without it they fail saying how to get it."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (apt-get install chromium)")
+
+
+def wait_for_http(url: str, server: subprocess.Popen, timeout_s: float,
+                  why: Callable[[], str], interval_s: float = 0.3) -> None:
+    """Until ``url`` answers; fails with ``why()`` if ``server`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(why()) from None
+            time.sleep(interval_s)
+
+
 @pytest.fixture
 def jupyterlab(tmp_path: Path, bootstrap: str):
     """A JupyterLab of our own on 127.0.0.1 serving a temp dir with the demo notebook."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (apt-get install chromium)")
+    chromium_or_fail()
     root = tmp_path / "lab"
     root.mkdir()
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
@@ -65,15 +85,8 @@ def jupyterlab(tmp_path: Path, bootstrap: str):
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start; see {tmp_path / 'jupyterlab.log'}")
-                time.sleep(0.3)
+        wait_for_http(f"{url}/api/status", server, 90,
+                      lambda: f"JupyterLab did not start; see {tmp_path / 'jupyterlab.log'}")
         yield url, tmp_path
     finally:
         server.send_signal(signal.SIGTERM)  # Jupyter shuts its kernels down on SIGTERM

@@ -15,7 +15,7 @@ import pytest
 
 from labkit.board import RoomState, publish_verdict
 from labkit.cluster import free_port
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_fail, wait_for_http
 
 LEARNERS = 10
 LEARNER = """
@@ -71,15 +71,8 @@ def board(bootstrap: str):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "state", timeout=1).read()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the board did not start: {server.stdout.read()}")
-                time.sleep(0.2)
+        wait_for_http(url + "state", server, 60,
+                      lambda: f"the board did not start: {server.stdout.read()}", interval_s=0.2)
         yield room, url
     finally:
         server.terminate()
@@ -87,8 +80,7 @@ def board(bootstrap: str):
 
 
 def test_ten_learners_appear_on_the_board_in_chromium_within_5_s(board, bootstrap):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (apt-get install chromium)")
+    chromium_or_fail()
     from playwright.sync_api import sync_playwright
 
     room, url = board

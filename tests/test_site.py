@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.notebook_cells import NOTEBOOKS, read
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_fail
 
 ROOT = Path(__file__).parents[1]
 TRACKS = tomllib.loads((NOTEBOOKS / "tracks.toml").read_text())
@@ -64,8 +64,7 @@ def test_the_first_page_lists_the_tracks_in_order(site):
 
 
 def test_every_lesson_page_loads_with_its_outputs_and_no_error_in_chromium(site):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (apt-get install chromium)")
+    chromium_or_fail()
     from playwright.sync_api import sync_playwright
 
     problems: list[str] = []
