@@ -3,7 +3,8 @@
 3 instances share a 6-partition input; instance 0 crashes at a named point, the group gives
 its partitions to the others, the supervisor restarts it and it rejoins. Under both group
 protocols (classic, KIP-848 consumer), audited: exactly_once stays exact at every crash
-point (3 repeats each), at_least_once duplicates and at_most_once loses what theory says.
+point (3 repeats each), at_least_once duplicates and at_most_once loses what theory says
+(at_least_once also repeats any batch whose offset commit a rebalance refused).
 
 A cell waits about one session timeout (6 s) for the group to notice the dead member, so
 the cells of one (protocol, guarantee) run side by side, three at a time, each with its own
@@ -75,7 +76,10 @@ def test_weaker_guarantees_in_a_group_lose_or_duplicate_what_theory_says(bootstr
         _, guarantee, point, _ = cell
         r = run.report
         if guarantee == "at_least_once":
-            assert (r.lost, r.duplicated) == (0, DUPLICATED[point]), (cell, r.summary())
+            # a batch written and then refused its commit by a rebalance is read again by
+            # whoever owns it next: at-least-once's other source of duplicates in a group
+            refused = sum(e["records"] for e in run.history if e["kind"] == "fenced")
+            assert (r.lost, r.duplicated) == (0, DUPLICATED[point] + refused), (cell, r.summary())
         else:
             assert (r.lost, r.duplicated) == (LOST[point], 0), (cell, r.summary())
 

@@ -256,6 +256,6 @@ def run_batches(source: GroupInput, batch_size: int,
             history.record("processed", partitions=sorted({m.partition() for m in batch}),
                            records=len(batch))
         except StaleGeneration as exc:
-            history.record("fenced", error=str(exc))
+            history.record("fenced", error=str(exc), records=len(batch))
             print(f"labkit: batch abandoned: {exc}", file=sys.stderr, flush=True)
             source.rewind(batch)
