@@ -25,6 +25,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -183,22 +184,55 @@ class Broker:
         return Path(self.dir) / "broker.log"
 
 
+# A failure lab (``LocalCluster(controller="dedicated")``): the KRaft quorum is one node of
+# its own, so freezing two brokers never takes the quorum with them and the controller can
+# still shrink ISRs and elect leaders. Its timings are short so a lesson sees each step in
+# seconds: a follower that fetched nothing for 3 s leaves the ISR (Kafka: 30 s); a broker
+# silent for 4 s is fenced and its partitions move (Kafka: 9 s).
+FAILURE_LAB_PROPERTIES = {
+    "replica.lag.time.max.ms": 3000,
+    "broker.session.timeout.ms": 4000,
+    "broker.heartbeat.interval.ms": 500,
+}
+CONTROLLER_NODE_ID = 100
+
+
+def controller_properties(node: Broker, voters: str) -> str:
+    """A controller-only KRaft node (the quorum of a failure lab)."""
+    return "\n".join([
+        "process.roles=controller",
+        f"node.id={node.node_id}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=CONTROLLER://127.0.0.1:{node.controller_port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
+        f"log.dirs={Path(node.dir) / 'data'}",
+        *(f"{k}={v}" for k, v in FAILURE_LAB_PROPERTIES.items()),
+        "",
+    ])
+
+
 def broker_properties(broker: Broker, voters: str, n_brokers: int,
-                      listeners: list[str] | None = None) -> str:
-    """``listeners``: the listener lines of a secure lab (``labkit.secure``), else plaintext."""
+                      listeners: list[str] | None = None, dedicated_controller: bool = False) -> str:
+    """``listeners``: the listener lines of a secure lab (``labkit.secure``), else plaintext.
+    ``dedicated_controller``: a broker-only node of a failure lab (the quorum runs apart)."""
     replicated = n_brokers >= 3
     rf, min_isr = (3, 2) if replicated else (1, 1)
+    own_listeners = (
+        [f"listeners=PLAINTEXT://127.0.0.1:{broker.port}"] if dedicated_controller else
+        [f"listeners=PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}"])
     return "\n".join([
-        "process.roles=broker,controller",
+        "process.roles=broker" if dedicated_controller else "process.roles=broker,controller",
         f"node.id={broker.node_id}",
         f"controller.quorum.voters={voters}",
         *(listeners or [
-            f"listeners=PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
+            *own_listeners,
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker.port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         ]),
+        *(f"{k}={v}" for k, v in FAILURE_LAB_PROPERTIES.items() if dedicated_controller),
         f"log.dirs={Path(broker.dir) / 'data'}",
         f"default.replication.factor={rf}",
         f"min.insync.replicas={min_isr}",
@@ -297,9 +331,13 @@ class LocalCluster:
     external = False
 
     def __init__(self, brokers: int = 1, home: Path | None = None, port: int | None = None,
-                 detached: bool = False, secure: bool = False):
+                 detached: bool = False, secure: bool = False, controller: str = "combined"):
         if brokers not in (1, 3):
             raise ValueError(f"brokers must be 1 or 3, not {brokers}")
+        if controller not in ("combined", "dedicated"):
+            raise ValueError(f"controller must be 'combined' or 'dedicated', not {controller!r}")
+        if controller == "dedicated" and (brokers != 3 or secure):
+            raise ValueError("a dedicated controller is for the plaintext 3-broker failure lab")
         self.home = Path(home) if home else lab_home()
         # secure: clients reach it on SASL_SSL only, with the credentials in client_properties
         self.security = secure_lab.SecureLab(self.home) if secure else None
@@ -310,7 +348,17 @@ class LocalCluster:
             Broker(node_id=i + 1, port=0, controller_port=0, dir=str(self.home / f"node-{i + 1}"))
             for i in range(brokers)
         ]
+        # The failure lab's quorum: one controller-only node beside the brokers (else each
+        # broker is also a controller voter).
+        self.controller = (Broker(node_id=CONTROLLER_NODE_ID, port=0, controller_port=0,
+                                  dir=str(self.home / "controller"))
+                           if controller == "dedicated" else None)
         self._requested_port = port
+
+    @property
+    def nodes(self) -> list[Broker]:
+        """Every process of this lab: the brokers, and a failure lab's controller."""
+        return self.brokers + ([self.controller] if self.controller else [])
 
     # -- addresses ----------------------------------------------------------
     @property
@@ -342,14 +390,15 @@ class LocalCluster:
         java = jvm.check_java()
         classpath = jvm.classpath("kafka")
         self._assign_ports()
-        voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in self.brokers)
+        voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}"
+                          for b in ([self.controller] if self.controller else self.brokers))
         cluster_id = new_cluster_id()
         with status(f"Starting {len(self.brokers)} Kafka broker(s)") as update:
             try:
                 if self.security:
                     update("Making a CA, a broker certificate and SCRAM users")
                     self.security.prepare()
-                for b in self.brokers:
+                for b in self.nodes:
                     d = Path(b.dir)
                     if d.exists():
                         shutil.rmtree(d)
@@ -357,14 +406,17 @@ class LocalCluster:
                     listeners = (self.security.listener_properties(b.port, b.controller_port)
                                  if self.security else None)
                     (d / "server.properties").write_text(
-                        broker_properties(b, voters, len(self.brokers), listeners))
+                        controller_properties(b, voters) if b is self.controller else
+                        broker_properties(b, voters, len(self.brokers), listeners,
+                                          dedicated_controller=self.controller is not None))
                     if self.security:  # its JAAS line holds the admin's password
                         (d / "server.properties").chmod(0o600)
                     (d / "log4j2.properties").write_text(LOG4J2.format(log=b.log_file))
                     update(f"Formatting storage of broker {b.node_id}")
                     self._format(java, classpath, b, cluster_id)
-                for b in self.brokers:
-                    update(f"Starting broker {b.node_id} on {b.address}")
+                for b in self.nodes:
+                    update(f"Starting {'controller' if b is self.controller else 'broker'} "
+                           f"{b.node_id} on {b.address}")
                     self._spawn(java, classpath, b)
                 self._save_state()
                 update(f"Waiting for {len(self.brokers)} broker(s) to answer metadata")
@@ -401,6 +453,11 @@ class LocalCluster:
                 c = free_port()
             taken.add(c)
             b.controller_port = c
+        if self.controller:
+            c = free_port()
+            while c in taken:
+                c = free_port()
+            self.controller.port = self.controller.controller_port = c
 
     def _jvm_command(self, java: str, classpath: str, b: Broker, main: list[str]) -> list[str]:
         return [
@@ -458,8 +515,33 @@ class LocalCluster:
         """SIGKILL one broker (or all): no shutdown hook runs, nothing is flushed."""
         proc.kill(self._handles(self._select(node_id)))
 
-    def restart(self, node_id: int | None = None) -> None:
-        """Start killed or stopped broker(s) again on the same data dir and wait for them."""
+    def freeze(self, node_id: int) -> None:
+        """SIGSTOP one broker: alive to the kernel, silent to everyone (a long GC pause, a
+        hung disk). Its followers stop fetching; its heartbeats stop. ``thaw`` resumes it."""
+        for p in self._handles(self._select(node_id)):
+            os.kill(p.pid, signal.SIGSTOP)
+
+    def thaw(self, node_id: int) -> None:
+        """SIGCONT a frozen broker: it carries on where it stopped."""
+        for p in self._handles(self._select(node_id)):
+            os.kill(p.pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def frozen(self, *node_ids: int):
+        """Freeze these brokers for the block; thawed on every way out (a frozen JVM would
+        otherwise outlive a failed experiment, stuck, holding its ports)."""
+        try:
+            for n in node_ids:
+                self.freeze(n)
+            yield
+        finally:
+            for n in node_ids:
+                with contextlib.suppress(ProcessLookupError):
+                    self.thaw(n)
+
+    def restart(self, node_id: int | None = None, wait: bool = True) -> None:
+        """Start killed or stopped broker(s) again on the same data dir and wait for them
+        (``wait=False``: return once started; ``wait_ready`` later)."""
         java = jvm.check_java()
         classpath = jvm.classpath("kafka")
         for b in self._select(node_id):
@@ -467,8 +549,9 @@ class LocalCluster:
                 continue
             self._spawn(java, classpath, b)
         self._save_state()
-        with status("Waiting for the restarted broker(s)"):
-            self.wait_ready()
+        if wait:
+            with status("Waiting for the restarted broker(s)"):
+                self.wait_ready()
 
     def stop_broker(self, node_id: int, timeout_s: float = 30.0) -> None:
         """Controlled shutdown of one broker (SIGTERM, as kafka-server-stop.sh does)."""
@@ -479,11 +562,11 @@ class LocalCluster:
 
         All brokers get SIGTERM at once: stopped one by one, the last ones wait in vain for
         a controller quorum that has already gone, and the data is removed anyway."""
-        self._terminate(self.brokers, timeout_s)
+        self._terminate(self.nodes, timeout_s)
         state = self.home / STATE_FILE
         if state.exists():
             state.unlink()
-        for b in self.brokers:
+        for b in self.nodes:
             shutil.rmtree(b.dir, ignore_errors=True)
         if self.security:  # its certificates and passwords die with the lab
             self.security.remove()
@@ -516,6 +599,7 @@ class LocalCluster:
     def _save_state(self) -> None:
         state = {
             "brokers": [asdict(b) for b in self.brokers],
+            "controller": asdict(self.controller) if self.controller else None,
             "owner_pid": None if self.detached else self.owner_pid,
             "owner_create_time": None if self.detached else proc.create_time(self.owner_pid),
             "detached": self.detached,
@@ -538,9 +622,11 @@ class LocalCluster:
         cluster = cls(brokers=len(state["brokers"]), home=home, detached=state["detached"],
                       secure=state.get("secure", False))
         cluster.brokers = [Broker(**b) for b in state["brokers"]]
+        if state.get("controller"):
+            cluster.controller = Broker(**state["controller"])
         cluster.owner_pid = state["owner_pid"]
         owner_ok = state["detached"] or proc.alive(state["owner_pid"], state.get("owner_create_time"))
-        if owner_ok and all(b.process() is not None for b in cluster.brokers):
+        if owner_ok and all(b.process() is not None for b in cluster.nodes):
             return cluster
         cluster.stop(timeout_s=5)  # stale: kill what is left, remove state and data
         return None

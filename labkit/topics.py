@@ -38,10 +38,13 @@ def decode(raw: bytes | None) -> Any:
 
 
 def create(bootstrap: str, *names: str, partitions: int = 1, replication: int = -1,
-           config: dict[str, str] | None = None) -> None:
+           config: dict[str, str] | None = None,
+           replica_assignment: list[list[int]] | None = None) -> None:
     """Create topics (an existing one is fine) and wait until every partition has a leader.
 
-    ``replication`` -1 takes the cluster's default.replication.factor. Every helper here
+    ``replication`` -1 takes the cluster's default.replication.factor;
+    ``replica_assignment`` instead names each partition's brokers, the first leading (its
+    length is the partition count). Every helper here
     takes a learner's name (``payments``) or the broker's (``alice.payments``): both mean
     the broker's (``labkit.names``; the same name without a namespace).
     """
@@ -49,7 +52,9 @@ def create(bootstrap: str, *names: str, partitions: int = 1, replication: int = 
     # log_level 5: hide librdkafka's info line about purging its background queue on close.
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 5}))
     futures = admin.create_topics(
-        [NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config or {})
+        [NewTopic(n, num_partitions=len(replica_assignment), replica_assignment=replica_assignment,
+                  config=config or {}) if replica_assignment else
+         NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config or {})
          for n in names], operation_timeout=30)
     for future in futures.values():
         try:
