@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from kio.schema.describe_producers.v0 import request as describe_producers
+from kio.schema.describe_topic_partitions.v0 import request as describe_partitions
 from kio.schema.describe_transactions.v0 import request as describe_txns
 from kio.schema.errors import ErrorCode
 from kio.serial.errors import OutOfBoundValue
@@ -34,7 +35,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from labkit import names
 from labkit.inspect.batches import Batch, parse_batches
-from labkit.inspect.model import PartitionOffsets, ProducerState, Transaction
+from labkit.inspect.model import PartitionOffsets, ProducerState, ReplicaState, Transaction
 from labkit.protocol import Connection
 
 EARLIEST, LATEST = -2, -1
@@ -326,6 +327,24 @@ class Inspector:
                 except OutOfBoundValue:
                     continue
             return found
+
+    def replica_states(self, topic: str, at: str | None = None) -> list[ReplicaState]:
+        """Leader, replicas, ISR and ELR of each partition, asked of the broker at ``at``
+        (default: any). A failure experiment names a broker it knows is running: a frozen
+        one accepts the connection and never answers."""
+        topic = names.topic(topic)
+        response = self._send(at or self._any_broker(), describe_partitions.DescribeTopicPartitionsRequest(
+            topics=(describe_partitions.TopicRequest(name=TopicName(topic)),)))
+        (found,) = response.topics
+        if found.error_code == ErrorCode.unknown_topic_or_partition:
+            raise UnknownTopicError(topic, self.bootstrap)
+        _check(found.error_code, f"DescribeTopicPartitions for {topic!r}")
+        return [ReplicaState(int(p.partition_index),
+                             None if int(p.leader_id) < 0 else int(p.leader_id),
+                             int(p.leader_epoch), tuple(map(int, p.replica_nodes)),
+                             tuple(map(int, p.isr_nodes)),
+                             tuple(map(int, p.eligible_leader_replicas or ())))
+                for p in sorted(found.partitions, key=lambda p: p.partition_index)]
 
     def brokers(self) -> dict[int, str]:
         """The brokers of the cluster (node id -> address), from a topic-less Metadata."""

@@ -19,6 +19,28 @@ class PartitionOffsets:
 
 
 @dataclass(frozen=True)
+class ReplicaState:
+    """Who holds one partition (DescribeTopicPartitions, as the answering broker knows it).
+
+    ``leader`` None: no leader (the partition is offline). ``isr``: the in-sync replicas,
+    the only ones a clean election may choose; ``elr``: eligible leader replicas (KIP-966),
+    replicas that left the ISR while it was below min.insync.replicas and so still hold
+    every acknowledged record."""
+
+    partition: int
+    leader: int | None
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    elr: tuple[int, ...]
+
+    def text(self) -> str:
+        leader = "none (offline)" if self.leader is None else self.leader
+        return (f"leader {leader}, replicas {list(self.replicas)}, ISR {list(self.isr)}"
+                + (f", ELR {list(self.elr)}" if self.elr else ""))
+
+
+@dataclass(frozen=True)
 class ProducerState:
     """What a partition leader remembers about one producer (DescribeProducers)."""
 
