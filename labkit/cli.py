@@ -170,8 +170,9 @@ def crash_points(as_json: bool = typer.Option(False, "--json", help="machine-rea
 @app.command()
 def scenario(
     name: str = typer.Argument(..., help="scenario, e.g. consumer, producer, consume-transform-produce"),
-    guarantee: str = typer.Option(..., "--guarantee", "-g",
-                                  help="at_most_once | at_least_once | exactly_once"),
+    guarantee: str = typer.Option(None, "--guarantee", "-g",
+                                  help="at_most_once | at_least_once | exactly_once "
+                                       "(every scenario but leader-failover)"),
     crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
     fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
     records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
@@ -193,12 +194,28 @@ def scenario(
                                      "--crash-at past its record lock, then thaw it"),
     keep_topics: bool = typer.Option(False, "--keep-topics",
                                      help="keep the run's topics (deleted at its end by default)"),
+    acks: str = typer.Option(None, "--acks", help="leader-failover only: 0 | 1 | all"),
+    min_insync: int = typer.Option(1, "--min-insync",
+                                   help="leader-failover only: the topic's min.insync.replicas"),
+    unclean: bool = typer.Option(False, "--unclean",
+                                 help="leader-failover only: unclean.leader.election.enable=true "
+                                      "(the followers are left out of the ISR first)"),
+    out_of_sync: bool = typer.Option(False, "--out-of-sync",
+                                     help="leader-failover only: freeze the followers until they "
+                                          "leave the ISR (implied by --unclean)"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit.
 
     Its topics, group and transactional ids are in LABKIT_NAMESPACE (see `labkit status`)."""
     from labkit import scenarios
 
+    if name == LEADER_FAILOVER:
+        _leader_failover(acks, min_insync, unclean, out_of_sync, records, as_json)
+        return
+    if acks is not None or unclean or out_of_sync:
+        _fail(f"--acks, --min-insync, --unclean and --out-of-sync apply to {LEADER_FAILOVER} only")
+    if guarantee is None:
+        _fail("choose a guarantee: --guarantee at_most_once | at_least_once | exactly_once")
     if instances > partitions and name != scenarios.SHARE:  # a share group splits records
         typer.echo(f"note: {instances} instances share {partitions} partition(s): "
                    f"{instances - partitions} instance(s) will stay idle", err=True)
@@ -237,6 +254,25 @@ def scenario(
         _fail(str(exc))
     _to_room(report)
     typer.echo(report.to_json() if as_json else report.summary())
+
+
+LEADER_FAILOVER = "leader-failover"
+
+
+def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sync: bool,
+                     records: int, as_json: bool) -> None:
+    """The broker-failure scenario, on a failure lab of its own (never the lab cluster)."""
+    from labkit import failover
+
+    if acks is None:
+        _fail(f"{LEADER_FAILOVER} needs --acks 0 | 1 | all")
+    try:
+        with failover.failure_lab(announce=lambda line: typer.echo(line, err=True)) as cluster:
+            run = failover.leader_failover(cluster, acks, min_insync, unclean,
+                                           out_of_sync or None, records)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(run.to_json() if as_json else f"{run.summary()}\n{run.timeline()}")
 
 
 @app.command()

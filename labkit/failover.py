@@ -1,0 +1,249 @@
+"""When a broker fails: what acks, min.insync.replicas and unclean election keep.
+
+    with failure_lab() as lab:                       # a controller and 3 brokers of its own
+        run = leader_failover(lab, acks="1")         # -> FailoverRun
+        run.lost_acknowledged                        # acknowledged to the producer, then gone
+
+The experiment, every step done to a real broker process:
+
+1. A topic with one partition on brokers 1, 2 and 3 (broker 1 leads), with the run's
+   ``min.insync.replicas`` and ``unclean.leader.election.enable``.
+2. The first half of the records is written and copied to every replica.
+3. Both followers are frozen (SIGSTOP): they stop copying. With ``out_of_sync`` they stay
+   frozen until the leader has dropped them from the ISR; otherwise they are still in it.
+4. The second half is written; the producer hears back (or not) for ``ACK_WAIT_S``.
+5. The leader is SIGKILLed and the followers thawed; the controller elects a new leader
+   (or none: then the old leader is started again and leads once more).
+6. The producer gets time to finish (its retries go to the new leader); the old leader is
+   started again (in the background) and, as a follower now, cuts its log back to the new
+   leader's.
+7. The audit reads the partition from the start: an id the producer was told was written
+   (its delivery report had no error) and that is not there is ``lost_acknowledged``.
+
+A failure lab is always local and private (``failure_lab``): killing brokers of a shared
+cluster would break everybody's lessons, so LABKIT_BOOTSTRAP does not apply here.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+from confluent_kafka import Producer
+
+from labkit import data, names, topics
+from labkit.clientlog import client_config
+from labkit.cluster import FAILURE_LAB_PROPERTIES, LocalCluster
+from labkit.inspect import Inspector, ReplicaState
+from labkit.paths import lab_home
+from labkit.progress import status
+
+ACKS = ("0", "1", "all")
+LEADER, FOLLOWERS = 1, (2, 3)
+ACK_WAIT_S = 1.0  # how long the producer is heard out while the followers are frozen
+# A follower's fetch waits at the leader for new data (replica.fetch.wait.max.ms, 500 ms):
+# records written while it waits go out in its answer and sit in the frozen follower's
+# socket, to be read when it thaws. After this long no fetch is pending any more.
+SETTLE_S = 1.0
+ELECTION_WAIT_S = 10.0  # > broker.session.timeout.ms: the controller has noticed the death
+DELIVERY_TIMEOUT_MS = 20_000  # a record not acknowledged by then is reported failed
+# The JSON `labkit scenario leader-failover --json` prints, in this order.
+RUN_KEYS = ("scenario", "acks", "min_insync", "unclean", "out_of_sync", "produced",
+            "acknowledged", "not_acknowledged", "in_log", "lost_acknowledged", "duplicated",
+            "election", "new_leader")
+
+
+@contextlib.contextmanager
+def failure_lab(announce: Callable[[str], None] = print) -> Iterator[LocalCluster]:
+    """A private lab to break: one KRaft controller and brokers 1-3, stopped on every way out.
+
+    It runs beside whatever cluster the other lessons use (a shared one included)."""
+    announce("This experiment kills brokers, so it starts a Kafka of its own on this machine "
+             "(a controller and brokers 1-3), whatever cluster your other lessons use.")
+    home = tempfile.mkdtemp(prefix="failure-lab-", dir=lab_home())
+    try:
+        with LocalCluster(brokers=3, home=home, controller="dedicated") as lab:
+            yield lab
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@dataclass
+class FailoverRun:
+    acks: str
+    min_insync: int
+    unclean: bool
+    out_of_sync: bool
+    produced: int = 0
+    acknowledged: int = 0
+    not_acknowledged: dict[str, int] = field(default_factory=dict)  # error name -> records
+    in_log: int = 0
+    lost_acknowledged: int = 0
+    duplicated: int = 0
+    election: str = ""  # clean | eligible (ELR) | unclean | none
+    new_leader: int | None = None
+    # (seconds since the start, what happened, the partition's state then)
+    steps: list[tuple[float, str, str]] = field(default_factory=list, repr=False)
+
+    scenario = "leader-failover"
+
+    def to_dict(self) -> dict:
+        d = {"scenario": self.scenario, **asdict(self)}
+        return {k: d[k] for k in RUN_KEYS}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    def summary(self) -> str:
+        refused = ", ".join(f"{n} {e}" for e, n in sorted(self.not_acknowledged.items())) or "none"
+        return (f"acks={self.acks} min.insync.replicas={self.min_insync} "
+                f"unclean={str(self.unclean).lower()}: produced={self.produced} "
+                f"acknowledged={self.acknowledged} in_log={self.in_log} "
+                f"lost_acknowledged={self.lost_acknowledged} duplicated={self.duplicated}\n"
+                f"    not acknowledged: {refused}; election: {self.election}")
+
+    def timeline(self) -> str:
+        return "\n".join(f"{t:5.1f} s  {what:<44} {state}" for t, what, state in self.steps)
+
+
+def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
+                    unclean: bool = False, out_of_sync: bool | None = None,
+                    records: int = 100) -> FailoverRun:
+    """Kill a partition's leader after it acknowledged records its followers never copied.
+
+    ``out_of_sync`` (default: as ``unclean``) keeps the followers frozen until they have left
+    the ISR: an unclean election needs a replica that is out of sync to elect.
+    ``min_insync`` 1 is Kafka's default."""
+    if acks not in ACKS:
+        raise ValueError(f"acks must be one of {', '.join(ACKS)}, not {acks!r}")
+    if min_insync not in (1, 2, 3):
+        raise ValueError(f"min_insync must be 1, 2 or 3 (the topic has 3 replicas), not {min_insync}")
+    if records < 2:
+        raise ValueError(f"records must be 2 or more (half before the fault, half during), not {records}")
+    out_of_sync = unclean if out_of_sync is None else out_of_sync
+    run = FailoverRun(acks, min_insync, unclean, out_of_sync)
+    lab.wait_ready()  # the previous run's old leader may still be starting
+    topic = names.topic(f"failover-{time.monotonic_ns() % 10**9}")
+    topics.create(lab.bootstrap, topic, replica_assignment=[[LEADER, *FOLLOWERS]], config={
+        "min.insync.replicas": str(min_insync),
+        "unclean.leader.election.enable": str(unclean).lower()})
+    inputs = data.generate(records, prefix="f")
+    first, second = inputs[:records // 2], inputs[records // 2:]
+    acked: set[str] = set()
+    refused: Counter[str] = Counter()
+
+    def delivered(err, msg) -> None:
+        rid = topics.decode(msg.value())["id"]
+        if err is None:
+            acked.add(rid)
+        else:
+            refused[err.name()] += 1
+
+    producer = Producer(client_config({
+        "bootstrap.servers": lab.bootstrap, "acks": acks,
+        "enable.idempotence": acks == "all",  # idempotence requires acks=all
+        "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}))
+    start = time.monotonic()
+
+    with status("Leader failover") as say:
+        def step(what: str, at: int) -> ReplicaState:
+            state = replica_state(lab, topic, at)
+            run.steps.append((round(time.monotonic() - start, 1), what, state.text()))
+            say(what)
+            return state
+
+        for rec in first:
+            producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
+        producer.flush(30)
+        wait_until_replicated(lab, topic, len(first))
+        step(f"{len(first)} records written, copied to all 3", LEADER)
+        with lab.frozen(*FOLLOWERS):
+            if out_of_sync:
+                _wait(lambda: replica_state(lab, topic, LEADER).isr == (LEADER,),
+                      "the leader to drop the frozen followers from the ISR",
+                      FAILURE_LAB_PROPERTIES["replica.lag.time.max.ms"] / 1000 * 4)
+                step("followers frozen, out of the ISR", LEADER)
+            else:
+                time.sleep(SETTLE_S)
+                step("followers frozen (still in the ISR)", LEADER)
+            for rec in second:
+                producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
+            producer.flush(ACK_WAIT_S)
+            before = step(f"{len(second)} more sent: {len(acked)} acknowledged so far", LEADER)
+            lab.kill(LEADER)
+        new = _wait_for_new_leader(lab, topic)
+        if new is None:
+            run.steps.append((round(time.monotonic() - start, 1),
+                              "leader killed: no replica may lead", "partition offline"))
+            lab.restart(LEADER)
+            new = step("old leader restarted: it leads again", LEADER)
+        else:
+            new = step("leader killed, followers thawed: elected", new.leader)
+            lab.restart(LEADER, wait=False)  # it rejoins as a follower while we audit
+        producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
+
+    run.new_leader = new.leader
+    run.election = _election(before, new)
+    in_log = [r.value["id"] for r in topics.read(lab.bootstrap, topic, "read_uncommitted")]
+    run.produced = len(inputs)
+    run.acknowledged = len(acked)
+    run.not_acknowledged = dict(refused)
+    run.in_log = len(set(in_log))
+    run.lost_acknowledged = len(acked - set(in_log))
+    run.duplicated = len(in_log) - len(set(in_log))
+    return run
+
+
+def replica_state(lab: LocalCluster, topic: str, at: int) -> ReplicaState:
+    """The partition as broker ``at`` sees it (a frozen broker is never asked)."""
+    address = lab.broker(at).address
+    with Inspector(address, timeout_s=5) as inspector:
+        return inspector.replica_states(topic, at=address)[0]
+
+
+def wait_until_replicated(lab: LocalCluster, topic: str, records: int) -> None:
+    """Until the high watermark reaches ``records``: every in-sync replica has them."""
+    with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
+        _wait(lambda: inspector.offsets(topic)[0].high_watermark >= records,
+              "the followers to copy the first records", 30)
+
+
+def _wait_for_new_leader(lab: LocalCluster, topic: str) -> ReplicaState | None:
+    found: list[ReplicaState] = []
+
+    def elected() -> bool:
+        for b in FOLLOWERS:
+            with contextlib.suppress(OSError):  # a thawed broker may still be catching up
+                state = replica_state(lab, topic, b)
+                if state.leader not in (None, LEADER):
+                    found.append(state)
+                    return True
+        return False
+
+    with contextlib.suppress(TimeoutError):
+        _wait(elected, "a new leader", ELECTION_WAIT_S)
+    return found[0] if found else None
+
+
+def _election(before: ReplicaState, after: ReplicaState) -> str:
+    """How the new leader was chosen, from the partition's state just before the kill."""
+    if after.leader == LEADER:
+        return "none: offline until the old leader came back"
+    if after.leader in before.isr:
+        return "clean (an in-sync replica)"
+    if after.leader in before.elr:
+        return "clean (an eligible leader replica, KIP-966)"
+    return "unclean (an out-of-sync replica)"
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
+        time.sleep(0.1)
