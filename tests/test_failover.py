@@ -1,0 +1,91 @@
+"""A partition's leader dies after acknowledging records its followers never copied.
+
+On a failure lab (a KRaft controller and 3 brokers of its own), every run audited from what
+the partition holds afterwards: acks=1 loses exactly the records written while the
+followers were frozen, the same number every time; acks=all with min.insync.replicas=2
+loses none; an unclean election (min.insync.replicas=1) loses them even with acks=all.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from labkit import failover
+
+RECORDS = 60
+DURING_FREEZE = RECORDS // 2  # the second half is written while the followers are frozen
+LABKIT = Path(sys.executable).with_name("labkit")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with failover.failure_lab() as cluster:
+        yield cluster
+
+
+def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(lab):
+    runs = [failover.leader_failover(lab, acks="1", records=RECORDS) for _ in range(2)]
+    for run in runs:
+        assert run.acknowledged == RECORDS, run.summary()
+        assert (run.lost_acknowledged, run.in_log) == (DURING_FREEZE, RECORDS - DURING_FREEZE), run.summary()
+        assert run.election.startswith("clean") and run.new_leader in failover.FOLLOWERS
+
+
+def test_acks_all_with_min_insync_2_loses_nothing_acknowledged(lab):
+    run = failover.leader_failover(lab, acks="all", min_insync=2, records=RECORDS)
+    # the producer was told nothing while the in-sync followers were frozen; its retries
+    # went to the new leader, so every record is both acknowledged and there
+    assert (run.acknowledged, run.in_log, run.lost_acknowledged, run.duplicated) == \
+        (RECORDS, RECORDS, 0, 0), run.summary()
+    assert f"{RECORDS // 2} acknowledged so far" in run.timeline(), run.timeline()
+
+
+def test_an_unclean_election_loses_acknowledged_records_even_with_acks_all(lab):
+    run = failover.leader_failover(lab, acks="all", min_insync=1, unclean=True, records=RECORDS)
+    assert run.election.startswith("unclean"), run.timeline()
+    assert (run.acknowledged, run.lost_acknowledged) == (RECORDS, DURING_FREEZE), run.summary()
+
+
+def lab_jvms(home: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or ())
+        if "java" in cmd and home in cmd:
+            found.append(p)
+    return found
+
+
+def test_the_cli_runs_on_a_lab_of_its_own_and_leaves_no_jvm(tmp_path):
+    env = {**os.environ, "LABKIT_HOME": str(tmp_path),
+           "LABKIT_BOOTSTRAP": "127.0.0.1:9"}  # a shared cluster it must not touch
+    out = subprocess.run([str(LABKIT), "scenario", "leader-failover", "--acks", "1",
+                          "--records", str(RECORDS), "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)
+    assert (run["produced"], run["lost_acknowledged"]) == (RECORDS, DURING_FREEZE), run
+    assert "starts a Kafka of its own" in out.stderr
+    assert lab_jvms(str(tmp_path)) == []
+    assert list(tmp_path.glob("failure-lab-*")) == []
+
+
+def test_a_run_that_fails_half_way_thaws_and_stops_every_broker(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    with pytest.raises(RuntimeError, match="broker kill failed"):
+        with failover.failure_lab() as cluster:
+            def broken_kill(node_id=None):
+                raise RuntimeError("broker kill failed")
+            monkeypatch.setattr(cluster, "kill", broken_kill)
+            try:
+                failover.leader_failover(cluster, acks="1", records=10)
+            finally:
+                # thawed on the way out: no broker is left stopped (SIGSTOP) while it runs
+                assert not any(psutil.Process(b.pid).status() == psutil.STATUS_STOPPED
+                               for b in cluster.brokers)
+    assert lab_jvms(str(tmp_path)) == []
