@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -281,7 +282,10 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
             share_group: str = typer.Option(None, "--share-group",
                                             help="instead: this share group's state of the "
                                                  "topic's partition 0 (start offset, acked, "
-                                                 "archived, delivery counts)")) -> None:
+                                                 "archived, delivery counts)"),
+            replicas: bool = typer.Option(False, "--replicas",
+                                          help="instead: each partition's leader, replicas, ISR "
+                                               "and eligible leader replicas (KIP-966)")) -> None:
     """Show a topic's record batches, markers and offsets (log start, LSO, high watermark)."""
     from labkit import inspect as inspector
     from labkit import protocol
@@ -292,6 +296,12 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
 
             with inspector.Inspector(lab.running_or_fail().bootstrap) as i:
                 view = share_state(i, share_group, topic)
+        elif replicas:
+            with inspector.Inspector(lab.running_or_fail().bootstrap) as i:
+                states = i.replica_states(topic)
+            typer.echo(json.dumps([asdict(s) for s in states]) if as_json else
+                       "\n".join(f"partition {s.partition}: {s.text()}" for s in states))
+            return
         else:
             view = inspector.describe_topic(lab.running_or_fail().bootstrap, topic)
     except (ValueError, lab.ClusterError, LabkitSetupError, inspector.InspectError,

@@ -16,7 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit import failover
+from typer.testing import CliRunner
+
+from labkit import failover, topics
+from labkit.cli import app
 
 RECORDS = 60
 DURING_FREEZE = RECORDS // 2  # the second half is written while the followers are frozen
@@ -89,3 +92,23 @@ def test_a_run_that_fails_half_way_thaws_and_stops_every_broker(tmp_path, monkey
                 assert not any(psutil.Process(b.pid).status() == psutil.STATUS_STOPPED
                                for b in cluster.brokers)
     assert lab_jvms(str(tmp_path)) == []
+
+
+def test_labkit_inspect_shows_the_isr_shrink_and_the_eligible_leader_replica(lab, monkeypatch):
+    """Followers frozen past replica.lag.time.max.ms leave the ISR; with min.insync.replicas
+    2 a follower that leaves it below that stays eligible to lead (KIP-966), as `labkit
+    inspect` shows."""
+    topic = "failover-inspect"
+    lab.wait_ready()  # a failover run before this one restarts its old leader in the background
+    topics.create(lab.bootstrap, topic, replica_assignment=[[1, 2, 3]],
+                  config={"min.insync.replicas": "2"})
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", lab.broker(failover.LEADER).address)
+    shown = lambda: json.loads(CliRunner().invoke(app, ["inspect", topic, "--replicas", "--json"]).stdout)[0]
+    assert (shown()["leader"], shown()["isr"]) == (1, [1, 2, 3])
+    with lab.frozen(*failover.FOLLOWERS):
+        failover.wait_until(lambda: shown()["isr"] == [1], "the ISR to shrink to the leader", 15)
+        state = shown()
+    # both followers, or the last to leave if they left one at a time
+    assert state["elr"] and set(state["elr"]) <= {2, 3}, state
+    text = CliRunner().invoke(app, ["inspect", topic, "--replicas"]).stdout
+    assert text.startswith("partition 0: leader 1, replicas [1, 2, 3], ISR [1"), text
