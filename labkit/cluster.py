@@ -187,10 +187,10 @@ class Broker:
 # A failure lab (``LocalCluster(controller="dedicated")``): the KRaft quorum is one node of
 # its own, so freezing two brokers never takes the quorum with them and the controller can
 # still shrink ISRs and elect leaders. Its timings are short so a lesson sees each step in
-# seconds: a follower that fetched nothing for 3 s leaves the ISR (Kafka: 30 s); a broker
+# seconds: a follower that fetched nothing for 4 s leaves the ISR (Kafka: 30 s); a broker
 # silent for 4 s is fenced and its partitions move (Kafka: 9 s).
 FAILURE_LAB_PROPERTIES = {
-    "replica.lag.time.max.ms": 3000,
+    "replica.lag.time.max.ms": 4000,
     "broker.session.timeout.ms": 4000,
     "broker.heartbeat.interval.ms": 500,
 }
