@@ -39,6 +39,12 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("producer ids in the log", "base sequences: [0, 5, 10, 15, 20, 25, 30, 35]"),
         ("print(crash.report.summary())", "duplicated=10"),
     ],
+    "03b_when_the_broker_fails": [
+        ("print(acks_1.summary())", "acknowledged=40 in_log=20 lost_acknowledged=20"),
+        ("print(acks_all.summary())", "acknowledged=40 in_log=40 lost_acknowledged=0 duplicated=0"),
+        ("print(unclean.summary())", "lost_acknowledged=20"),
+        ("print(unclean.summary())", "election: unclean (an out-of-sync replica)"),
+    ],
     "04_transactions": [
         ('batches["kind"] = batches["marker"]', "ABORT"),
         ("with its default isolation level", "reads: ['t1-debit', 't3-debit']"),
