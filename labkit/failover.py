@@ -45,6 +45,7 @@ from labkit.progress import status
 
 ACKS = ("0", "1", "all")
 LEADER, FOLLOWERS = 1, (2, 3)
+BROKERS = (LEADER, *FOLLOWERS)
 ACK_WAIT_S = 1.0  # how long the producer is heard out while the followers are frozen
 # A follower's fetch waits at the leader for new data (replica.fetch.wait.max.ms, 500 ms):
 # records written while it waits go out in its answer and sit in the frozen follower's
@@ -132,7 +133,7 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
         raise ValueError(f"records must be 2 or more (half before the fault, half during), not {records}")
     out_of_sync = unclean if out_of_sync is None else out_of_sync
     run = FailoverRun(acks, min_insync, unclean, out_of_sync)
-    lab.wait_ready()  # the previous run's old leader may still be starting
+    lab.restart()  # every broker up: the previous run's old leader may still be starting
     topic = names.topic(f"failover-{time.monotonic_ns() % 10**9}")
     topics.create(lab.bootstrap, topic, replica_assignment=[[LEADER, *FOLLOWERS]], config={
         "min.insync.replicas": str(min_insync),

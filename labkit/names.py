@@ -32,6 +32,7 @@ from labkit import connection, settings
 SEPARATOR = "."
 MAX_TOPIC = 249  # Kafka's limit on a topic name's length
 ROOM_TOPIC_PREFIX = "labkit-room-"  # a room board's topic: outside every namespace (room_topic)
+INTERNAL_PREFIX = "__"  # Kafka's internal topics (__consumer_offsets, __transaction_state)
 
 
 def namespace() -> str:
@@ -78,6 +79,8 @@ def qualify(name: str) -> str:
     no namespace). The one rule; ``topic``, ``group`` and ``transactional_id`` say which
     kind of name a call site means."""
     if not name or name.startswith(ROOM_TOPIC_PREFIX):  # a room's board: shared, never prefixed
+        return name
+    if name.startswith(INTERNAL_PREFIX):  # the broker's own (__transaction_state): nobody's
         return name
     p = prefix()
     return name if not p or name.startswith(p) else p + name

@@ -297,6 +297,12 @@ class Inspector:
             by_coordinator[f"{c.host}:{int(c.port)}"].append(str(c.key))
         return by_coordinator
 
+    def transaction_coordinator(self, transactional_id: str) -> str | None:
+        """The address of the broker coordinating ``transactional_id`` (None while its
+        coordinator moves or loads)."""
+        found = self._coordinators(TRANSACTION_KEY_TYPE, [names.transactional_id(transactional_id)])
+        return next(iter(found), None)
+
     def describe_transactions(self, transactional_ids: Iterable[str]) -> list[Transaction]:
         ids = [names.transactional_id(t) for t in transactional_ids]
         out: list[Transaction] = []
