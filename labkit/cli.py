@@ -173,7 +173,7 @@ def scenario(
     name: str = typer.Argument(..., help="scenario, e.g. consumer, producer, consume-transform-produce"),
     guarantee: str = typer.Option(None, "--guarantee", "-g",
                                   help="at_most_once | at_least_once | exactly_once "
-                                       "(every scenario but leader-failover)"),
+                                       "(every scenario but leader- and coordinator-failover)"),
     crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
     fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
     records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
@@ -212,6 +212,9 @@ def scenario(
 
     if name == LEADER_FAILOVER:
         _leader_failover(acks, min_insync, unclean, out_of_sync, records, as_json)
+        return
+    if name == COORDINATOR_FAILOVER:
+        _coordinator_failover(records, as_json)
         return
     if acks is not None or unclean or out_of_sync:
         _fail(f"--acks, --min-insync, --unclean and --out-of-sync apply to {LEADER_FAILOVER} only")
@@ -257,7 +260,7 @@ def scenario(
     typer.echo(report.to_json() if as_json else report.summary())
 
 
-LEADER_FAILOVER = "leader-failover"
+LEADER_FAILOVER, COORDINATOR_FAILOVER = "leader-failover", "coordinator-failover"
 
 
 def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sync: bool,
@@ -274,6 +277,18 @@ def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sy
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(run.to_json() if as_json else f"{run.summary()}\n{run.timeline()}")
+
+
+def _coordinator_failover(records: int, as_json: bool) -> None:
+    """The transaction coordinator killed twice under an exactly-once loop, on a failure lab."""
+    from labkit import coordinator_failover, failover
+
+    try:
+        with failover.failure_lab(announce=lambda line: typer.echo(line, err=True)) as cluster:
+            run = coordinator_failover.coordinator_failover(cluster, records)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(run.to_json() if as_json else f"{run.report.summary()}\n{run.timeline()}")
 
 
 @app.command()

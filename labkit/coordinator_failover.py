@@ -1,0 +1,259 @@
+"""When the transaction coordinator fails: an exactly-once loop still delivers each record once.
+
+    with failure_lab() as lab:                        # labkit.failover: 3 brokers of its own
+        run = coordinator_failover(lab)               # -> CoordinatorRun
+        run.report.lost, run.report.duplicated        # 0, 0
+
+The consume-transform-produce loop of notebook 05, in plain confluent-kafka (``copy_fees``),
+reads an input partition and writes the fees of each batch of 10 in one transaction, with
+its input offsets. Its transaction coordinator (the broker leading the
+``__transaction_state`` partition of its transactional.id) is SIGKILLed twice:
+
+1. **mid-transaction**: batch 2's records and offsets are sent, ``commit_transaction`` not
+   yet called. The app calls it anyway: the client finds the new coordinator, which loaded
+   the transaction from the replicated ``__transaction_state``.
+2. **between EndTxn and the markers**: the leader of the data partitions is frozen
+   (SIGSTOP) so no COMMIT marker can be written; ``commit_transaction`` for batch 4 returns
+   (the coordinator logged its decision, PrepareCommit); then the coordinator is killed
+   and the leader thawed. The next coordinator finds the decision and writes the markers.
+
+The data partitions are led by a broker that is never the coordinator, so only the
+coordinator fails. The audit (``labkit.audit``) reads the output read_committed and
+read_uncommitted: lost, duplicated, aborted records visible.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from labkit import audit, data, names, topics
+from labkit.audit import AuditReport
+from labkit.clientlog import client_config
+from labkit.cluster import LocalCluster
+from labkit.failover import BROKERS, wait_until
+from labkit.inspect import Inspector
+from labkit.pipelines.ctp import transform
+from labkit.progress import status
+
+BATCH = 10
+KILL_MID_TRANSACTION, KILL_AFTER_END_TXN = 2, 4  # the batches (from 1) whose coordinator dies
+SCENARIO = "coordinator-failover"
+TRANSACTION_STATE = "__transaction_state"
+
+
+@dataclass
+class CoordinatorRun:
+    report: AuditReport
+    coordinators: list[int]  # the coordinator's broker: at the start, after each kill
+    errors: list[str]  # what commit_transaction raised, as the client classified it
+    steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> str:
+        return json.dumps({**json.loads(self.report.to_json()),
+                           "coordinators": self.coordinators, "errors": self.errors})
+
+    def timeline(self) -> str:
+        return "\n".join(f"{t:5.1f} s  {what}" for t, what in self.steps)
+
+
+def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
+              before_commit: Callable[[int], None], after_end: Callable[[int, bool], None],
+              errors: list[str]) -> None:
+    """The exactly-once loop: each batch's fees and input offsets in one transaction.
+
+    ``before_commit(batch)`` and ``after_end(batch, committed)`` (batches counted from 1,
+    a batch read again counts anew) are where the lab's faults go.
+    commit_transaction's errors are handled as librdkafka classifies them: retriable, call
+    it again; abortable (txn_requires_abort), abort and read the batch again from the
+    committed offset; anything else (fatal, e.g. fenced) ends the app."""
+    batch_no, done = 0, 0
+    while done < records:
+        batch = [m for m in consumer.consume(BATCH, timeout=1.0) if m.error() is None]
+        if not batch:
+            continue
+        batch_no += 1
+        producer.begin_transaction()
+        for msg in batch:
+            fee = transform(topics.decode(msg.value()))
+            producer.produce(output, key=msg.key(), value=topics.encode(fee))
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata())
+        before_commit(batch_no)
+        try:
+            commit(producer, errors)
+        except KafkaException as exc:
+            if not exc.args[0].txn_requires_abort():
+                raise
+            producer.abort_transaction(60)
+            rewind(consumer)
+            after_end(batch_no, False)
+            continue
+        done = batch[-1].offset() + 1
+        after_end(batch_no, True)
+
+
+def commit(producer: Producer, errors: list[str]) -> None:
+    """commit_transaction, called again while the client says the error is retriable."""
+    while True:
+        try:
+            producer.commit_transaction(60)
+            return
+        except KafkaException as exc:
+            err = exc.args[0]
+            kind = ("retriable" if err.retriable() else "abortable" if err.txn_requires_abort()
+                    else "fatal")
+            errors.append(f"{err.name()} ({kind})")
+            if not err.retriable():
+                raise
+
+
+def rewind(consumer: Consumer) -> None:
+    """Back to the committed offsets: the aborted batch is read again."""
+    for tp in consumer.committed(list(consumer.assignment()), timeout=30):
+        consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+
+
+def coordinator_failover(lab: LocalCluster, records: int = 60) -> CoordinatorRun:
+    """Kill the transaction coordinator mid-transaction, then between EndTxn and the markers."""
+    if records < BATCH * KILL_AFTER_END_TXN + BATCH:
+        raise ValueError(f"records must be {BATCH * (KILL_AFTER_END_TXN + 1)} or more "
+                         f"(batches of {BATCH}, the second kill at batch {KILL_AFTER_END_TXN})")
+    lab.restart()  # every broker up, whatever a previous run left
+    base = names.topic(f"coordinator-{time.monotonic_ns() % 10**9}")
+    source, output = f"{base}-in", f"{base}-out"
+    start = time.monotonic()
+    steps: list[tuple[float, str]] = []
+    errors: list[str] = []
+
+    def step(what: str) -> None:
+        steps.append((round(time.monotonic() - start, 1), what))
+        say(what)
+
+    producer = Producer(client_config({
+        "bootstrap.servers": lab.bootstrap, "transactional.id": base,
+        # Its only log lines here are refused connections to the brokers this run kills;
+        # what matters comes back as exceptions from the transaction calls.
+        "log_level": 2}))
+    consumer = Consumer(client_config({
+        "bootstrap.servers": lab.bootstrap, "group.id": base, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "log_level": 2}))
+    inputs = data.generate(records, prefix="c")
+    with status("Coordinator failover") as say:
+        producer.init_transactions(60)  # the coordinator exists from here on
+        first = transaction_coordinator(lab, base)
+        coordinators = [first]
+        # the data partitions' leader: neither this coordinator nor the next one, so the
+        # second kill can freeze it without freezing the coordinator
+        leader = next(b for b in BROKERS if b not in (first, next_coordinator(lab, base, first)))
+        assignment = [[leader, *(b for b in BROKERS if b != leader)]]
+        topics.create(lab.bootstrap, source, output, replica_assignment=assignment)
+        data.load_into_topic(lab.bootstrap, source, inputs)
+        step(f"{records} inputs written; transaction coordinator: broker {first}; "
+             f"the topics' leader: broker {leader}")
+        consumer.subscribe([source])
+        frozen: list[int] = []
+
+        def before_commit(batch_no: int) -> None:
+            if batch_no == KILL_MID_TRANSACTION:
+                lab.kill(coordinators[-1])
+                step(f"batch {batch_no}: records and offsets sent; coordinator "
+                     f"(broker {coordinators[-1]}) SIGKILLed before commit_transaction")
+            elif batch_no == KILL_AFTER_END_TXN and coordinators[-1] != leader:
+                producer.flush(30)  # the batch's records are on the leader before it freezes
+                lab.freeze(leader)
+                frozen.append(leader)
+                step(f"batch {batch_no}: topics' leader (broker {leader}) frozen: "
+                     "no marker can be written")
+
+        def after_end(batch_no: int, committed: bool) -> None:
+            if batch_no not in (KILL_MID_TRANSACTION, KILL_AFTER_END_TXN):
+                step(f"batch {batch_no}: {'committed' if committed else 'aborted'}")
+            if batch_no == KILL_MID_TRANSACTION:
+                killed = coordinators[-1]
+                coordinators.append(transaction_coordinator(lab, base, not_on=killed))
+                outcome = "committed" if committed else "aborted, to be read again"
+                step(f"batch {batch_no}: {outcome} through the new coordinator, broker "
+                     f"{coordinators[-1]}; broker {killed} restarted")
+                lab.restart(killed)  # three brokers again before the second kill
+            elif batch_no == KILL_AFTER_END_TXN:
+                killed = coordinators[-1]
+                lab.kill(killed)
+                pending = "before it could write the markers" if frozen else \
+                    "(the topics' leader was the coordinator: not frozen, markers maybe written)"
+                step(f"batch {batch_no}: commit_transaction returned; coordinator (broker "
+                     f"{killed}) SIGKILLed {pending}")
+                for b in frozen:
+                    lab.thaw(b)
+                frozen.clear()
+                coordinators.append(transaction_coordinator(lab, base, not_on=killed))
+                step(f"the new coordinator, broker {coordinators[-1]}, completes the commit")
+                with Inspector(lab.broker(coordinators[-1]).address, timeout_s=10) as inspector:
+                    inspector.settled_offsets(output, timeout_s=90)
+                step(f"batch {batch_no}: its COMMIT marker is in the output (LSO = high watermark)")
+
+        try:
+            copy_fees(consumer, producer, names.topic(output), records, before_commit,
+                      after_end, errors)
+        finally:
+            for b in frozen:
+                lab.thaw(b)
+            consumer.close()
+        step("every input batch committed")
+        lab.restart(coordinators[-2], wait=True)  # back to three brokers for the next run
+        report = audit.audit_topic(lab.broker(leader).address, output, inputs, SCENARIO,
+                                   "exactly_once", fault="coordinator SIGKILLed twice")
+    topics.delete(lab.broker(leader).address, source, output)
+    return CoordinatorRun(report, coordinators, errors, steps)
+
+
+def next_coordinator(lab: LocalCluster, transactional_id: str, current: int) -> int:
+    """The broker that will coordinate ``transactional_id`` once ``current`` dies: the
+    controller elects the first in-sync replica, in replica order, of its
+    ``__transaction_state`` partition (Kafka: abs(Java hashCode of the id) % partitions)."""
+    with Inspector(lab.broker(current).address, timeout_s=5) as inspector:
+        states = inspector.replica_states(TRANSACTION_STATE)
+    state = states[java_abs(java_hash(names.transactional_id(transactional_id))) % len(states)]
+    return next(r for r in state.replicas if r != current and r in state.isr)
+
+
+def java_hash(text: str) -> int:
+    """Java's String.hashCode (a signed 32-bit int) of an ASCII ``text``."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_abs(n: int) -> int:
+    """Kafka's Utils.abs: Math.abs, with Integer.MIN_VALUE mapped to 0."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def transaction_coordinator(lab: LocalCluster, transactional_id: str,
+                            not_on: int | None = None) -> int:
+    """The broker coordinating ``transactional_id`` (FindCoordinator), once it is not
+    ``not_on`` (a killed coordinator is replaced after the controller noticed)."""
+    by_address = {b.address: b.node_id for b in lab.brokers}
+    found: list[int] = []
+
+    def located() -> bool:
+        for b in lab.brokers:
+            if b.node_id == not_on:
+                continue
+            try:
+                with Inspector(b.address, timeout_s=5) as inspector:
+                    address = inspector.transaction_coordinator(transactional_id)
+            except OSError:
+                continue
+            if by_address.get(address) not in (None, not_on):
+                found.append(by_address[address])
+                return True
+            return False
+        return False
+
+    wait_until(located, f"the coordinator of {transactional_id}", 30)
+    return found[0]
