@@ -35,7 +35,7 @@ from labkit.audit import AuditReport
 from labkit.clientlog import client_config
 from labkit.cluster import LocalCluster
 from labkit.failover import BROKERS, wait_until
-from labkit.inspect import Inspector
+from labkit.inspect import Inspector, ReplicaState
 from labkit.pipelines.ctp import transform
 from labkit.progress import status
 
@@ -117,8 +117,10 @@ def rewind(consumer: Consumer) -> None:
         consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
 
 
-def coordinator_failover(lab: LocalCluster, records: int = 60) -> CoordinatorRun:
-    """Kill the transaction coordinator mid-transaction, then between EndTxn and the markers."""
+def coordinator_failover(lab: LocalCluster, records: int = 60,
+                         loop: Callable[..., None] = copy_fees) -> CoordinatorRun:
+    """Kill the transaction coordinator mid-transaction, then between EndTxn and the markers.
+    ``loop``: the app, called as ``copy_fees`` is (a learner's version of it, notebook 05b)."""
     if records < BATCH * KILL_AFTER_END_TXN + BATCH:
         raise ValueError(f"records must be {BATCH * (KILL_AFTER_END_TXN + 1)} or more "
                          f"(batches of {BATCH}, the second kill at batch {KILL_AFTER_END_TXN})")
@@ -196,8 +198,8 @@ def coordinator_failover(lab: LocalCluster, records: int = 60) -> CoordinatorRun
                 step(f"batch {batch_no}: its COMMIT marker is in the output (LSO = high watermark)")
 
         try:
-            copy_fees(consumer, producer, names.topic(output), records, before_commit,
-                      after_end, errors)
+            loop(consumer, producer, names.topic(output), records, before_commit, after_end,
+                 errors)
         finally:
             for b in frozen:
                 lab.thaw(b)
@@ -212,12 +214,37 @@ def coordinator_failover(lab: LocalCluster, records: int = 60) -> CoordinatorRun
 
 def next_coordinator(lab: LocalCluster, transactional_id: str, current: int) -> int:
     """The broker that will coordinate ``transactional_id`` once ``current`` dies: the
-    controller elects the first in-sync replica, in replica order, of its
-    ``__transaction_state`` partition (Kafka: abs(Java hashCode of the id) % partitions)."""
-    with Inspector(lab.broker(current).address, timeout_s=5) as inspector:
-        states = inspector.replica_states(TRANSACTION_STATE)
-    state = states[java_abs(java_hash(names.transactional_id(transactional_id))) % len(states)]
+    controller elects the first in-sync replica, in replica order, of its partition."""
+    _, state = transaction_state_partition(lab, transactional_id, ask=current)
     return next(r for r in state.replicas if r != current and r in state.isr)
+
+
+def transaction_state_partition(lab: LocalCluster, transactional_id: str,
+                                ask: int | None = None) -> tuple[int, ReplicaState]:
+    """The ``__transaction_state`` partition that keeps ``transactional_id`` (Kafka: abs(Java
+    hashCode of the id) % partitions) and its replicas; its leader is the coordinator.
+    ``ask``: the broker to ask (default: the first one)."""
+    address = lab.broker(ask or BROKERS[0]).address
+    with Inspector(address, timeout_s=5) as inspector:
+        states = inspector.replica_states(TRANSACTION_STATE, at=address)
+    partition = java_abs(java_hash(names.transactional_id(transactional_id))) % len(states)
+    return partition, states[partition]
+
+
+def kill_coordinator(lab: LocalCluster, transactional_id: str) -> tuple[int, int]:
+    """SIGKILL the broker coordinating ``transactional_id``; return it and the broker that
+    coordinates the id next. The killed broker is started again before this returns."""
+    lab.restart()
+    producer = Producer(client_config({"bootstrap.servers": lab.bootstrap,
+                                       "transactional.id": transactional_id,
+                                       "log_level": 2}))  # quiet about the broker killed
+    producer.init_transactions(60)  # the coordinator knows the id from here on
+    first = transaction_coordinator(lab, transactional_id)
+    lab.kill(first)
+    try:
+        return first, transaction_coordinator(lab, transactional_id, not_on=first)
+    finally:
+        lab.restart(first)
 
 
 def java_hash(text: str) -> int:

@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from labkit import coordinator_failover, failover
+from labkit.clientlog import client_config
+from labkit.exercises.coordinator import check_next_coordinator, judge
 from tests.test_failover import lab_jvms
 
 RECORDS = 60
@@ -52,3 +55,20 @@ def test_the_cli_reports_exactly_once_and_leaves_no_jvm(tmp_path):
     assert len(run["coordinators"]) == 3
     assert lab_jvms(str(tmp_path)) == []
     assert list(tmp_path.glob("failure-lab-*")) == []
+
+
+def test_the_next_coordinator_is_the_first_in_sync_replica_in_replica_order(lab):
+    """The rule notebook 05b's exercise asks for, measured: kill an id's coordinator, ask
+    the brokers where the id went. A wrong guess gets a hint, not the answer."""
+    tid = "fee-service-rule"
+    Producer(client_config({"bootstrap.servers": lab.bootstrap, "transactional.id": tid,
+                            "log_level": 2})).init_transactions(60)
+    _, state = coordinator_failover.transaction_state_partition(lab, tid)
+    predicted = next(r for r in state.replicas if r != state.leader and r in state.isr)
+    before, after = coordinator_failover.kill_coordinator(lab, tid)
+    assert (before, after) == (state.leader, predicted), state
+    wrong = next(b for b in failover.BROKERS if b not in (before, after))
+    hint = judge(wrong, before, after)
+    assert not hint.passed and f"broker {after}" not in hint.message
+    assert "fill in" in check_next_coordinator(lab, tid, None).message
+    assert "must be a broker id" in check_next_coordinator(lab, tid, 7).message

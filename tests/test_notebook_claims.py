@@ -45,6 +45,10 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("print(unclean.summary())", "lost_acknowledged=20"),
         ("print(unclean.summary())", "election: unclean (an out-of-sync replica)"),
     ],
+    "05b_when_the_coordinator_fails": [
+        ("print(run.report.summary())", "produced=60 delivered_unique=60 lost=0 duplicated=0 reordered=0 aborted_visible=0"),
+        ("print(run.report.summary())", "a new coordinator after each kill: True"),
+    ],
     "04_transactions": [
         ('batches["kind"] = batches["marker"]', "ABORT"),
         ("with its default isolation level", "reads: ['t1-debit', 't3-debit']"),
