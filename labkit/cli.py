@@ -210,6 +210,11 @@ def scenario(
     Its topics, group and transactional ids are in LABKIT_NAMESPACE (see `labkit status`)."""
     from labkit import scenarios
 
+    if name in (LEADER_FAILOVER, COORDINATOR_FAILOVER) and guarantee is not None:
+        _fail(f"{name} takes no --guarantee: leader-failover audits what acks and "
+              "min.insync.replicas keep, coordinator-failover runs an exactly-once loop")
+    if name == COORDINATOR_FAILOVER and (acks is not None or unclean or out_of_sync):
+        _fail(f"--acks, --min-insync, --unclean and --out-of-sync apply to {LEADER_FAILOVER} only")
     if name == LEADER_FAILOVER:
         _leader_failover(acks, min_insync, unclean, out_of_sync, records, as_json)
         return
@@ -271,6 +276,7 @@ def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sy
     if acks is None:
         _fail(f"{LEADER_FAILOVER} needs --acks 0 | 1 | all")
     try:
+        failover.check_settings(acks, min_insync, records)
         with failover.failure_lab(announce=lambda line: typer.echo(line, err=True)) as cluster:
             run = failover.leader_failover(cluster, acks, min_insync, unclean,
                                            out_of_sync or None, records)
@@ -284,6 +290,7 @@ def _coordinator_failover(records: int, as_json: bool) -> None:
     from labkit import coordinator_failover, failover
 
     try:
+        coordinator_failover.check_records(records)
         with failover.failure_lab(announce=lambda line: typer.echo(line, err=True)) as cluster:
             run = coordinator_failover.coordinator_failover(cluster, records)
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:

@@ -121,9 +121,7 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
                          loop: Callable[..., None] = copy_fees) -> CoordinatorRun:
     """Kill the transaction coordinator mid-transaction, then between EndTxn and the markers.
     ``loop``: the app, called as ``copy_fees`` is (a learner's version of it, notebook 05b)."""
-    if records < BATCH * KILL_AFTER_END_TXN + BATCH:
-        raise ValueError(f"records must be {BATCH * (KILL_AFTER_END_TXN + 1)} or more "
-                         f"(batches of {BATCH}, the second kill at batch {KILL_AFTER_END_TXN})")
+    check_records(records)
     lab.restart()  # every broker up, whatever a previous run left
     base = names.topic(f"coordinator-{time.monotonic_ns() % 10**9}")
     source, output = f"{base}-in", f"{base}-out"
@@ -210,6 +208,13 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
                                    "exactly_once", fault="coordinator SIGKILLed twice")
     topics.delete(lab.broker(leader).address, source, output)
     return CoordinatorRun(report, coordinators, errors, steps)
+
+
+def check_records(records: int) -> None:
+    """A ValueError that says what to use, before any broker is started."""
+    if records < BATCH * (KILL_AFTER_END_TXN + 1):
+        raise ValueError(f"records must be {BATCH * (KILL_AFTER_END_TXN + 1)} or more "
+                         f"(batches of {BATCH}, the second kill at batch {KILL_AFTER_END_TXN})")
 
 
 def next_coordinator(lab: LocalCluster, transactional_id: str, current: int) -> int:

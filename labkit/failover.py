@@ -125,12 +125,7 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
     ``out_of_sync`` (default: as ``unclean``) keeps the followers frozen until they have left
     the ISR: an unclean election needs a replica that is out of sync to elect.
     ``min_insync`` 1 is Kafka's default."""
-    if acks not in ACKS:
-        raise ValueError(f"acks must be one of {', '.join(ACKS)}, not {acks!r}")
-    if min_insync not in (1, 2, 3):
-        raise ValueError(f"min_insync must be 1, 2 or 3 (the topic has 3 replicas), not {min_insync}")
-    if records < 2:
-        raise ValueError(f"records must be 2 or more (half before the fault, half during), not {records}")
+    check_settings(acks, min_insync, records)
     out_of_sync = unclean if out_of_sync is None else out_of_sync
     run = FailoverRun(acks, min_insync, unclean, out_of_sync)
     lab.restart()  # every broker up: the previous run's old leader may still be starting
@@ -208,6 +203,16 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
     run.lost_acknowledged = len(acked - set(in_log))
     run.duplicated = len(in_log) - len(set(in_log))
     return run
+
+
+def check_settings(acks: str, min_insync: int, records: int) -> None:
+    """A ValueError that says what to use, before any broker is started."""
+    if acks not in ACKS:
+        raise ValueError(f"acks must be one of {', '.join(ACKS)}, not {acks!r}")
+    if min_insync not in (1, 2, 3):
+        raise ValueError(f"min_insync must be 1, 2 or 3 (the topic has 3 replicas), not {min_insync}")
+    if records < 2:
+        raise ValueError(f"records must be 2 or more (half before the fault, half during), not {records}")
 
 
 def replica_state(lab: LocalCluster, topic: str, at: int) -> ReplicaState:

@@ -131,3 +131,36 @@ def test_labkit_inspect_shows_the_isr_shrink_and_the_eligible_leader_replica(lab
     assert state["elr"] and set(state["elr"]) <= {2, 3}, state
     text = CliRunner().invoke(app, ["inspect", topic, "--replicas"]).stdout
     assert text.startswith("partition 0: leader 1, replicas [1, 2, 3], ISR [1"), text
+
+
+def test_without_java_the_scenario_says_what_is_needed_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    monkeypatch.setenv("LABKIT_JAVA", str(tmp_path / "no-java-here"))
+    out = CliRunner().invoke(app, ["scenario", "leader-failover", "--acks", "1"])
+    assert out.exit_code == 2, out.output
+    assert "starts a Kafka of its own" in out.stderr
+    assert "Java was not found" in out.stderr and "error:" in out.stderr
+    assert list(tmp_path.glob("failure-lab-*")) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--acks", "2"], "acks must be one of 0, 1, all"),
+    (["--acks", "all", "--min-insync", "4"], "min_insync must be 1, 2 or 3"),
+    ([], "needs --acks"),
+    (["--acks", "1", "--guarantee", "exactly_once"], None),
+])
+def test_bad_settings_are_refused_before_any_broker_starts(tmp_path, monkeypatch, args, says):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    out = CliRunner().invoke(app, ["scenario", "leader-failover", *args])
+    if says is None:  # a guarantee means nothing here: refused rather than ignored
+        assert out.exit_code == 2 and "--guarantee" in out.stderr, out.output
+        return
+    assert out.exit_code == 2 and says in out.stderr, out.output
+    assert "starts a Kafka of its own" not in out.stderr
+
+
+def test_coordinator_failover_refuses_too_few_records_before_any_broker_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    out = CliRunner().invoke(app, ["scenario", "coordinator-failover", "--records", "20"])
+    assert out.exit_code == 2 and "records must be 50 or more" in out.stderr, out.output
+    assert "starts a Kafka of its own" not in out.stderr
