@@ -523,12 +523,12 @@ class LocalCluster:
         """SIGSTOP one broker: alive to the kernel, silent to everyone (a long GC pause, a
         hung disk). Its followers stop fetching; its heartbeats stop. ``thaw`` resumes it."""
         for p in self._handles(self._select(node_id)):
-            os.kill(p.pid, signal.SIGSTOP)
+            p.send_signal(signal.SIGSTOP)  # a Popen or a checked psutil.Process, never a bare pid
 
     def thaw(self, node_id: int) -> None:
         """SIGCONT a frozen broker: it carries on where it stopped."""
         for p in self._handles(self._select(node_id)):
-            os.kill(p.pid, signal.SIGCONT)
+            p.send_signal(signal.SIGCONT)
 
     @contextlib.contextmanager
     def frozen(self, *node_ids: int):

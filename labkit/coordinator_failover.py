@@ -35,7 +35,7 @@ from labkit.audit import AuditReport
 from labkit.clientlog import client_config
 from labkit.cluster import LocalCluster
 from labkit.failover import BROKERS, wait_until
-from labkit.inspect import Inspector, ReplicaState
+from labkit.inspect import InspectError, Inspector, ReplicaState
 from labkit.pipelines.ctp import transform
 from labkit.progress import status
 
@@ -191,8 +191,8 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
                 frozen.clear()
                 coordinators.append(transaction_coordinator(lab, base, not_on=killed))
                 step(f"the new coordinator, broker {coordinators[-1]}, completes the commit")
-                with Inspector(lab.broker(coordinators[-1]).address, timeout_s=10) as inspector:
-                    inspector.settled_offsets(output, timeout_s=90)
+                wait_until(lambda: markers_written(lab, output),
+                           f"the COMMIT markers of batch {batch_no}", 90)
                 step(f"batch {batch_no}: its COMMIT marker is in the output (LSO = high watermark)")
 
         try:
@@ -208,6 +208,16 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
                                    "exactly_once", fault="coordinator SIGKILLed twice")
     topics.delete(lab.broker(leader).address, source, output)
     return CoordinatorRun(report, coordinators, errors, steps)
+
+
+def markers_written(lab: LocalCluster, topic: str) -> bool:
+    """Whether every partition of ``topic`` has its last stable offset at its high
+    watermark (no transaction waits for a marker there)."""
+    try:
+        with Inspector(lab.bootstrap, timeout_s=5) as inspector:
+            return all(o.lso == o.high_watermark for o in inspector.offsets(topic).values())
+    except (InspectError, OSError):  # the partition's leader moved and is settling in
+        return False
 
 
 def check_records(records: int) -> None:
@@ -228,12 +238,24 @@ def transaction_state_partition(lab: LocalCluster, transactional_id: str,
                                 ask: int | None = None) -> tuple[int, ReplicaState]:
     """The ``__transaction_state`` partition that keeps ``transactional_id`` (Kafka: abs(Java
     hashCode of the id) % partitions) and its replicas; its leader is the coordinator.
+    Returned once every replica is in sync again (a broker restarted moments ago catches
+    up first): the controller elects from the ISR as it is when the leader dies.
     ``ask``: the broker to ask (default: the first one)."""
     address = lab.broker(ask or BROKERS[0]).address
-    with Inspector(address, timeout_s=5) as inspector:
-        states = inspector.replica_states(TRANSACTION_STATE, at=address)
-    partition = java_abs(java_hash(names.transactional_id(transactional_id))) % len(states)
-    return partition, states[partition]
+    partition = java_abs(java_hash(names.transactional_id(transactional_id)))
+    found: list[ReplicaState] = []
+
+    def in_sync() -> bool:
+        try:
+            with Inspector(address, timeout_s=5) as inspector:
+                states = inspector.replica_states(TRANSACTION_STATE, at=address)
+        except OSError:  # that broker is still starting
+            return False
+        found[:] = [states[partition % len(states)]]
+        return set(found[0].isr) == set(found[0].replicas)
+
+    wait_until(in_sync, f"every replica of the partition of {transactional_id} in sync", 60)
+    return found[0].partition, found[0]
 
 
 def kill_coordinator(lab: LocalCluster, transactional_id: str) -> tuple[int, int]:
@@ -244,6 +266,7 @@ def kill_coordinator(lab: LocalCluster, transactional_id: str) -> tuple[int, int
                                        "transactional.id": transactional_id,
                                        "log_level": 2}))  # quiet about the broker killed
     producer.init_transactions(60)  # the coordinator knows the id from here on
+    transaction_state_partition(lab, transactional_id)  # the ISR whole again before the kill
     first = transaction_coordinator(lab, transactional_id)
     lab.kill(first)
     try:

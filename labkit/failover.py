@@ -185,7 +185,10 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
             run.steps.append((round(time.monotonic() - start, 1),
                               "leader killed: no replica may lead", "partition offline"))
             lab.restart(LEADER)
-            new = step("old leader restarted: it leads again", LEADER)
+            # asked of a follower: broker 1 answers metadata before it has taken the lead
+            wait_until(lambda: _leader_seen_by(lab, topic, FOLLOWERS[0]) == LEADER,
+                       "the restarted broker 1 to lead again", 30)
+            new = step("old leader restarted: it leads again", FOLLOWERS[0])
         else:
             new = step("leader killed, followers thawed: elected", new.leader)
             lab.restart(LEADER, wait=False)  # it rejoins as a follower while we audit
@@ -227,6 +230,13 @@ def wait_until_replicated(lab: LocalCluster, topic: str, records: int) -> None:
     with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
         wait_until(lambda: inspector.offsets(topic)[0].high_watermark >= records,
               "the followers to copy the first records", 30)
+
+
+def _leader_seen_by(lab: LocalCluster, topic: str, broker: int) -> int | None:
+    try:
+        return replica_state(lab, topic, broker).leader
+    except OSError:  # that broker is still starting
+        return None
 
 
 def _wait_for_new_leader(lab: LocalCluster, topic: str) -> ReplicaState | None:

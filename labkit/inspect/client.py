@@ -88,7 +88,9 @@ class Inspector:
             return self._connect(address).send(request)
         except OSError:
             # A broker restarted or the connection went stale: one fresh attempt.
-            self._connections.pop(address).close()
+            stale = self._connections.pop(address, None)
+            if stale is not None:
+                stale.close()
             return self._connect(address).send(request)
 
     def _any_broker(self) -> str:
