@@ -104,6 +104,16 @@ def three_brokers(tmp_path_factory: pytest.TempPathFactory):
     cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def failure_lab():
+    """A failure lab of the module's own (labkit.failover): a controller and brokers 1-3 to
+    freeze and kill; stopped and removed after the module."""
+    from labkit.failover import failure_lab as private_lab
+
+    with private_lab() as cluster:
+        yield cluster
+
+
 @pytest.fixture
 def topic_name() -> str:
     """A fresh topic name per test, so tests never see each other's records."""

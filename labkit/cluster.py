@@ -450,18 +450,19 @@ class LocalCluster:
         else:
             wanted = [free_port() for _ in self.brokers]
         taken = set(wanted)
+
+        def untaken() -> int:
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            return port
+
         for b, p in zip(self.brokers, wanted):
             b.port = p
-            c = free_port()
-            while c in taken:
-                c = free_port()
-            taken.add(c)
-            b.controller_port = c
+            b.controller_port = untaken()
         if self.controller:
-            c = free_port()
-            while c in taken:
-                c = free_port()
-            self.controller.port = self.controller.controller_port = c
+            self.controller.port = self.controller.controller_port = untaken()
 
     def _jvm_command(self, java: str, classpath: str, b: Broker, main: list[str]) -> list[str]:
         return [

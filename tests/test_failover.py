@@ -27,22 +27,16 @@ DURING_FREEZE = RECORDS // 2  # the second half is written while the followers a
 LABKIT = Path(sys.executable).with_name("labkit")
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with failover.failure_lab() as cluster:
-        yield cluster
-
-
-def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(lab):
-    runs = [failover.leader_failover(lab, acks="1", records=RECORDS) for _ in range(2)]
+def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(failure_lab):
+    runs = [failover.leader_failover(failure_lab, acks="1", records=RECORDS) for _ in range(2)]
     for run in runs:
         assert run.acknowledged == RECORDS, run.summary()
         assert (run.lost_acknowledged, run.in_log) == (DURING_FREEZE, RECORDS - DURING_FREEZE), run.summary()
         assert run.election.startswith("clean") and run.new_leader in failover.FOLLOWERS
 
 
-def test_acks_all_with_min_insync_2_loses_nothing_acknowledged(lab):
-    run = failover.leader_failover(lab, acks="all", min_insync=2, records=RECORDS)
+def test_acks_all_with_min_insync_2_loses_nothing_acknowledged(failure_lab):
+    run = failover.leader_failover(failure_lab, acks="all", min_insync=2, records=RECORDS)
     # the producer was told nothing while the in-sync followers were frozen; its retries
     # went to the new leader, so every record is both acknowledged and there
     assert (run.acknowledged, run.in_log, run.lost_acknowledged, run.duplicated) == \
@@ -50,26 +44,26 @@ def test_acks_all_with_min_insync_2_loses_nothing_acknowledged(lab):
     assert f"{RECORDS // 2} acknowledged so far" in run.timeline(), run.timeline()
 
 
-def test_an_unclean_election_loses_acknowledged_records_even_with_acks_all(lab):
+def test_an_unclean_election_loses_acknowledged_records_even_with_acks_all(failure_lab):
     """Run as the exercise of notebook 03b answered with Kafka's default (1): the check
     runs the real failover (40 records, unclean election on) and says what was lost."""
-    verdict = check_no_acknowledged_loss(lab, 1)
+    verdict = check_no_acknowledged_loss(failure_lab, 1)
     assert not verdict.passed
     assert ("min.insync.replicas=1, 20 acknowledged records are gone "
             "(election: unclean (an out-of-sync replica))") in verdict.message, verdict.message
     assert "min.insync.replicas=2" not in verdict.message  # a hint, not the answer
 
 
-def test_the_exercise_refuses_a_setting_the_topic_cannot_have_without_running(lab):
-    assert "fill in my_min_insync" in check_no_acknowledged_loss(lab, None).message
+def test_the_exercise_refuses_a_setting_the_topic_cannot_have_without_running(failure_lab):
+    assert "fill in my_min_insync" in check_no_acknowledged_loss(failure_lab, None).message
     for bad in (0, 4, "2", True):
-        assert "must be 1, 2 or 3" in check_no_acknowledged_loss(lab, bad).message
+        assert "must be 1, 2 or 3" in check_no_acknowledged_loss(failure_lab, bad).message
 
 
-def test_without_unclean_election_the_partition_waits_for_its_old_leader_and_loses_nothing(lab):
+def test_without_unclean_election_the_partition_waits_for_its_old_leader_and_loses_nothing(failure_lab):
     """No replica of the ISR left (min.insync.replicas 1, followers out of sync): a clean
     election has nobody to choose, so the partition stays offline until broker 1 is back."""
-    run = failover.leader_failover(lab, acks="all", min_insync=1, out_of_sync=True, records=RECORDS)
+    run = failover.leader_failover(failure_lab, acks="all", min_insync=1, out_of_sync=True, records=RECORDS)
     assert run.election.startswith("none") and run.new_leader == failover.LEADER, run.timeline()
     assert (run.acknowledged, run.lost_acknowledged, run.duplicated) == (RECORDS, 0, 0), run.summary()
 
@@ -83,18 +77,23 @@ def lab_jvms(home: str) -> list[psutil.Process]:
     return found
 
 
-def test_the_cli_runs_on_a_lab_of_its_own_and_leaves_no_jvm(tmp_path):
-    env = {**os.environ, "LABKIT_HOME": str(tmp_path),
-           "LABKIT_BOOTSTRAP": "127.0.0.1:9"}  # a shared cluster it must not touch
-    out = subprocess.run([str(LABKIT), "scenario", "leader-failover", "--acks", "1",
-                          "--records", str(RECORDS), "--json"],
-                         capture_output=True, text=True, env=env, timeout=300)
+def scenario_on_a_lab_of_its_own(tmp_path: Path, timeout_s: float, *args: str) -> dict:
+    """`labkit scenario ... --json` with LABKIT_BOOTSTRAP naming a shared cluster it must
+    not touch; it says it starts its own lab and leaves no JVM and no lab directory."""
+    env = {**os.environ, "LABKIT_HOME": str(tmp_path), "LABKIT_BOOTSTRAP": "127.0.0.1:9"}
+    out = subprocess.run([str(LABKIT), "scenario", *args, "--json"],
+                         capture_output=True, text=True, env=env, timeout=timeout_s)
     assert out.returncode == 0, out.stderr
-    run = json.loads(out.stdout)
-    assert (run["produced"], run["lost_acknowledged"]) == (RECORDS, DURING_FREEZE), run
     assert "starts a Kafka of its own" in out.stderr
     assert lab_jvms(str(tmp_path)) == []
-    assert list(tmp_path.glob("failure-lab-*")) == []
+    assert list(tmp_path.glob("failure-failure_lab-*")) == []
+    return json.loads(out.stdout)
+
+
+def test_the_cli_runs_on_a_lab_of_its_own_and_leaves_no_jvm(tmp_path):
+    run = scenario_on_a_lab_of_its_own(tmp_path, 300, "leader-failover", "--acks", "1",
+                                       "--records", str(RECORDS))
+    assert (run["produced"], run["lost_acknowledged"]) == (RECORDS, DURING_FREEZE), run
 
 
 def test_a_run_that_fails_half_way_thaws_and_stops_every_broker(tmp_path, monkeypatch):
@@ -113,18 +112,18 @@ def test_a_run_that_fails_half_way_thaws_and_stops_every_broker(tmp_path, monkey
     assert lab_jvms(str(tmp_path)) == []
 
 
-def test_labkit_inspect_shows_the_isr_shrink_and_the_eligible_leader_replica(lab, monkeypatch):
+def test_labkit_inspect_shows_the_isr_shrink_and_the_eligible_leader_replica(failure_lab, monkeypatch):
     """Followers frozen past replica.lag.time.max.ms leave the ISR; with min.insync.replicas
     2 a follower that leaves it below that stays eligible to lead (KIP-966), as `labkit
     inspect` shows."""
     topic = "failover-inspect"
-    lab.wait_ready()  # a failover run before this one restarts its old leader in the background
-    topics.create(lab.bootstrap, topic, replica_assignment=[[1, 2, 3]],
+    failure_lab.wait_ready()  # a failover run before this one restarts its old leader in the background
+    topics.create(failure_lab.bootstrap, topic, replica_assignment=[[1, 2, 3]],
                   config={"min.insync.replicas": "2"})
-    monkeypatch.setenv("LABKIT_BOOTSTRAP", lab.broker(failover.LEADER).address)
+    monkeypatch.setenv("LABKIT_BOOTSTRAP", failure_lab.broker(failover.LEADER).address)
     shown = lambda: json.loads(CliRunner().invoke(app, ["inspect", topic, "--replicas", "--json"]).stdout)[0]
     assert (shown()["leader"], shown()["isr"]) == (1, [1, 2, 3])
-    with lab.frozen(*failover.FOLLOWERS):
+    with failure_lab.frozen(*failover.FOLLOWERS):
         failover.wait_until(lambda: shown()["isr"] == [1], "the ISR to shrink to the leader", 15)
         state = shown()
     # both followers, or the last to leave if they left one at a time
@@ -140,7 +139,7 @@ def test_without_java_the_scenario_says_what_is_needed_and_leaves_nothing(tmp_pa
     assert out.exit_code == 2, out.output
     assert "starts a Kafka of its own" in out.stderr
     assert "Java was not found" in out.stderr and "error:" in out.stderr
-    assert list(tmp_path.glob("failure-lab-*")) == []
+    assert list(tmp_path.glob("failure-failure_lab-*")) == []
 
 
 @pytest.mark.parametrize("args, says", [
