@@ -292,10 +292,12 @@ def _coordinator_failover(records: int, as_json: bool) -> None:
     try:
         coordinator_failover.check_records(records)
         with failover.failure_lab(announce=lambda line: typer.echo(line, err=True)) as cluster:
-            run = coordinator_failover.coordinator_failover(cluster, records)
+            # the timeline line by line as it happens, on stderr beside the JSON
+            run = coordinator_failover.coordinator_failover(
+                cluster, records, on_step=lambda line: typer.echo(line, err=True))
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
-    typer.echo(run.to_json() if as_json else f"{run.report.summary()}\n{run.timeline()}")
+    typer.echo(run.to_json() if as_json else run.report.summary())
 
 
 @app.command()

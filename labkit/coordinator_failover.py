@@ -24,6 +24,7 @@ read_uncommitted: lost, duplicated, aborted records visible.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,9 +121,11 @@ def rewind(consumer: Consumer) -> None:
 
 
 def coordinator_failover(lab: LocalCluster, records: int = 60,
-                         loop: Callable[..., None] = copy_fees) -> CoordinatorRun:
+                         loop: Callable[..., None] = copy_fees,
+                         on_step: Callable[[str], None] | None = None) -> CoordinatorRun:
     """Kill the transaction coordinator mid-transaction, then between EndTxn and the markers.
-    ``loop``: the app, called as ``copy_fees`` is (a learner's version of it, notebook 05b)."""
+    ``loop``: the app, called as ``copy_fees`` is (a learner's version of it, notebook 05b).
+    ``on_step``: called with each line of the timeline as it happens (the CLI prints them)."""
     check_records(records)
     lab.restart()  # every broker up, whatever a previous run left
     base = names.topic(f"coordinator-{time.monotonic_ns() % 10**9}")
@@ -134,6 +137,8 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
     def step(what: str) -> None:
         steps.append((round(time.monotonic() - start, 1), what))
         say(what)
+        if on_step:
+            on_step(f"{steps[-1][0]:5.1f} s  {what}")
 
     producer = Producer(client_config({
         "bootstrap.servers": lab.bootstrap, "transactional.id": base,
@@ -157,27 +162,27 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
         step(f"{records} inputs written; transaction coordinator: broker {first}; "
              f"the topics' leader: broker {leader}")
         consumer.subscribe([source])
-        frozen: list[int] = []
+        freeze = FreezeWindow(lab, leader)
+        second_kill_done = False
 
         def before_commit(batch_no: int) -> None:
             if batch_no == KILL_MID_TRANSACTION:
                 lab.kill(coordinators[-1])
                 step(f"batch {batch_no}: records and offsets sent; coordinator "
                      f"(broker {coordinators[-1]}) SIGKILLed before commit_transaction")
-            elif batch_no == KILL_AFTER_END_TXN and coordinators[-1] != leader:
+            elif batch_no >= KILL_AFTER_END_TXN and not second_kill_done \
+                    and coordinators[-1] != leader:
                 producer.flush(30)  # the batch's records are on the leader before it freezes
-                # The restarted broker back in the id's ISR first: else freezing the leader
-                # leaves that ISR below min.isr 2, the coordinator cannot log its decision,
-                # and the commit waits for a thaw that comes only after it (seen under load).
-                transaction_state_partition(lab, base)
-                lab.freeze(leader)
-                frozen.append(leader)
+                # Every replica of the id's partition in sync first, as its coordinator sees
+                # it: freezing the leader takes one replica out of that ISR, and below
+                # min.isr 2 the coordinator cannot log its decision until the thaw.
+                transaction_state_partition(lab, base, ask=coordinators[-1])
+                freeze.start()
                 step(f"batch {batch_no}: topics' leader (broker {leader}) frozen: "
                      "no marker can be written")
 
         def after_end(batch_no: int, committed: bool) -> None:
-            if batch_no not in (KILL_MID_TRANSACTION, KILL_AFTER_END_TXN):
-                step(f"batch {batch_no}: {'committed' if committed else 'aborted'}")
+            nonlocal second_kill_done
             if batch_no == KILL_MID_TRANSACTION:
                 killed = coordinators[-1]
                 coordinators.append(transaction_coordinator(lab, base, not_on=killed))
@@ -185,35 +190,93 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
                 step(f"batch {batch_no}: {outcome} through the new coordinator, broker "
                      f"{coordinators[-1]}; broker {killed} restarted")
                 lab.restart(killed)  # three brokers again before the second kill
-            elif batch_no == KILL_AFTER_END_TXN:
+            elif batch_no >= KILL_AFTER_END_TXN and not second_kill_done:
+                expired = freeze.stop_timer()
+                if expired or not committed:
+                    freeze.end()
+                    why = (f"only after the freeze ended ({FREEZE_LIMIT_S} s): its coordinator "
+                           "needed the frozen broker in its ISR" if expired else "")
+                    step(f"batch {batch_no}: {'committed' if committed else 'aborted'} {why}; "
+                         "the kill waits for the next batch".replace(" ;", ";"))
+                    return
+                second_kill_done = True
                 killed = coordinators[-1]
                 lab.kill(killed)
-                pending = "before it could write the markers" if frozen else \
+                pending = "before it could write the markers" if freeze.active else \
                     "(the topics' leader was the coordinator: not frozen, markers maybe written)"
                 step(f"batch {batch_no}: commit_transaction returned; coordinator (broker "
                      f"{killed}) SIGKILLed {pending}")
-                for b in frozen:
-                    lab.thaw(b)
-                frozen.clear()
+                freeze.end()
                 coordinators.append(transaction_coordinator(lab, base, not_on=killed))
                 step(f"the new coordinator, broker {coordinators[-1]}, completes the commit")
                 wait_until(lambda: markers_written(lab, output),
                            f"the COMMIT markers of batch {batch_no}", 90)
                 step(f"batch {batch_no}: its COMMIT marker is in the output (LSO = high watermark)")
+            else:
+                step(f"batch {batch_no}: {'committed' if committed else 'aborted'}")
 
         try:
             loop(consumer, producer, names.topic(output), records, before_commit, after_end,
                  errors)
         finally:
-            for b in frozen:
-                lab.thaw(b)
+            freeze.end()
             consumer.close()
         step("every input batch committed")
-        lab.restart(coordinators[-2], wait=True)  # back to three brokers for the next run
+        lab.restart(wait=True)  # back to three brokers for the next run
         report = audit.audit_topic(lab.broker(leader).address, output, inputs, SCENARIO,
                                    "exactly_once", fault="coordinator SIGKILLed twice")
     topics.delete(lab.broker(leader).address, source, output)
     return CoordinatorRun(report, coordinators, errors, steps)
+
+
+FREEZE_LIMIT_S = 20  # a commit needs ~5 s with the leader frozen (4 s to leave the ISR)
+
+
+class FreezeWindow:
+    """The topics' leader frozen until ``end()``, or thawed by a timer after FREEZE_LIMIT_S.
+
+    The timer breaks the one deadlock this fault can make: if the id's partition has only
+    the frozen broker and its leader in sync (a replica restarted moments ago fell behind
+    again), the coordinator cannot log its decision, and the commit would wait for a thaw
+    that comes only after it."""
+
+    def __init__(self, lab: LocalCluster, broker: int):
+        self.lab, self.broker = lab, broker
+        self.active = False  # frozen now
+        self.expired = False  # the timer thawed it
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        with self._lock:
+            self.lab.freeze(self.broker)
+            self.active, self.expired = True, False
+            self._timer = threading.Timer(FREEZE_LIMIT_S, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop_timer(self) -> bool:
+        """Stop the timer; True if it had already thawed the broker (the window is over)."""
+        with self._lock:
+            if self._timer:
+                self._timer.cancel()
+                self._timer = None
+            return self.expired
+
+    def end(self) -> None:
+        self.stop_timer()
+        self._thaw()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = self.active
+        self._thaw()
+
+    def _thaw(self) -> None:
+        with self._lock:
+            if self.active:
+                self.active = False
+                self.lab.thaw(self.broker)
 
 
 def markers_written(lab: LocalCluster, topic: str) -> bool:

@@ -6,6 +6,9 @@ CLI, and notebook 05b's (whose audit nbval compares).
 """
 from __future__ import annotations
 
+import time
+
+import psutil
 from confluent_kafka import Producer
 
 from labkit import coordinator_failover, failover
@@ -27,6 +30,21 @@ def test_an_exactly_once_loop_survives_its_coordinator_dying_twice(failure_lab):
     assert first != second != third, run.coordinators
     assert "frozen: no marker can be written" in run.timeline(), run.timeline()
     assert "SIGKILLed before it could write the markers" in run.timeline()
+
+
+def test_a_freeze_the_commit_outlasts_is_lifted_by_its_timer(failure_lab, monkeypatch):
+    """The deadlock breaker: a commit that needs the frozen broker (its coordinator's ISR
+    too small without it) gets it back after FREEZE_LIMIT_S, and the run says so."""
+    monkeypatch.setattr(coordinator_failover, "FREEZE_LIMIT_S", 3)
+    window = coordinator_failover.FreezeWindow(failure_lab, 2)
+    process = psutil.Process(failure_lab.broker(2).pid)
+    window.start()
+    frozen_at = time.monotonic()
+    failover.wait_until(lambda: process.status() == psutil.STATUS_STOPPED, "the freeze", 2)
+    failover.wait_until(lambda: process.status() != psutil.STATUS_STOPPED, "the timer's thaw", 10)
+    assert time.monotonic() - frozen_at >= 3
+    assert window.stop_timer() is True
+    window.end()  # the timer thawed it already: nothing left to do, no error
 
 
 def test_the_cli_reports_exactly_once_and_leaves_no_jvm(tmp_path):
