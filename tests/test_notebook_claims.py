@@ -120,12 +120,14 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("stored = stored_offsets(exact.job.sink)", "next offset in the database"),
         ('groups or "none"', "input topic: none"),
     ],
-    "08c_spark_delta_and_replay": [
+    "08c_spark_delta_idempotent_writes": [
         ('txn = experiment("spark-delta"', "lost=0 duplicated=0"),
         ('txn = experiment("spark-delta"', "lost=0 duplicated=10"),
         ("def history_of", "txnVersion: the sink ran 4 times, the table has 3 commits"),
         ("def history_of", "plain append: the sink ran 4 times, the table has 4 commits"),
         ("def history_of", "txnVersion 1"),
+    ],
+    "08d_spark_replay_that_computes_something_else": [
         ("upsert = replay.experiment", "idempotent: 26 rows, 3 mixed keys -> matches NO single processing"),
         ("upsert = replay.experiment", "delta: 26 rows, 0 mixed keys -> matches ONE processing"),
         ("kafka_eo = nondeterminism", "10 aborted in the log, 0 mixed keys -> ONE processing"),

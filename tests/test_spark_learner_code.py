@@ -76,7 +76,7 @@ def test_08b_a_kafka_sink_that_writes_one_partition_loses_the_other(bootstrap, t
 
 
 def test_08c_a_delta_sink_without_txn_options_appends_the_replay(bootstrap, tmp_path):
-    notebook = "08c_spark_delta_and_replay"
+    notebook = "08c_spark_delta_idempotent_writes"
     assert "lost=0 duplicated=0" in shown_audit(notebook, 'txn = experiment(')
     source = sink_cell(notebook, "delta_sink")
     for line in ('     .option("txnAppId", app_id)      # this query\'s id\n',
@@ -88,14 +88,22 @@ def test_08c_a_delta_sink_without_txn_options_appends_the_replay(bootstrap, tmp_
     assert (exp.report.lost, exp.report.duplicated) == (0, 10), exp.report.summary()
 
 
-def test_08a_exercise_2_as_shipped_is_refused_with_a_hint_and_a_non_function_too(bootstrap):
-    """The shipped my_sink (a copy of the naive sink) meets the replay in a table keyed by
-    the payment id: the check says why it failed, in words that do not change between runs
-    (the solved one passes in nbval's run of 08a)."""
-    from labkit.exercises.spark import check_my_sink
+def test_08a_exercise_2_as_shipped_gets_a_hint_and_a_changed_but_wrong_sink_is_crashed(bootstrap):
+    """The shipped my_sink is naive_sink (section 1 measured its replay): the check says so
+    without a run. A changed sink that still INSERTs runs under the crash into a table keyed
+    by the payment id, and the check says why it failed, in words that do not change between
+    runs (the solved one passes in nbval's run of 08a)."""
+    from labkit.exercises.spark import NAIVE_SINK, check_my_sink, fingerprint
 
-    (cell,) = [c.source for c in read("08a_spark_checkpoints_and_sinks").cells
+    notebook = "08a_spark_checkpoints_and_sinks"
+    (cell,) = [c.source for c in read(notebook).cells
                if c.cell_type == "code" and c.source.startswith("# EXERCISE 2")]
-    verdict = check_my_sink(load(cell, "my_sink"), bootstrap)
+    shipped = load(cell, "my_sink")
+    # both cells are the function NAIVE_SINK fingerprints: the shortcut is about this code
+    assert fingerprint(shipped) == fingerprint(load(sink_cell(notebook, "naive_sink"),
+                                                    "naive_sink")) == NAIVE_SINK
+    assert "still naive_sink" in check_my_sink(shipped, bootstrap).message
+    changed = load(edited(cell, "half = len(rows) // 2", "half = len(rows) // 3"), "my_sink")
+    verdict = check_my_sink(changed, bootstrap)
     assert not verdict.passed and "refused the replay" in verdict.message, verdict.message
     assert "Not yet" in str(check_my_sink(None, bootstrap))

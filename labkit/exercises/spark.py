@@ -16,9 +16,13 @@ a freshly written input (some transactions aborted) and audits the table.
 """
 from __future__ import annotations
 
+import ast
+import hashlib
+
 import pandas as pd
 
 from labkit.exercises import Verdict, check, exercise, prediction_gaps, unanswered
+from labkit.pipelines.learner import LearnerCodeError, code_of
 from labkit.spark.runner import SPARK_CRASH_POINTS
 from labkit.spark.scenarios import TASK_FAILURE, experiment
 
@@ -111,6 +115,24 @@ def check_source_options(options: dict[str, str] | None, bootstrap: str) -> Verd
 
 
 IDEMPOTENT_SCENARIO = "spark-idempotent"  # its table's key is the payment id, as a real one's
+# The syntax tree of naive_sink (08a, section 1), which my_sink starts as a copy of
+# (tests/test_spark_learner_code.py checks both cells against it).
+NAIVE_SINK = "ee8b7ca68dcdb3e6"
+
+
+def fingerprint(function) -> str | None:
+    """A hash of ``function``'s parameters and body as parsed (comments, blank lines and its
+    name do not count); None when its source cannot be read."""
+    try:
+        tree = ast.parse(code_of(function))
+    except (LearnerCodeError, SyntaxError):
+        return None
+    found = [n for n in ast.walk(tree)
+             if isinstance(n, ast.FunctionDef) and n.name == function.__name__]
+    if not found:
+        return None
+    shape = ast.dump(ast.Module(body=found[-1].body, type_ignores=[])) + ast.dump(found[-1].args)
+    return hashlib.sha256(shape.encode()).hexdigest()[:16]
 
 
 def _refusal(error: Exception) -> str:
@@ -131,6 +153,11 @@ def check_my_sink(sink, bootstrap: str) -> Verdict:
     if not callable(sink):
         return check(False, "", "my_sink must be a function: def my_sink(batch_df, batch_id, "
                                 "db_url, table): ...")
+    if fingerprint(sink) == NAIVE_SINK:  # its replay was measured in section 1 already
+        return check(False, "", "my_sink is still naive_sink: section 1 showed its replay "
+                                "INSERTing batch 1's rows a second time. Change what it "
+                                "writes, then run this cell again: the check then crashes "
+                                "your sink.")
     try:
         exp = experiment(IDEMPOTENT_SCENARIO, bootstrap, "exactly_once", SHOWN, RECORDS,
                          spare=False, sink=sink)

@@ -1,46 +1,52 @@
-"""08c · Delta's idempotent writes and non-determinism on replay: the exercise check.
+"""08c · Delta Lake's idempotent writes: the exercise check.
 
-The notebook ran the review-threshold pipeline (labkit.spark.replay) into an upsert sink
-(two attempts mixed) and into Delta with txnVersion (one processing). The learner predicts
-whether a *plain* Delta append, under the same crash and the same threshold change, ends with
-a table that matches a single processing of each payment; the check runs the real query
-(real Spark, real broker, a real SIGKILL) and audits the table.
+The notebook killed the driver after the sink's Delta commit of batch 1 and before Spark's
+``commits/1``: the plain append committed the replay again (4 commits, 10 duplicated rows).
+The learner predicts what the same plain append's table shows when the driver dies at
+``spark-mid-sink`` instead, before the write; the check runs the real query (real Spark,
+real broker, a real SIGKILL), reads the table's history and audits it.
 """
 from __future__ import annotations
 
 from labkit.exercises import Verdict, check, exercise, unanswered
-from labkit.spark import replay
+from labkit.spark import delta
+from labkit.spark.scenarios import experiment
 
-SINK = "delta-append"
+SCENARIO, GUARANTEE = "spark-delta", "at_least_once"  # at_least_once: the plain append
+CRASH_AT = "spark-mid-sink"
 RECORDS = 30  # 3 micro-batches of 10, as in the notebook
+ANSWERS = ("commits", "duplicated")
 
 
-def measure(bootstrap: str, records: int = RECORDS) -> replay.ReplayExperiment:
-    """The threshold experiment into a plain Delta append (its workdir removed afterwards)."""
-    exp = replay.experiment(bootstrap, SINK, records, spare=False)
-    exp.cleanup()
-    return exp
+def measure(bootstrap: str, records: int = RECORDS) -> dict[str, int]:
+    """The plain append killed at spark-mid-sink: its table's commits and the audit's
+    duplicated rows (the run's files removed afterwards)."""
+    exp = experiment(SCENARIO, bootstrap, GUARANTEE, CRASH_AT, records, spare=False)
+    try:
+        _, history = delta.read_table(exp.job.sink.path)
+        return {"commits": len(history), "duplicated": exp.report.duplicated}
+    finally:
+        exp.cleanup()
 
 
-def judge(prediction: bool, exp: replay.ReplayExperiment) -> Verdict:
-    twice = int(exp.output["id"].duplicated().sum())
-    outcome = ("one processing" if exp.mixed.valid else
-               f"{exp.mixed.count} mixed keys: no single processing")
-    return check(prediction is exp.mixed.valid,
-                 f"measured: {len(exp.output)} rows, {twice} payments written twice, {outcome}. "
-                 "Without txnAppId/txnVersion the replay of batch 1 is appended next to the "
-                 "first attempt's rows: what the new threshold lets through is there twice, "
-                 "once per threshold version.",
-                 "not what the table shows. Ask: without txnAppId/txnVersion, what does Delta do "
-                 "with the replayed batch 1, and which threshold did each copy of it see?")
+def judge(prediction: dict[str, int], measured: dict[str, int]) -> Verdict:
+    wrong = [k for k in ANSWERS if prediction[k] != measured[k]]
+    return check(not wrong,
+                 f"measured: {measured['commits']} commits, {measured['duplicated']} duplicated "
+                 "rows. Killed before the write, batch 1's first attempt left nothing in the "
+                 "table: a Delta commit is all of a batch or none of it, so the replay is its "
+                 "only copy, even without txnVersion.",
+                 f"{' and '.join(wrong)}: not what the table shows. Ask: killed before the "
+                 "write, what did batch 1's first attempt leave in the table?")
 
 
-@exercise("08c_spark_delta_and_replay")
-def check_append_replay(prediction: bool | None, bootstrap: str) -> Verdict:
-    """08c · does a plain Delta append match a single processing after the threshold change?"""
-    if unanswered(prediction):
-        return check(False, "", "set my_prediction to True (one processing) or False (mixed), "
-                                "then run this cell again.")
-    if not isinstance(prediction, bool):
-        return check(False, "", f"my_prediction must be True or False, not {prediction!r}.")
+@exercise("08c_spark_delta_idempotent_writes")
+def check_append_mid_sink(prediction: dict[str, int | None] | None, bootstrap: str) -> Verdict:
+    """08c · the plain append killed at spark-mid-sink: predict its commits and duplicates."""
+    if not isinstance(prediction, dict) or set(prediction) != set(ANSWERS):
+        return check(False, "", 'my_prediction must be {"commits": ..., "duplicated": ...}.')
+    if any(unanswered(v) for v in prediction.values()):
+        return check(False, "", "replace each None with a number, then run this cell again.")
+    if not all(isinstance(v, int) and v >= 0 for v in prediction.values()):
+        return check(False, "", "each answer is a count: a whole number, 0 or more.")
     return judge(prediction, measure(bootstrap))
