@@ -86,3 +86,19 @@ def test_source_options_check_hints_without_running_spark():
     assert "fill in my_options" in check_source_options(None, "127.0.0.1:1").message
     assert "dict of option name" in check_source_options({"x": 1}, "127.0.0.1:1").message
     assert "dict of option name" in check_source_options(["kafka.isolation.level"], "127.0.0.1:1").message
+
+
+def test_08c_check_hints_without_the_answer_and_refuses_bad_input_without_running():
+    """The measured run is nbval's solved run of 08c (its check must say Well done); here the
+    paths that must not give the answer away or start Spark."""
+    from labkit.exercises import spark_delta
+
+    right = solution_scope("08c_spark_delta_idempotent_writes")["my_prediction"]
+    wrong = spark_delta.judge({"commits": 4, "duplicated": 10}, right)
+    assert not wrong.passed and "commits and duplicated" in wrong.message
+    assert str(right["commits"]) not in wrong.message
+    assert spark_delta.judge(right, right).passed
+    check = spark_delta.check_append_mid_sink
+    assert "replace each None" in check({"commits": None, "duplicated": 0}, "127.0.0.1:1").message
+    assert "must be" in check({"commits": 3}, "127.0.0.1:1").message
+    assert "whole number" in check({"commits": 3, "duplicated": -1}, "127.0.0.1:1").message
