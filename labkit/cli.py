@@ -173,7 +173,8 @@ def scenario(
     name: str = typer.Argument(..., help="scenario, e.g. consumer, producer, consume-transform-produce"),
     guarantee: str = typer.Option(None, "--guarantee", "-g",
                                   help="at_most_once | at_least_once | exactly_once "
-                                       "(every scenario but leader- and coordinator-failover)"),
+                                       "(every scenario but leader-failover, coordinator-failover "
+                                       "and txn-timeout)"),
     crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
     fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
     records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
@@ -210,16 +211,20 @@ def scenario(
     Its topics, group and transactional ids are in LABKIT_NAMESPACE (see `labkit status`)."""
     from labkit import scenarios
 
-    if name in (LEADER_FAILOVER, COORDINATOR_FAILOVER) and guarantee is not None:
+    if name in (LEADER_FAILOVER, COORDINATOR_FAILOVER, TXN_TIMEOUT) and guarantee is not None:
         _fail(f"{name} takes no --guarantee: leader-failover audits what acks and "
-              "min.insync.replicas keep, coordinator-failover runs an exactly-once loop")
-    if name == COORDINATOR_FAILOVER and (acks is not None or unclean or out_of_sync):
+              "min.insync.replicas keep, coordinator-failover and txn-timeout run an "
+              "exactly-once loop")
+    if name in (COORDINATOR_FAILOVER, TXN_TIMEOUT) and (acks is not None or unclean or out_of_sync):
         _fail(f"--acks, --min-insync, --unclean and --out-of-sync apply to {LEADER_FAILOVER} only")
     if name == LEADER_FAILOVER:
         _leader_failover(acks, min_insync, unclean, out_of_sync, records, as_json)
         return
     if name == COORDINATOR_FAILOVER:
         _coordinator_failover(records, as_json)
+        return
+    if name == TXN_TIMEOUT:
+        _txn_timeout(records, as_json)
         return
     if acks is not None or unclean or out_of_sync:
         _fail(f"--acks, --min-insync, --unclean and --out-of-sync apply to {LEADER_FAILOVER} only")
@@ -266,6 +271,21 @@ def scenario(
 
 
 LEADER_FAILOVER, COORDINATOR_FAILOVER = "leader-failover", "coordinator-failover"
+TXN_TIMEOUT = "txn-timeout"
+
+
+def _txn_timeout(records: int, as_json: bool) -> None:
+    """An exactly-once loop whose batch 2 outlasts transaction.timeout.ms, on the lab cluster."""
+    from labkit import txn_timeout
+
+    try:
+        txn_timeout.check_records(records)
+        run = txn_timeout.txn_timeout(lab.ensure().bootstrap, records)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    _to_room(run.report)
+    typer.echo(run.to_json() if as_json else
+               f"{run.report.summary()}\nerrors: {', '.join(run.errors)}\n{run.timeline()}")
 
 
 def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sync: bool,

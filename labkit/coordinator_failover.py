@@ -209,7 +209,7 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
                 freeze.end()
                 coordinators.append(transaction_coordinator(lab, base, not_on=killed))
                 step(f"the new coordinator, broker {coordinators[-1]}, completes the commit")
-                wait_until(lambda: markers_written(lab, output),
+                wait_until(lambda: markers_written(lab.bootstrap, output),
                            f"the COMMIT markers of batch {batch_no}", 90)
                 step(f"batch {batch_no}: its COMMIT marker is in the output (LSO = high watermark)")
             else:
@@ -279,11 +279,11 @@ class FreezeWindow:
                 self.lab.thaw(self.broker)
 
 
-def markers_written(lab: LocalCluster, topic: str) -> bool:
+def markers_written(bootstrap: str, topic: str) -> bool:
     """Whether every partition of ``topic`` has its last stable offset at its high
     watermark (no transaction waits for a marker there)."""
     try:
-        with Inspector(lab.bootstrap, timeout_s=5) as inspector:
+        with Inspector(bootstrap, timeout_s=5) as inspector:
             return all(o.lso == o.high_watermark for o in inspector.offsets(topic).values())
     except (InspectError, OSError):  # the partition's leader moved and is settling in
         return False

@@ -79,6 +79,9 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ('zombie_rebalance(fencing="group"', "refused by the group coordinator: UNKNOWN_MEMBER_ID"),
         ('zombie_rebalance(fencing="group"', "lost=0 duplicated=0"),
         ('zombie_rebalance(fencing="none"', "lost=0 duplicated=10"),
+        ("slow = txn_timeout", "commit_transaction raised: _FENCED (fatal)"),
+        ("slow = txn_timeout", "producers used: 2; records of aborted transactions in the log: 10"),
+        ("slow = txn_timeout", "lost=0 duplicated=0"),
     ],
     "09b_on_the_wire": [
         ("print(\" -> \".join(f\"{r['api']}", "AddOffsetsToTxn v0 -> TxnOffsetCommit v3 -> EndTxn v1"),

@@ -1,0 +1,34 @@
+"""A batch slower than transaction.timeout.ms under the exactly-once loop of notebook 05b:
+the coordinator aborts its transaction, librdkafka reports the producer fenced (fatal), the
+app starts a new producer and processes the batch again. Measured on the real broker: the
+aborted batch is in the log, a read_committed reader gets each input once."""
+from __future__ import annotations
+
+import subprocess
+
+from labkit import txn_timeout
+from tests.test_failover import LABKIT
+
+RECORDS = 30
+
+
+def test_a_batch_slower_than_the_transaction_timeout_is_aborted_and_processed_again(bootstrap):
+    run = txn_timeout.txn_timeout(bootstrap, records=RECORDS)
+    r = run.report
+    assert (r.produced, r.delivered_unique, r.lost, r.duplicated, r.aborted_visible) == \
+        (RECORDS, RECORDS, 0, 0, 0), run.timeline()
+    # the slow batch's 10 records are in the log, aborted by the coordinator, not by the app
+    assert r.aborted_in_log == txn_timeout.BATCH, run.timeline()
+    assert run.errors == ["_FENCED (fatal)"] and run.producers == 2, run.timeline()
+    assert run.slow_s >= txn_timeout.TIMEOUT_MS / 1000, run.timeline()
+
+
+def test_the_cli_refuses_what_the_scenario_cannot_run_before_writing_anything(tmp_path):
+    env = {"LABKIT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for args, says in ((["--records", "20"], "records must be 30 or more"),
+                       (["-g", "at_least_once"], "takes no --guarantee"),
+                       (["--acks", "1"], "apply to leader-failover only")):
+        out = subprocess.run([str(LABKIT), "scenario", "txn-timeout", *args], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and says in out.stderr, (args, out.stderr)
+        assert "Starting" not in out.stderr  # refused before any broker was started
