@@ -173,8 +173,8 @@ def scenario(
     name: str = typer.Argument(..., help="scenario, e.g. consumer, producer, consume-transform-produce"),
     guarantee: str = typer.Option(None, "--guarantee", "-g",
                                   help="at_most_once | at_least_once | exactly_once "
-                                       "(every scenario but leader-failover, coordinator-failover "
-                                       "and txn-timeout)"),
+                                       "(every scenario but leader-failover, coordinator-failover, "
+                                       "txn-timeout and poll-interval-zombie)"),
     crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
     fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
     records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
@@ -183,7 +183,8 @@ def scenario(
     group_protocol: str = typer.Option("classic", "--group-protocol",
                                        help="classic | consumer (KIP-848)"),
     fencing: str = typer.Option(None, "--fencing",
-                                help="zombie-rebalance only: group (KIP-447, default) | none"),
+                                help="zombie-rebalance and poll-interval-zombie only: group (KIP-447, "
+                                     "default) | none"),
     trace: Path = typer.Option(None, "--trace",
                                help="write the workers' Kafka requests to this file (JSON lines)"),
     as_json: bool = typer.Option(False, "--json", help="print the audit as one JSON object"),
@@ -211,11 +212,11 @@ def scenario(
     Its topics, group and transactional ids are in LABKIT_NAMESPACE (see `labkit status`)."""
     from labkit import scenarios
 
-    if name in (LEADER_FAILOVER, COORDINATOR_FAILOVER, TXN_TIMEOUT) and guarantee is not None:
+    if name in (LEADER_FAILOVER, COORDINATOR_FAILOVER, TXN_TIMEOUT, POLL_ZOMBIE) \
+            and guarantee is not None:
         _fail(f"{name} takes no --guarantee: leader-failover audits what acks and "
-              "min.insync.replicas keep, coordinator-failover and txn-timeout run an "
-              "exactly-once loop")
-    if name in (COORDINATOR_FAILOVER, TXN_TIMEOUT) and (acks is not None or unclean or out_of_sync):
+              "min.insync.replicas keep, the others run an exactly-once loop")
+    if name in (COORDINATOR_FAILOVER, TXN_TIMEOUT, POLL_ZOMBIE) and (acks is not None or unclean or out_of_sync):
         _fail(f"--acks, --min-insync, --unclean and --out-of-sync apply to {LEADER_FAILOVER} only")
     if name == LEADER_FAILOVER:
         _leader_failover(acks, min_insync, unclean, out_of_sync, records, as_json)
@@ -225,6 +226,9 @@ def scenario(
         return
     if name == TXN_TIMEOUT:
         _txn_timeout(records, as_json)
+        return
+    if name == POLL_ZOMBIE:
+        _poll_zombie(fencing or "group", records, as_json)
         return
     if acks is not None or unclean or out_of_sync:
         _fail(f"--acks, --min-insync, --unclean and --out-of-sync apply to {LEADER_FAILOVER} only")
@@ -271,7 +275,22 @@ def scenario(
 
 
 LEADER_FAILOVER, COORDINATOR_FAILOVER = "leader-failover", "coordinator-failover"
-TXN_TIMEOUT = "txn-timeout"
+TXN_TIMEOUT, POLL_ZOMBIE = "txn-timeout", "poll-interval-zombie"
+
+
+def _poll_zombie(fencing: str, records: int, as_json: bool) -> None:
+    """A member slower than max.poll.interval.ms over one batch, on the lab cluster."""
+    from labkit import poll_zombie
+
+    try:
+        poll_zombie.check_settings(fencing, records)
+        run = poll_zombie.poll_interval_zombie(lab.ensure().bootstrap, fencing, records)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    _to_room(run.report)
+    told = run.zombie_error or "nothing: its commit went through"
+    typer.echo(run.to_json() if as_json else
+               f"{run.report.summary()}\nzombie told: {told}; its next poll: {run.poll_after}")
 
 
 def _txn_timeout(records: int, as_json: bool) -> None:

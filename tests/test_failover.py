@@ -90,6 +90,18 @@ def scenario_on_a_lab_of_its_own(tmp_path: Path, timeout_s: float, *args: str) -
     return json.loads(out.stdout)
 
 
+def refused_before_any_broker(tmp_path: Path, scenario: str,
+                              cases: list[tuple[list[str], str]]) -> None:
+    """`labkit scenario SCENARIO ARGS` fails with the message each case names, and starts no
+    broker first (bad input is refused before anything runs)."""
+    env = {"LABKIT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for args, says in cases:
+        out = subprocess.run([str(LABKIT), "scenario", scenario, *args], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and says in out.stderr, (args, out.stderr)
+        assert "Starting" not in out.stderr, (args, out.stderr)
+
+
 def test_the_cli_runs_on_a_lab_of_its_own_and_leaves_no_jvm(tmp_path):
     run = scenario_on_a_lab_of_its_own(tmp_path, 300, "leader-failover", "--acks", "1",
                                        "--records", str(RECORDS))

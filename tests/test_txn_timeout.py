@@ -4,10 +4,8 @@ app starts a new producer and processes the batch again. Measured on the real br
 aborted batch is in the log, a read_committed reader gets each input once."""
 from __future__ import annotations
 
-import subprocess
-
 from labkit import txn_timeout
-from tests.test_failover import LABKIT
+from tests.test_failover import refused_before_any_broker
 
 RECORDS = 30
 
@@ -24,11 +22,7 @@ def test_a_batch_slower_than_the_transaction_timeout_is_aborted_and_processed_ag
 
 
 def test_the_cli_refuses_what_the_scenario_cannot_run_before_writing_anything(tmp_path):
-    env = {"LABKIT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    for args, says in ((["--records", "20"], "records must be 30 or more"),
-                       (["-g", "at_least_once"], "takes no --guarantee"),
-                       (["--acks", "1"], "apply to leader-failover only")):
-        out = subprocess.run([str(LABKIT), "scenario", "txn-timeout", *args], env=env,
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode != 0 and says in out.stderr, (args, out.stderr)
-        assert "Starting" not in out.stderr  # refused before any broker was started
+    refused_before_any_broker(tmp_path, "txn-timeout", [
+        (["--records", "20"], "records must be 30 or more"),
+        (["-g", "at_least_once"], "takes no --guarantee"),
+        (["--acks", "1"], "apply to leader-failover only")])
