@@ -203,6 +203,8 @@ def scenario(
     unclean: bool = typer.Option(False, "--unclean",
                                  help="leader-failover only: unclean.leader.election.enable=true "
                                       "(the followers are left out of the ISR first)"),
+    idempotent: bool = typer.Option(None, "--idempotent/--no-idempotent",
+                                    help="reorder only: the producer's enable.idempotence"),
     out_of_sync: bool = typer.Option(False, "--out-of-sync",
                                      help="leader-failover only: freeze the followers until they "
                                           "leave the ISR (implied by --unclean)"),
@@ -212,6 +214,16 @@ def scenario(
     Its topics, group and transactional ids are in LABKIT_NAMESPACE (see `labkit status`)."""
     from labkit import scenarios
 
+    if name != REORDER and idempotent is not None:
+        _fail(f"--idempotent/--no-idempotent apply to {REORDER} only")
+    if name == REORDER:
+        if guarantee is not None or crash_at or fault:
+            _fail(f"{REORDER} takes no --guarantee, --crash-at or --fault: its fault is fixed "
+                  "(the 3rd Produce request fails, retriably, behind the 4th)")
+        if idempotent is None:
+            _fail(f"{REORDER}: choose --idempotent or --no-idempotent")
+        _reorder(idempotent, records, as_json)
+        return
     if name in (LEADER_FAILOVER, COORDINATOR_FAILOVER, TXN_TIMEOUT, POLL_ZOMBIE) \
             and guarantee is not None:
         _fail(f"{name} takes no --guarantee: leader-failover audits what acks and "
@@ -275,7 +287,20 @@ def scenario(
 
 
 LEADER_FAILOVER, COORDINATOR_FAILOVER = "leader-failover", "coordinator-failover"
-TXN_TIMEOUT, POLL_ZOMBIE = "txn-timeout", "poll-interval-zombie"
+TXN_TIMEOUT, POLL_ZOMBIE, REORDER = "txn-timeout", "poll-interval-zombie", "reorder"
+
+
+def _reorder(idempotent: bool, records: int, as_json: bool) -> None:
+    """One account's payments, the 3rd Produce failing behind the 4th, on the lab cluster."""
+    from labkit import reorder
+
+    try:
+        reorder.check_records(records)
+        run = reorder.reorder(lab.ensure().bootstrap, idempotent, records)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    _to_room(run.report)
+    typer.echo(run.to_json() if as_json else run.report.summary())
 
 
 def _poll_zombie(fencing: str, records: int, as_json: bool) -> None:

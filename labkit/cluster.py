@@ -329,6 +329,17 @@ class ExternalCluster:
                 "brokers": self.wait_ready()}
 
 
+def _last_errors(broker: Broker, lines: int = 3) -> str:
+    """The broker's last ERROR lines, quoted (its directory may be gone when one reads the
+    message: a failure lab removes its own)."""
+    found: list[str] = []
+    for log in (Path(broker.log_file), Path(broker.dir) / "broker.out"):
+        with contextlib.suppress(OSError):
+            found += [line.strip() for line in log.read_text(errors="replace").splitlines()
+                      if "ERROR" in line or "Exception" in line]
+    return ("; its last errors:\n  " + "\n  ".join(found[-lines:])) if found else ""
+
+
 class LocalCluster:
     """1 or 3 real Kafka brokers in KRaft combined mode, each a child JVM."""
 
@@ -502,7 +513,7 @@ class LocalCluster:
                 if not b.running:
                     raise ClusterError(
                         f"broker {b.node_id} exited while starting; see {b.log_file} and "
-                        f"{Path(b.dir) / 'broker.out'}"
+                        f"{Path(b.dir) / 'broker.out'}{_last_errors(b)}"
                     )
             try:
                 return check_reachable(",".join(b.address for b in alive), 2.0, len(alive),

@@ -57,7 +57,7 @@ def test_plain_append_duplicates_the_replayed_batch(bootstrap, tmp_path):
 
 def test_exercise_hints_without_running():
     """A missing or malformed answer gets a hint at once (no Spark run, no answer given)."""
-    from labkit.exercises.spark_delta import check_append_replay
+    from labkit.exercises.spark_replay import check_append_replay
 
     for answer in (None, ..., "no", 0):
         verdict = check_append_replay(answer, "127.0.0.1:1")  # never reached: nothing runs

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import datetime
 import functools
 import itertools
 import logging
@@ -38,7 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.index import load_response_schema
-from kio.static.primitive import i32
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i64
 
 from labkit import protocol, settings
 from labkit.protocol import API_KEYS, API_NAMES, api_name
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 LOCALHOST = "127.0.0.1"
 STOP_TIMEOUT_S = 10.0
 QUEUE_DEPTH = 64  # requests read ahead per connection while a delay holds them back
+REFUSAL_WAIT_S = 0.5  # a refused Produce with no request behind it is answered after this
 
 VALID_FAULT_FORMS: tuple[str, ...] = (
     "drop-ack:produce:N",
@@ -56,6 +59,7 @@ VALID_FAULT_FORMS: tuple[str, ...] = (
     "delay:<ms>",
     "delay:<ms>:<api>",
     "reset:<api>:N",
+    "fail:produce:N",
 )
 _FORM_MEANINGS = (
     "the Nth Produce reaches the broker, its ack is dropped",
@@ -63,6 +67,8 @@ _FORM_MEANINGS = (
     "hold every request back <ms> milliseconds",
     "hold every <api> request back <ms> milliseconds",
     "cut the connection when the Nth <api> request arrives",
+    "the Nth Produce never reaches the broker: the proxy answers NOT_LEADER_OR_FOLLOWER "
+    "once the request behind it is on its way",
 )
 _FORMS_HELP = "\n".join(f"  {form:<22}  {meaning}" for form, meaning in zip(VALID_FAULT_FORMS, _FORM_MEANINGS))
 
@@ -74,7 +80,7 @@ _FORMS_HELP = "\n".join(f"  {form:<22}  {meaning}" for form, meaning in zip(VALI
 class FaultSpec:
     """One network fault, as written on the command line (see VALID_FAULT_FORMS)."""
 
-    kind: str  # 'drop-ack' | 'drop-response' | 'delay' | 'reset'
+    kind: str  # 'drop-ack' | 'drop-response' | 'delay' | 'reset' | 'fail'
     api: str | None  # a Kafka API name: 'Produce', 'Fetch', 'OffsetCommit', 'EndTxn', ...
     nth: int = 1  # which request of that API, counted from when the fault is set
     ms: int = 0  # for delay
@@ -113,7 +119,7 @@ def parse_fault_spec(spec: str) -> FaultSpec:
     """'drop-ack:produce:2' -> FaultSpec('drop-ack', 'Produce', nth=2); ValueError on bad input."""
     parts = [p.strip() for p in str(spec).strip().split(":")]
     kind = parts[0].lower()
-    if kind in ("drop-ack", "drop-response", "reset"):
+    if kind in ("drop-ack", "drop-response", "reset", "fail"):
         if len(parts) not in (2, 3) or not parts[1]:
             raise _fault_error(spec, f"{kind} needs an API name and optionally N")
         try:
@@ -122,6 +128,8 @@ def parse_fault_spec(spec: str) -> FaultSpec:
             raise _fault_error(spec, f"unknown API {parts[1]!r}") from None
         if kind == "drop-ack" and api != "Produce":
             raise _fault_error(spec, "an ack is the response to a Produce; use drop-response:<api>:N")
+        if kind == "fail" and api != "Produce":
+            raise _fault_error(spec, "fail answers a Produce request; no other API")
         nth = _int(spec, parts[2], "N", 1) if len(parts) == 3 else 1
         return FaultSpec(kind, api, nth=nth)
     if kind == "delay":
@@ -140,7 +148,7 @@ def parse_fault_spec(spec: str) -> FaultSpec:
 class _Rule:
     """An armed fault. api_key None matches every request."""
 
-    kind: str  # 'drop' | 'reset' | 'delay'
+    kind: str  # 'drop' | 'reset' | 'delay' | 'fail'
     api_key: int | None
     nth: int = 1
     ms: int = 0
@@ -210,6 +218,15 @@ class _Link:
                 writer.transport.abort()
             else:
                 writer.close()
+
+
+@dataclass
+class _Refusal:
+    """A Produce the proxy answers itself (``fail``), due once a request behind it is sent."""
+
+    request: bytes
+    response: bytes
+    due: bool = False
 
 
 class FaultProxy:
@@ -293,6 +310,8 @@ class FaultProxy:
             self.delay(spec.ms, spec.api)
         elif spec.kind == "reset":
             self.reset(spec.api, spec.nth)
+        elif spec.kind == "fail":
+            self.fail_produce(spec.nth)
         else:
             raise ValueError(f"unknown fault kind {spec.kind!r}; valid forms: {', '.join(VALID_FAULT_FORMS)}")
 
@@ -312,6 +331,13 @@ class FaultProxy:
         it is forwarded: the broker never sees it."""
         self._arm(_Rule("reset", api_key_of(api) if api else None, nth=_positive(nth)))
 
+    def fail_produce(self, nth: int = 1) -> None:
+        """The Nth Produce request is not forwarded: the proxy answers it itself, every
+        partition NOT_LEADER_OR_FOLLOWER (retriable), as a broker that just lost leadership
+        would. The answer waits until the request behind it on that connection has gone to
+        the broker, so a client that pipelines retries it *behind* a later batch."""
+        self._arm(_Rule("fail", API_KEYS["Produce"], nth=_positive(nth)))
+
     def clear(self) -> None:
         """Disarm every fault; traffic flows untouched again."""
         with self._lock:
@@ -327,6 +353,7 @@ class FaultProxy:
                 "responses_dropped": self._counts["responses_dropped"],
                 "connections_reset": self._counts["connections_reset"],
                 "requests_delayed": self._counts["requests_delayed"],
+                "requests_failed": self._counts["requests_failed"],  # answered by the proxy
                 "connections": self._counts["connections"],
                 "protocol_errors": self._counts["protocol_errors"],  # should stay 0
             }
@@ -470,11 +497,23 @@ class FaultProxy:
                 return
             if due > loop.time():
                 await asyncio.sleep(due - loop.time())
+            if action == "fail":
+                self._count("requests_failed")
+                refusal = _Refusal(payload, _refusal(payload))
+                link.pending.append((info, "fail", refusal, time.time()))
+                loop.call_later(REFUSAL_WAIT_S, self._release, link, refusal)  # none behind it
+                continue
             answered = protocol.expects_response(payload)
             if answered:  # registered before sending, so the response always finds it
                 link.pending.append((info, action, payload if self._trace else None, time.time()))
             elif self._trace:
                 self._record(payload, None, time.time(), dropped=action == "drop")
+            # A refusal waiting for a request behind it to be on its way: this one is. Answered
+            # before this request's response can come back, so responses stay in order.
+            for entry in link.pending:
+                if entry[1] == "fail":
+                    entry[2].due = True
+            self._release(link)
             _write_frame(link.upstream, payload)
             await link.upstream.drain()
             if action == "drop" and not answered:
@@ -501,7 +540,20 @@ class FaultProxy:
             if _address_fields(info.api_key, info.api_version):
                 payload = await self._rewrite(payload, info)
             _write_frame(link.client, payload)
+            self._release(link)
             await link.client.drain()
+
+    def _release(self, link: _Link, timed_out: "_Refusal | None" = None) -> None:
+        """Answer the due refusals at the head of ``link.pending`` (in order: the client
+        matches responses to requests by position). ``timed_out``: that one is due now."""
+        if timed_out is not None:
+            timed_out.due = True
+        while link.pending and link.pending[0][1] == "fail" and link.pending[0][2].due:
+            _, _, refusal, sent = link.pending.popleft()
+            if self._trace:
+                self._record(refusal.request, refusal.response, sent, dropped=False)
+            if not link.client.is_closing():
+                _write_frame(link.client, refusal.response)
 
     def _record(self, request: bytes, response: bytes | None, sent: float, dropped: bool) -> None:
         entry = protocol.describe_exchange(request, response)
@@ -545,6 +597,34 @@ class FaultProxy:
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     (size,) = struct.unpack(">i", await reader.readexactly(4))
     return await reader.readexactly(size)
+
+
+def _refusal(request: bytes) -> bytes:
+    """The ProduceResponse a broker that is not the leader gives ``request``: each of its
+    partitions NOT_LEADER_OR_FOLLOWER, nothing appended."""
+    info = protocol.peek_request(request)
+    _, body = protocol.decode_request(request)
+    schema = load_response_schema(info.api_key, info.api_version)
+    entities = __import__(schema.__module__, fromlist=["TopicProduceResponse"])
+
+    def names(entity) -> set[str]:
+        return {f.name for f in dataclasses.fields(entity)}
+
+    partition_fields = names(entities.PartitionProduceResponse)
+    topic_fields = names(entities.TopicProduceResponse)
+
+    def refused(index) -> object:
+        extra = {"record_errors": ()} if "record_errors" in partition_fields else {}
+        return entities.PartitionProduceResponse(
+            index=index, error_code=ErrorCode.not_leader_or_follower, base_offset=i64(-1), **extra)
+
+    answer = schema(**{
+        "responses": tuple(entities.TopicProduceResponse(
+            **{k: getattr(t, k) for k in ("name", "topic_id") if k in topic_fields},
+            partition_responses=tuple(refused(p.index) for p in t.partition_data))
+            for t in body.topic_data),
+        **({"throttle_time": datetime.timedelta(0)} if "throttle_time" in names(schema) else {})})
+    return protocol.encode_response((info.correlation_id, answer), info.api_key, info.api_version)
 
 
 def _write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
