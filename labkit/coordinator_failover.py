@@ -17,26 +17,28 @@ its input offsets. Its transaction coordinator (the broker leading the
    (the coordinator logged its decision, PrepareCommit); then the coordinator is killed
    and the leader thawed. The next coordinator finds the decision and writes the markers.
 
-The data partitions are led by a broker that is never the coordinator, so only the
-coordinator fails. The audit (``labkit.audit``) reads the output read_committed and
+The data partitions, and the consumer group's coordinator, are on a broker that is never
+the transaction coordinator, so only the transaction coordinator fails. The audit (``labkit.audit``) reads the output read_committed and
 read_uncommitted: lost, duplicated, aborted records visible.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from labkit import audit, data, names, topics
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
 from labkit.cluster import LocalCluster
 from labkit.failover import BROKERS, wait_until
-from labkit.inspect import InspectError, Inspector, ReplicaState
+from labkit.inspect import InspectError, Inspector, ReplicaState, UnknownTopicError
 from labkit.pipelines.ctp import transform
 from labkit.progress import status
 
@@ -44,6 +46,7 @@ BATCH = 10
 KILL_MID_TRANSACTION, KILL_AFTER_END_TXN = 2, 4  # the batches (from 1) whose coordinator dies
 SCENARIO = "coordinator-failover"
 TRANSACTION_STATE = "__transaction_state"
+CONSUMER_OFFSETS = "__consumer_offsets"
 
 
 @dataclass
@@ -145,9 +148,6 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
         # Its only log lines here are refused connections to the brokers this run kills;
         # what matters comes back as exceptions from the transaction calls.
         "log_level": 2}))
-    consumer = Consumer(client_config({
-        "bootstrap.servers": lab.bootstrap, "group.id": base, "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "log_level": 2}))
     inputs = data.generate(records, prefix="c")
     with status("Coordinator failover") as say:
         producer.init_transactions(60)  # the coordinator exists from here on
@@ -159,6 +159,13 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
         assignment = [[leader, *(b for b in BROKERS if b != leader)]]
         topics.create(lab.bootstrap, source, output, replica_assignment=assignment)
         data.load_into_topic(lab.bootstrap, source, inputs)
+        # The consumer group's coordinator on that broker too: only the transaction
+        # coordinator fails here. (With the group's coordinator killed and restarted as well,
+        # send_offsets_to_transaction was seen to wait for minutes under load.)
+        consumer = Consumer(client_config({
+            "bootstrap.servers": lab.bootstrap, "group.id": group_coordinated_by(lab, leader, base),
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed", "log_level": 2}))
         step(f"{records} inputs written; transaction coordinator: broker {first}; "
              f"the topics' leader: broker {leader}")
         consumer.subscribe([source])
@@ -287,6 +294,43 @@ def markers_written(bootstrap: str, topic: str) -> bool:
             return all(o.lso == o.high_watermark for o in inspector.offsets(topic).values())
     except (InspectError, OSError):  # the partition's leader moved and is settling in
         return False
+
+
+def group_coordinated_by(lab: LocalCluster, broker: int, prefix: str) -> str:
+    """A consumer group id starting with ``prefix`` whose coordinator is ``broker``: the
+    leader of its ``__consumer_offsets`` partition (Kafka: abs(Java hashCode of the id) %
+    partitions). The topic is created by the first FindCoordinator, asked here; each of its
+    partitions is given back to its preferred leader (earlier runs' kills moved them all to
+    the brokers that survived), so every broker leads some."""
+    probe = Consumer(client_config({"bootstrap.servers": lab.bootstrap,
+                                    "group.id": f"{prefix}-probe", "log_level": 2}))
+    try:
+        with contextlib.suppress(KafkaException):  # no committed offset: only the lookup matters
+            probe.committed([TopicPartition(CONSUMER_OFFSETS, 0)], timeout=30)
+    finally:
+        probe.close()
+    address = lab.broker(broker).address
+    found: list[ReplicaState] = []
+
+    def preferred() -> bool:
+        try:
+            with Inspector(address, timeout_s=5) as inspector:
+                found[:] = inspector.replica_states(CONSUMER_OFFSETS, at=address)
+        except (InspectError, UnknownTopicError, OSError):  # not created yet
+            return False
+        return bool(found) and all(p.leader == p.replicas[0] for p in found)
+
+    if not preferred():
+        admin = AdminClient(client_config({"bootstrap.servers": lab.bootstrap, "log_level": 2}))
+        with contextlib.suppress(KafkaException):  # ELECTION_NOT_NEEDED and the like
+            admin.elect_leaders(ElectionType.PREFERRED, [
+                TopicPartition(CONSUMER_OFFSETS, p) for p in range(len(found) or 1)]).result(30)
+        wait_until(preferred, "__consumer_offsets led by its preferred replicas", 60)
+    for n in range(1000):
+        group = f"{prefix}-{n}"
+        if found[java_abs(java_hash(group)) % len(found)].leader == broker:
+            return group
+    raise RuntimeError(f"no __consumer_offsets partition is led by broker {broker}")
 
 
 def check_records(records: int) -> None:
