@@ -5,9 +5,10 @@
     run.report.duplicated    # 0 with group metadata, 10 without
 
 Nobody freezes instance A (no SIGSTOP): its process runs, its client's background thread
-keeps heartbeating, it only takes too long over one batch between two polls. librdkafka
-notices that ``max.poll.interval.ms`` passed without a poll and leaves the group on A's
-behalf; the group gives the partition to instance B, which runs the fee loop of notebook
+keeps heartbeating, it only takes too long over one batch between two polls. When B joins,
+the group rebalances; A does not poll, so it does not rejoin within ``max.poll.interval.ms``
+and the group goes on without it (librdkafka also leaves the group for A once that interval
+has passed without a poll). The group gives the partition to instance B, which runs the fee loop of notebook
 05b (``coordinator_failover.copy_fees``) over the whole input, A's batch included. Then A
 finishes its batch and sends its offsets to its transaction:
 
@@ -47,7 +48,7 @@ class PollZombieRun:
     fencing: str
     zombie_error: str | None  # what A's send_offsets_to_transaction/commit raised, classified
     slow_s: float  # how long A's batch took between its poll and its offsets
-    poll_after: str | None  # what A's next poll said (librdkafka's _MAX_POLL_EXCEEDED)
+    poll_after: str | None  # the error A's next polls reported, if any (often _MAX_POLL_EXCEEDED)
 
     def to_json(self) -> str:
         return json.dumps({**json.loads(self.report.to_json()), "fencing": self.fencing,
@@ -76,6 +77,18 @@ def fee_service(bootstrap: str, transactional_id: str) -> Producer:
                                        "transactional.id": transactional_id}))
     producer.init_transactions(60)
     return producer
+
+
+def next_poll_error(consumer: Consumer, timeout_s: float = 10.0) -> str | None:
+    """The error A's next polls report (librdkafka's _MAX_POLL_EXCEEDED), past any records
+    it had fetched ahead before it left the group (they come first; A does not process
+    them, the run is over for it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is not None:
+            return msg.error().name()
+    return None
 
 
 def poll_interval_zombie(bootstrap: str, fencing: str = "group",
@@ -134,8 +147,7 @@ def poll_interval_zombie(bootstrap: str, fencing: str = "group",
             if not err.txn_requires_abort():
                 raise
             producer.abort_transaction(60)
-        late = consumer.poll(1.0)
-        poll_after = late.error().name() if late is not None and late.error() else None
+        poll_after = next_poll_error(consumer)
         consumer.close()
     report = audit.audit_topic(bootstrap, output, inputs, SCENARIO, "exactly_once",
                                fault=f"a batch slower than max.poll.interval.ms ({fencing})")

@@ -82,7 +82,6 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ('zombie_rebalance(fencing="group"', "lost=0 duplicated=0"),
         ('zombie_rebalance(fencing="none"', "lost=0 duplicated=10"),
         ("slow_member = poll_interval_zombie", "zombie told: UNKNOWN_MEMBER_ID (abortable)"),
-        ("slow_member = poll_interval_zombie", "its next poll: _MAX_POLL_EXCEEDED"),
         ("slow_member = poll_interval_zombie", "lost=0 duplicated=0"),
         ("slow = txn_timeout", "commit_transaction raised: _FENCED (fatal)"),
         ("slow = txn_timeout", "producers used: 2; records of aborted transactions in the log: 10"),

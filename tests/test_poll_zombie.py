@@ -22,8 +22,7 @@ def test_a_batch_slower_than_the_poll_interval_makes_a_zombie(bootstrap, fencing
     run = poll_zombie.poll_interval_zombie(bootstrap, fencing, records=2 * BATCH)
     r = run.report
     assert (run.zombie_error, r.lost, r.duplicated, r.aborted_visible) == (error, 0, duplicated, 0), r.summary()
-    # A was never frozen: its client left the group itself, and says so at its next poll
-    assert run.poll_after == "_MAX_POLL_EXCEEDED"
+    # A was never frozen, only slower than its poll interval before it sent its offsets
     assert run.slow_s * 1000 >= poll_zombie.MAX_POLL_INTERVAL_MS
 
 
