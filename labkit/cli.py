@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -290,46 +292,49 @@ LEADER_FAILOVER, COORDINATOR_FAILOVER = "leader-failover", "coordinator-failover
 TXN_TIMEOUT, POLL_ZOMBIE, REORDER = "txn-timeout", "poll-interval-zombie", "reorder"
 
 
+def _on_lab_cluster(check: Callable[[], None], run: Callable[[str], Any], as_json: bool,
+                    text: Callable[[Any], str]) -> None:
+    """A scenario with its own fixed fault, on the lab cluster: its settings checked before
+    any broker starts, its audit to the room, then its JSON or ``text``."""
+    try:
+        check()
+        result = run(lab.ensure().bootstrap)
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    _to_room(result.report)
+    typer.echo(result.to_json() if as_json else text(result))
+
+
 def _reorder(idempotent: bool, records: int, as_json: bool) -> None:
     """One account's payments, the 3rd Produce failing behind the 4th, on the lab cluster."""
     from labkit import reorder
 
-    try:
-        reorder.check_records(records)
-        run = reorder.reorder(lab.ensure().bootstrap, idempotent, records)
-    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
-        _fail(str(exc))
-    _to_room(run.report)
-    typer.echo(run.to_json() if as_json else run.report.summary())
+    _on_lab_cluster(lambda: reorder.check_records(records),
+                    lambda bootstrap: reorder.reorder(bootstrap, idempotent, records), as_json,
+                    lambda run: run.report.summary())
 
 
 def _poll_zombie(fencing: str, records: int, as_json: bool) -> None:
     """A member slower than max.poll.interval.ms over one batch, on the lab cluster."""
     from labkit import poll_zombie
 
-    try:
-        poll_zombie.check_settings(fencing, records)
-        run = poll_zombie.poll_interval_zombie(lab.ensure().bootstrap, fencing, records)
-    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
-        _fail(str(exc))
-    _to_room(run.report)
-    told = run.zombie_error or "nothing: its commit went through"
-    typer.echo(run.to_json() if as_json else
-               f"{run.report.summary()}\nzombie told: {told}; its next poll: {run.poll_after}")
+    def text(run) -> str:
+        told = run.zombie_error or "nothing: its commit went through"
+        return f"{run.report.summary()}\nzombie told: {told}; its next poll: {run.poll_after}"
+
+    _on_lab_cluster(lambda: poll_zombie.check_settings(fencing, records),
+                    lambda bootstrap: poll_zombie.poll_interval_zombie(bootstrap, fencing, records),
+                    as_json, text)
 
 
 def _txn_timeout(records: int, as_json: bool) -> None:
     """An exactly-once loop whose batch 2 outlasts transaction.timeout.ms, on the lab cluster."""
     from labkit import txn_timeout
 
-    try:
-        txn_timeout.check_records(records)
-        run = txn_timeout.txn_timeout(lab.ensure().bootstrap, records)
-    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
-        _fail(str(exc))
-    _to_room(run.report)
-    typer.echo(run.to_json() if as_json else
-               f"{run.report.summary()}\nerrors: {', '.join(run.errors)}\n{run.timeline()}")
+    _on_lab_cluster(lambda: txn_timeout.check_records(records),
+                    lambda bootstrap: txn_timeout.txn_timeout(bootstrap, records), as_json,
+                    lambda run: f"{run.report.summary()}\nerrors: {', '.join(run.errors)}\n"
+                                f"{run.timeline()}")
 
 
 def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sync: bool,

@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
+from confluent_kafka import (Consumer, ElectionType, KafkaError, KafkaException, Producer,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient
 
 from labkit import audit, data, names, topics
@@ -110,11 +111,17 @@ def commit(producer: Producer, errors: list[str]) -> None:
             return
         except KafkaException as exc:
             err = exc.args[0]
-            kind = ("retriable" if err.retriable() else "abortable" if err.txn_requires_abort()
-                    else "fatal")
-            errors.append(f"{err.name()} ({kind})")
+            errors.append(classified(err))
             if not err.retriable() or time.monotonic() > deadline:
                 raise
+
+
+def classified(err: KafkaError) -> str:
+    """An error as the app sees it: its name and librdkafka's class for it, e.g.
+    "_FENCED (fatal)": retriable (call again), abortable (abort the transaction), fatal."""
+    kind = ("retriable" if err.retriable() else "abortable" if err.txn_requires_abort()
+            else "fatal")
+    return f"{err.name()} ({kind})"
 
 
 def rewind(consumer: Consumer) -> None:
@@ -201,10 +208,11 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
                 expired = freeze.stop_timer()
                 if expired or not committed:
                     freeze.end()
-                    why = (f"only after the freeze ended ({FREEZE_LIMIT_S} s): its coordinator "
-                           "needed the frozen broker in its ISR" if expired else "")
-                    step(f"batch {batch_no}: {'committed' if committed else 'aborted'} {why}; "
-                         "the kill waits for the next batch".replace(" ;", ";"))
+                    outcome = "committed" if committed else "aborted"
+                    if expired:
+                        outcome += (f" only after the freeze ended ({FREEZE_LIMIT_S} s): its "
+                                    "coordinator needed the frozen broker in its ISR")
+                    step(f"batch {batch_no}: {outcome}; the kill waits for the next batch")
                     return
                 second_kill_done = True
                 killed = coordinators[-1]

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from labkit import audit, data, names, topics
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
-from labkit.coordinator_failover import BATCH, copy_fees
+from labkit.coordinator_failover import BATCH, classified, copy_fees
 from labkit.pipelines.ctp import transform
 from labkit.pipelines.group import bare_group_metadata
 from labkit.progress import status
@@ -143,7 +143,7 @@ def poll_interval_zombie(bootstrap: str, fencing: str = "group",
             producer.commit_transaction(60)
         except KafkaException as exc:
             err = exc.args[0]
-            zombie_error = f"{err.name()} ({'abortable' if err.txn_requires_abort() else 'fatal'})"
+            zombie_error = classified(err)
             if not err.txn_requires_abort():
                 raise
             producer.abort_transaction(60)

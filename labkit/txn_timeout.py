@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from labkit import audit, data, names, topics
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
-from labkit.coordinator_failover import BATCH, copy_fees, markers_written, rewind
+from labkit.coordinator_failover import BATCH, classified, copy_fees, markers_written, rewind
 from labkit.failover import wait_until
 from labkit.progress import status
 
@@ -123,9 +123,9 @@ def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = c
                     err = exc.args[0]
                     if not err.fatal() or producers > 1:
                         raise
-                    if not errors or not errors[-1].startswith(err.name()):
-                        errors.append(f"{err.name()} (fatal)")  # raised outside commit
-                    step(f"{err.name()} (fatal): a new producer with the same transactional.id, "
+                    if not errors or errors[-1] != classified(err):
+                        errors.append(classified(err))  # raised outside commit
+                    step(f"{classified(err)}: a new producer with the same transactional.id, "
                          "the consumer back at its committed offsets")
                     rewind(consumer)
                     counted["before"] = counted["last"]
