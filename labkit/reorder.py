@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
@@ -40,10 +40,13 @@ class ReorderRun:
     idempotent: bool
     produce_requests: int  # Produce requests the proxy saw (the failed one and its retry included)
     failed: int  # Produce requests the proxy answered itself
+    # the errors the producer was answered with, each once, as the proxy recorded them
+    produce_errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({**json.loads(self.report.to_json()), "idempotent": self.idempotent,
-                           "produce_requests": self.produce_requests, "failed": self.failed})
+                           "produce_requests": self.produce_requests, "failed": self.failed,
+                           "produce_errors": self.produce_errors})
 
 
 def check_records(records: int) -> None:
@@ -72,11 +75,13 @@ def reorder(bootstrap: str, idempotent: bool, records: int = 20,
     topic = names.topic(f"reorder-{time.monotonic_ns() % 10**9}")
     topics.create(bootstrap, topic)
     payments = [dict(p, key=ACCOUNT) for p in data.generate(records, prefix="o")]
-    with FaultProxy(bootstrap, FAULT) as proxy:
+    wire: list[dict] = []
+    with FaultProxy(bootstrap, FAULT, trace=wire.append) as proxy:
         send(proxy.bootstrap, topic, payments, idempotent)
         stats = proxy.stats()
+    errors = sorted({w["error"] for w in wire if w["api"] == "Produce" and w["error"]})
     report = audit.audit_topic(bootstrap, topic, payments, SCENARIO,
                                "exactly_once" if idempotent else "at_least_once", fault=FAULT)
     topics.delete(bootstrap, topic)
     return ReorderRun(report, idempotent, stats["requests"].get("Produce", 0),
-                      stats["requests_failed"])
+                      stats["requests_failed"], errors)

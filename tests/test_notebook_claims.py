@@ -39,6 +39,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("producer ids in the log", "base sequences: [0, 5, 10, 15, 20, 25, 30, 35]"),
         ("def send_payments", "idempotent=False: produced=20 delivered_unique=20 lost=0 duplicated=0 reordered=2"),
         ("def send_payments", "idempotent=True: produced=20 delivered_unique=20 lost=0 duplicated=0 reordered=0"),
+        ("def send_payments", "answered: NOT_LEADER_OR_FOLLOWER, OUT_OF_ORDER_SEQUENCE_NUMBER"),
         ("print(crash.report.summary())", "duplicated=10"),
     ],
     "03b_when_the_broker_fails": [

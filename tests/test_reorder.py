@@ -25,6 +25,8 @@ def test_a_failed_request_behind_a_later_one_reorders_only_without_idempotence(
         r = run.report
         assert (r.lost, r.duplicated, r.reordered) == (0, 0, reordered), r.summary()
         assert run.failed == 1 and run.produce_requests - 10 in resent, run.to_json()
+        assert run.produce_errors == (["NOT_LEADER_OR_FOLLOWER", "OUT_OF_ORDER_SEQUENCE_NUMBER"]
+                                      if idempotent else ["NOT_LEADER_OR_FOLLOWER"]), run.to_json()
 
 
 def test_the_fail_fault_is_for_produce_only():
