@@ -49,6 +49,20 @@ def test_spark_connector_matches_pyspark(pins):
     assert versions["scala.binary.version"] == "2.13"  # pyspark 4 is built for Scala 2.13
 
 
+def test_installed_pandas_is_one_pyspark_supports(pins):
+    """pyspark checks pandas itself (too old: an error; 3.x: "does not yet fully support"):
+    the pinned pandas, as installed, passes that check without a warning."""
+    import warnings
+
+    import pandas
+    from pyspark.sql.pandas.utils import require_minimum_pandas_version
+
+    assert pandas.__version__ == pins["pandas"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        require_minimum_pandas_version()
+
+
 def test_compose_kafka_image_is_the_pinned_broker(compose):
     kafka_version = jvm.pinned_versions()["kafka.version"]
     images = {name: svc["image"] for name, svc in compose["services"].items()

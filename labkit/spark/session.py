@@ -80,11 +80,6 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
 def remote_session(url: str, app_name: str = "labkit", **conf: str):
     """A Spark Connect session on the server at ``url``: a session of its own there, so its
     settings do not touch other learners' sessions on the same server."""
-    import warnings
-
-    # pyspark 4.2's Connect client warns about pandas 3 on import; nothing the lab uses lacks.
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
-                            category=FutureWarning)
     from pyspark.sql import SparkSession
 
     with status(f"Connecting to the Spark Connect server {url}"):
