@@ -347,8 +347,10 @@ def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sy
     try:
         failover.check_settings(acks, min_insync, records)
         with failover.failure_lab(announce=lambda line: typer.echo(line, err=True)) as cluster:
+            # each change of the partition's leader, ISR and broker processes, live on stderr
             run = failover.leader_failover(cluster, acks, min_insync, unclean,
-                                           out_of_sync or None, records)
+                                           out_of_sync or None, records,
+                                           watch=lambda m: typer.echo(m.text(), err=True))
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(run.to_json() if as_json else f"{run.summary()}\n{run.timeline()}")

@@ -28,8 +28,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -217,9 +219,11 @@ def controller_properties(node: Broker, voters: str) -> str:
 
 
 def broker_properties(broker: Broker, voters: str, n_brokers: int,
-                      listeners: list[str] | None = None, dedicated_controller: bool = False) -> str:
+                      listeners: list[str] | None = None, dedicated_controller: bool = False,
+                      extra: dict[str, object] | None = None) -> str:
     """``listeners``: the listener lines of a secure lab (``labkit.secure``), else plaintext.
-    ``dedicated_controller``: a broker-only node of a failure lab (the quorum runs apart)."""
+    ``dedicated_controller``: a broker-only node of a failure lab (the quorum runs apart).
+    ``extra``: settings a private lab's experiment needs (they come last, so they win)."""
     replicated = n_brokers >= 3
     rf, min_isr = (3, 2) if replicated else (1, 1)
     own_listeners = (
@@ -281,6 +285,7 @@ def broker_properties(broker: Broker, voters: str, n_brokers: int,
         # Timed-out (hanging) transactions are aborted within ~1 s instead of ~10 s.
         "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
         "auto.create.topics.enable=true",
+        *(f"{k}={v}" for k, v in (extra or {}).items()),
         "",
     ])
 
@@ -346,7 +351,8 @@ class LocalCluster:
     external = False
 
     def __init__(self, brokers: int = 1, home: Path | None = None, port: int | None = None,
-                 detached: bool = False, secure: bool = False, controller: str = "combined"):
+                 detached: bool = False, secure: bool = False, controller: str = "combined",
+                 properties: dict[str, object] | None = None):
         if brokers not in (1, 3):
             raise ValueError(f"brokers must be 1 or 3, not {brokers}")
         if controller not in ("combined", "dedicated"):
@@ -369,6 +375,7 @@ class LocalCluster:
                                   dir=str(self.home / "controller"))
                            if controller == "dedicated" else None)
         self._requested_port = port
+        self.properties = dict(properties or {})  # added to every broker's server.properties
 
     @property
     def nodes(self) -> list[Broker]:
@@ -423,7 +430,8 @@ class LocalCluster:
                     (d / "server.properties").write_text(
                         controller_properties(b, voters) if b is self.controller else
                         broker_properties(b, voters, len(self.brokers), listeners,
-                                          dedicated_controller=self.controller is not None))
+                                          dedicated_controller=self.controller is not None,
+                                          extra=self.properties))
                     if self.security:  # its JAAS line holds the admin's password
                         (d / "server.properties").chmod(0o600)
                     (d / "log4j2.properties").write_text(LOG4J2.format(log=b.log_file))
@@ -541,6 +549,13 @@ class LocalCluster:
         """SIGCONT a frozen broker: it carries on where it stopped."""
         for p in self._handles(self._select(node_id)):
             p.send_signal(signal.SIGCONT)
+
+    def process_states(self) -> dict[int, str]:
+        """What each broker's process is doing, as the OS sees it: ``running``, ``frozen``
+        (SIGSTOP) or ``down`` (killed, or not started yet)."""
+        return {b.node_id: ("down" if not b.running else
+                            "frozen" if proc.is_stopped(b.pid) else "running")
+                for b in self.brokers}
 
     @contextlib.contextmanager
     def frozen(self, *node_ids: int):
@@ -681,6 +696,25 @@ def external_from_env() -> ExternalCluster | None:
     cluster = ExternalCluster(bootstrap)
     cluster.wait_ready()
     return cluster
+
+
+@contextlib.contextmanager
+def private_cluster(prefix: str, brokers: int = 1, controller: str = "combined",
+                    properties: dict[str, object] | None = None) -> Iterator[LocalCluster]:
+    """A Kafka of one experiment's own, in a fresh directory under the lab home: it runs
+    beside whatever cluster the other lessons use (a shared one included) and is killed and
+    removed on every way out. Its data is thrown away, so no controlled shutdown (moving
+    leaders would only make the learner wait, ~15 s)."""
+    home = tempfile.mkdtemp(prefix=prefix, dir=lab_home())
+    try:
+        with LocalCluster(brokers=brokers, home=home, controller=controller,
+                          properties=properties) as lab:
+            try:
+                yield lab
+            finally:
+                lab.kill()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def running() -> Cluster | None:

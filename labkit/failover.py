@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,9 +37,8 @@ from confluent_kafka import Producer
 
 from labkit import data, names, topics
 from labkit.clientlog import client_config
-from labkit.cluster import FAILURE_LAB_PROPERTIES, LocalCluster
-from labkit.inspect import Inspector, ReplicaState
-from labkit.paths import lab_home
+from labkit.cluster import FAILURE_LAB_PROPERTIES, LocalCluster, private_cluster
+from labkit.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
 from labkit.progress import status
 
 ACKS = ("0", "1", "all")
@@ -69,17 +67,8 @@ def failure_lab(announce: Callable[[str], None] = print) -> Iterator[LocalCluste
     It runs beside whatever cluster the other lessons use (a shared one included)."""
     announce("This experiment kills brokers, so it starts a Kafka of its own on this machine "
              "(a controller and brokers 1-3), whatever cluster your other lessons use.")
-    home = tempfile.mkdtemp(prefix="failure-lab-", dir=lab_home())
-    try:
-        with LocalCluster(brokers=3, home=home, controller="dedicated") as lab:
-            try:
-                yield lab
-            finally:
-                # its data is thrown away: a controlled shutdown (moving leaders) would
-                # only make the learner wait, ~15 s
-                lab.kill()
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    with private_cluster("failure-lab-", brokers=3, controller="dedicated") as lab:
+        yield lab
 
 
 @dataclass
@@ -122,12 +111,14 @@ class FailoverRun:
 
 def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
                     unclean: bool = False, out_of_sync: bool | None = None,
-                    records: int = 100) -> FailoverRun:
+                    records: int = 100,
+                    watch: Callable[[ReplicaMoment], None] | None = None) -> FailoverRun:
     """Kill a partition's leader after it acknowledged records its followers never copied.
 
     ``out_of_sync`` (default: as ``unclean``) keeps the followers frozen until they have left
     the ISR: an unclean election needs a replica that is out of sync to elect.
-    ``min_insync`` 1 is Kafka's default."""
+    ``min_insync`` 1 is Kafka's default. ``watch`` (e.g. a ``widgets.ReplicaBoard``) is
+    handed each change of the partition's leader, ISR and broker processes while it runs."""
     check_settings(acks, min_insync, records)
     out_of_sync = unclean if out_of_sync is None else out_of_sync
     run = FailoverRun(acks, min_insync, unclean, out_of_sync)
@@ -157,12 +148,15 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
         "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}))
     start = time.monotonic()
 
-    with status("Leader failover") as say:
-        def step(what: str, at: int) -> ReplicaState:
-            state = replica_state(lab, topic, at)
+    with status("Leader failover") as say, ReplicaWatch(lab, topic, watch, start) as watcher:
+        def record(what: str, state: ReplicaState) -> ReplicaState:
             run.steps.append((round(time.monotonic() - start, 1), what, state.text()))
             say(what)
+            watcher.mark(what, state)
             return state
+
+        def step(what: str, at: int) -> ReplicaState:
+            return record(what, replica_state(lab, topic, at))
 
         for rec in first:
             producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
@@ -185,8 +179,7 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
             lab.kill(LEADER)
         new = _wait_for_new_leader(lab, topic)
         if new.leader is None:
-            run.steps.append((round(time.monotonic() - start, 1),
-                              "leader killed: no replica may lead", new.text()))
+            record("leader killed: no replica may lead", new)
             lab.restart(LEADER)
             # asked of a follower: broker 1 answers metadata before it has taken the lead
             wait_until(lambda: _leader_seen_by(lab, topic, FOLLOWERS[0]) == LEADER,
@@ -211,6 +204,75 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
     return run
 
 
+class ReplicaWatch:
+    """Asks a running broker for the partition's leader and ISR every ``interval_s`` and
+    hands each change (or a change of a broker's process) to ``show``, on a thread of its
+    own; on exit, after the thread has stopped, the last moment is shown once more. A
+    frozen broker is never asked: it would take the connection and never answer."""
+
+    def __init__(self, lab: LocalCluster, topic: str,
+                 show: Callable[[ReplicaMoment], None] | None, start: float,
+                 interval_s: float = 0.3):
+        self.lab, self.topic, self.show, self.start = lab, topic, show, start
+        self.interval_s = interval_s
+        self.step = "topic created"
+        self._leader: int | None = LEADER
+        self._last: ReplicaMoment | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="replica-watch", daemon=True)
+
+    def moment(self) -> ReplicaMoment:
+        processes = self.lab.process_states()
+        running = [b for b, what in processes.items() if what == "running"]
+        state = None
+        for b in sorted(running, key=lambda b: b != self._leader):  # the leader knows best
+            # frozen or killed since, or still starting (no metadata for the topic yet)
+            with contextlib.suppress(OSError, TimeoutError, InspectError, ValueError):
+                state = replica_state(self.lab, self.topic, b, timeout_s=2)
+                break
+        if state is not None:
+            self._leader = state.leader
+        # read again: a broker killed or frozen while it was being asked shows as such
+        return ReplicaMoment(round(time.monotonic() - self.start, 1), self.step, state,
+                             self.lab.process_states())
+
+    def mark(self, step: str, state: ReplicaState) -> None:
+        """A step of the experiment, with the state it read: shown even if it lasts less
+        than one poll (the election, just before the old leader is restarted)."""
+        self.step = step
+        if self.show is not None:
+            self._offer(ReplicaMoment(round(time.monotonic() - self.start, 1), step, state,
+                                      self.lab.process_states()))
+
+    def _offer(self, moment: ReplicaMoment) -> None:
+        with self._lock:  # the poller's thread and the experiment's
+            last = self._last
+            if last is not None and moment.seconds < last.seconds:
+                return  # a poll that a step overtook
+            if last is None or (moment.state, moment.processes, moment.step) != \
+                    (last.state, last.processes, last.step):
+                self._last = moment
+                self.show(moment)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._offer(self.moment())
+
+    def __enter__(self) -> "ReplicaWatch":
+        if self.show is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if self.show is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        if exc_type is None:  # after a failure, its error is what the learner needs to see
+            self._offer(self.moment())
+
+
 def check_settings(acks: str, min_insync: int, records: int) -> None:
     """A ValueError that says what to use, before any broker is started."""
     if acks not in ACKS:
@@ -221,10 +283,10 @@ def check_settings(acks: str, min_insync: int, records: int) -> None:
         raise ValueError(f"records must be 2 or more (half before the fault, half during), not {records}")
 
 
-def replica_state(lab: LocalCluster, topic: str, at: int) -> ReplicaState:
+def replica_state(lab: LocalCluster, topic: str, at: int, timeout_s: float = 5) -> ReplicaState:
     """The partition as broker ``at`` sees it (a frozen broker is never asked)."""
     address = lab.broker(at).address
-    with Inspector(address, timeout_s=5) as inspector:
+    with Inspector(address, timeout_s=timeout_s) as inspector:
         return inspector.replica_states(topic, at=address)[0]
 
 

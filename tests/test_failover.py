@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from labkit import failover, topics
 from labkit.cli import app
 from labkit.exercises.failover import check_no_acknowledged_loss
+from labkit.widgets.replicas import board_html
 
 RECORDS = 60
 DURING_FREEZE = RECORDS // 2  # the second half is written while the followers are frozen
@@ -28,11 +29,28 @@ LABKIT = Path(sys.executable).with_name("labkit")
 
 
 def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(failure_lab):
-    runs = [failover.leader_failover(failure_lab, acks="1", records=RECORDS) for _ in range(2)]
+    seen: list = []  # the second run is watched, as notebook 03b's replica board does
+    runs = [failover.leader_failover(failure_lab, acks="1", records=RECORDS),
+            failover.leader_failover(failure_lab, acks="1", records=RECORDS, watch=seen.append)]
     for run in runs:
         assert run.acknowledged == RECORDS, run.summary()
         assert (run.lost_acknowledged, run.in_log) == (DURING_FREEZE, RECORDS - DURING_FREEZE), run.summary()
         assert run.election.startswith("clean") and run.new_leader in failover.FOLLOWERS
+
+    # what the watcher saw, from the brokers and the OS: the followers' processes stopped
+    # while broker 1 still led, then broker 1 down and a follower leading
+    frozen = [m for m in seen if m.processes == {1: "running", 2: "frozen", 3: "frozen"}]
+    assert frozen and all(m.state.leader == 1 for m in frozen if m.state), seen
+    killed = next(i for i, m in enumerate(seen)
+                  if m.processes[1] == "down" and m.state and m.state.leader in (2, 3))
+    # the replica board draws that moment: broker 1 down and out of the ISR, the new leader
+    # running and in it, and one history row per change seen until then
+    html = board_html(seen[:killed + 1])
+    new_leader = seen[killed].state.leader
+    assert 'data-broker="1" data-role="follower" data-sync="out" data-process="down"' in html, html
+    assert (f'data-broker="{new_leader}" data-role="leader" data-sync="isr" '
+            'data-process="running"') in html, html
+    assert html.count('class="lk-replica-change"') == killed + 1
 
 
 def test_acks_all_with_min_insync_2_loses_nothing_acknowledged(failure_lab):
@@ -63,8 +81,15 @@ def test_the_exercise_refuses_a_setting_the_topic_cannot_have_without_running(fa
 def test_without_unclean_election_the_partition_waits_for_its_old_leader_and_loses_nothing(failure_lab):
     """No replica of the ISR left (min.insync.replicas 1, followers out of sync): a clean
     election has nobody to choose, so the partition stays offline until broker 1 is back."""
-    run = failover.leader_failover(failure_lab, acks="all", min_insync=1, out_of_sync=True, records=RECORDS)
+    seen: list = []
+    run = failover.leader_failover(failure_lab, acks="all", min_insync=1, out_of_sync=True,
+                                   records=RECORDS, watch=seen.append)
     assert run.election.startswith("none") and run.new_leader == failover.LEADER, run.timeline()
+    # watched live: the ISR shrank to the leader while the followers were frozen, then the
+    # partition had no leader while broker 1 was down
+    isrs = [set(m.state.isr) for m in seen if m.state is not None]
+    assert {1, 2, 3} in isrs and {1} in isrs and isrs.index({1, 2, 3}) < isrs.index({1}), isrs
+    assert any(m.state and m.state.leader is None and m.processes[1] == "down" for m in seen), seen
     assert (run.acknowledged, run.lost_acknowledged, run.duplicated) == (RECORDS, 0, 0), run.summary()
 
 
@@ -77,9 +102,11 @@ def lab_jvms(home: str) -> list[psutil.Process]:
     return found
 
 
-def scenario_on_a_lab_of_its_own(tmp_path: Path, timeout_s: float, *args: str) -> dict:
+def scenario_on_a_lab_of_its_own(tmp_path: Path, timeout_s: float, *args: str,
+                                  stderr: list[str] | None = None) -> dict:
     """`labkit scenario ... --json` with LABKIT_BOOTSTRAP naming a shared cluster it must
-    not touch; it says it starts its own lab and leaves no JVM and no lab directory."""
+    not touch; it says it starts its own lab and leaves no JVM and no lab directory.
+    ``stderr``, if given, receives what the run printed there."""
     env = {**os.environ, "LABKIT_HOME": str(tmp_path), "LABKIT_BOOTSTRAP": "127.0.0.1:9"}
     out = subprocess.run([str(LABKIT), "scenario", *args, "--json"],
                          capture_output=True, text=True, env=env, timeout=timeout_s)
@@ -87,6 +114,8 @@ def scenario_on_a_lab_of_its_own(tmp_path: Path, timeout_s: float, *args: str) -
     assert "starts a Kafka of its own" in out.stderr
     assert lab_jvms(str(tmp_path)) == []
     assert list(tmp_path.glob("failure-failure_lab-*")) == []
+    if stderr is not None:
+        stderr.append(out.stderr)
     return json.loads(out.stdout)
 
 
@@ -103,9 +132,16 @@ def refused_before_any_broker(tmp_path: Path, scenario: str,
 
 
 def test_the_cli_runs_on_a_lab_of_its_own_and_leaves_no_jvm(tmp_path):
+    printed: list[str] = []
     run = scenario_on_a_lab_of_its_own(tmp_path, 300, "leader-failover", "--acks", "1",
-                                       "--records", str(RECORDS))
+                                       "--records", str(RECORDS), stderr=printed)
     assert (run["produced"], run["lost_acknowledged"]) == (RECORDS, DURING_FREEZE), run
+    # the partition's changes, printed live: the followers frozen under leader 1, then a
+    # follower leading while broker 1 is down
+    assert "leader 1, replicas [1, 2, 3], ISR [1, 2, 3]; brokers 1 running, 2 frozen, 3 frozen" \
+        in printed[0], printed[0]
+    assert f"leader {run['new_leader']}, replicas [1, 2, 3]" in printed[0], printed[0]
+    assert "brokers 1 down, 2 running, 3 running" in printed[0], printed[0]
 
 
 def test_a_run_that_fails_half_way_thaws_and_stops_every_broker(tmp_path, monkeypatch):

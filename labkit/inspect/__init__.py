@@ -15,11 +15,11 @@ from labkit import names
 from labkit.inspect.batches import Batch, Record, marker_type, parse_batches
 from labkit.inspect.client import InspectError, Inspector, UnknownTopicError
 from labkit.inspect.states import OffsetState, count_states, key_id, offset_states
-from labkit.inspect.model import (PartitionOffsets, PartitionView, ProducerState, ReplicaState,
-                                  TopicView, Transaction)
+from labkit.inspect.model import (PartitionOffsets, PartitionView, ProducerState, ReplicaMoment,
+                                  ReplicaState, TopicView, Transaction)
 
 __all__ = ["Batch", "Record", "Inspector", "InspectError", "UnknownTopicError",
-           "PartitionOffsets", "PartitionView", "ProducerState", "ReplicaState", "TopicView", "Transaction",
+           "PartitionOffsets", "PartitionView", "ProducerState", "ReplicaMoment", "ReplicaState", "TopicView", "Transaction",
            "describe_topic", "snapshot_topic", "marker_type", "parse_batches",
            "OffsetState", "offset_states", "count_states", "key_id"]
 

@@ -41,6 +41,28 @@ class ReplicaState:
 
 
 @dataclass(frozen=True)
+class ReplicaMoment:
+    """One partition's replicas at one moment of a failure experiment, beside what each
+    broker's process was doing then (``running``, ``frozen`` or ``down``, as the OS saw it).
+    ``state`` None: no running broker answered."""
+
+    seconds: float
+    step: str
+    state: ReplicaState | None
+    processes: dict[int, str]
+
+    def state_text(self) -> str:
+        return self.state.text() if self.state is not None else "no running broker answered"
+
+    def processes_text(self) -> str:
+        return ", ".join(f"{b} {what}" for b, what in sorted(self.processes.items()))
+
+    def text(self) -> str:
+        return (f"{self.seconds:5.1f} s  {self.state_text()}; brokers {self.processes_text()}"
+                f" (after: {self.step})")
+
+
+@dataclass(frozen=True)
 class ProducerState:
     """What a partition leader remembers about one producer (DescribeProducers)."""
 
