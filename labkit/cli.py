@@ -176,7 +176,8 @@ def scenario(
     guarantee: str = typer.Option(None, "--guarantee", "-g",
                                   help="at_most_once | at_least_once | exactly_once "
                                        "(every scenario but leader-failover, coordinator-failover, "
-                                       "txn-timeout and poll-interval-zombie)"),
+                                       "txn-timeout, poll-interval-zombie, reorder and "
+                                       "producer-expiry)"),
     crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
     fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
     records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
@@ -210,6 +211,10 @@ def scenario(
     out_of_sync: bool = typer.Option(False, "--out-of-sync",
                                      help="leader-failover only: freeze the followers until they "
                                           "leave the ISR (implied by --unclean)"),
+    expiration_ms: int = typer.Option(None, "--expiration-ms",
+                                      help="producer-expiry only: the broker's "
+                                           "producer.id.expiration.ms (default 2000; Kafka's "
+                                           "is 86400000, one day)"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit.
 
@@ -218,6 +223,14 @@ def scenario(
 
     if name != REORDER and idempotent is not None:
         _fail(f"--idempotent/--no-idempotent apply to {REORDER} only")
+    if name != PRODUCER_EXPIRY and expiration_ms is not None:
+        _fail(f"--expiration-ms applies to {PRODUCER_EXPIRY} only")
+    if name == PRODUCER_EXPIRY:
+        if guarantee is not None or crash_at or fault:
+            _fail(f"{PRODUCER_EXPIRY} takes no --guarantee, --crash-at or --fault: its producer "
+                  "is idempotent and its fault fixed (the first answer lost, the retry held back)")
+        _producer_expiry(expiration_ms, records, as_json)
+        return
     if name == REORDER:
         if guarantee is not None or crash_at or fault:
             _fail(f"{REORDER} takes no --guarantee, --crash-at or --fault: its fault is fixed "
@@ -290,6 +303,7 @@ def scenario(
 
 LEADER_FAILOVER, COORDINATOR_FAILOVER = "leader-failover", "coordinator-failover"
 TXN_TIMEOUT, POLL_ZOMBIE, REORDER = "txn-timeout", "poll-interval-zombie", "reorder"
+PRODUCER_EXPIRY = "producer-expiry"
 
 
 def _on_lab_cluster(check: Callable[[], None], run: Callable[[str], Any], as_json: bool,
@@ -303,6 +317,21 @@ def _on_lab_cluster(check: Callable[[], None], run: Callable[[str], Any], as_jso
         _fail(str(exc))
     _to_room(result.report)
     typer.echo(result.to_json() if as_json else text(result))
+
+
+def _producer_expiry(expiration_ms: int | None, records: int, as_json: bool) -> None:
+    """One idempotent batch whose retry outlives the broker's memory of its producer, on a
+    broker of its own (never the lab cluster: the setting is the broker's)."""
+    from labkit import producer_expiry
+
+    expiration_ms = producer_expiry.EXPIRATION_MS if expiration_ms is None else expiration_ms
+    try:
+        producer_expiry.check_settings(expiration_ms, records)
+        run = producer_expiry.producer_expiry(
+            expiration_ms, records, announce=lambda line: typer.echo(line, err=True))
+    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    typer.echo(run.to_json() if as_json else run.summary())
 
 
 def _reorder(idempotent: bool, records: int, as_json: bool) -> None:
