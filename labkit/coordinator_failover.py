@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pandas as pd
 from confluent_kafka import (Consumer, ElectionType, KafkaError, KafkaException, Producer,
                              TopicPartition)
 from confluent_kafka.admin import AdminClient
@@ -116,12 +117,36 @@ def commit(producer: Producer, errors: list[str]) -> None:
                 raise
 
 
+# What an exactly-once app does with a transactional call's error, by the error's class.
+WHAT_THE_APP_DOES = {
+    "retriable": "call the same method again",
+    "abortable": "abort_transaction(), back to the committed offsets, process the batch again",
+    "fatal": "close this producer, start a new one with the same transactional.id, "
+             "back to the committed offsets, process the batch again",
+}
+
+
 def classified(err: KafkaError) -> str:
     """An error as the app sees it: its name and librdkafka's class for it, e.g.
     "_FENCED (fatal)": retriable (call again), abortable (abort the transaction), fatal."""
     kind = ("retriable" if err.retriable() else "abortable" if err.txn_requires_abort()
             else "fatal")
     return f"{err.name()} ({kind})"
+
+
+def errors_by_class(seen: list[tuple[str, str]]) -> pd.DataFrame:
+    """A table of errors met: one row per (where, the error as ``classified`` wrote it),
+    with its class and what the app does for it."""
+    rows = []
+    for where, error in seen:
+        name, _, kind = error.partition(" (")
+        kind = kind.rstrip(")")
+        if kind not in WHAT_THE_APP_DOES:
+            raise ValueError(f"{error!r} is not an error as classified() writes it, "
+                             "e.g. '_FENCED (fatal)'")
+        rows.append({"where": where, "error": name, "class": kind,
+                     "what the app does": WHAT_THE_APP_DOES[kind]})
+    return pd.DataFrame(rows)
 
 
 def rewind(consumer: Consumer) -> None:

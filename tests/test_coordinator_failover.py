@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 
 import psutil
+import pytest
 from confluent_kafka import Producer
 
 from labkit import coordinator_failover, failover
 from labkit.clientlog import client_config
+from labkit.coordinator_failover import errors_by_class
 from labkit.exercises.coordinator import check_next_coordinator, judge
 from tests.test_failover import scenario_on_a_lab_of_its_own
 
@@ -70,3 +72,13 @@ def test_the_next_coordinator_is_the_first_in_sync_replica_in_replica_order(fail
     assert not hint.passed and f"broker {after}" not in hint.message
     assert "fill in" in check_next_coordinator(failure_lab, tid, None).message
     assert "must be a broker id" in check_next_coordinator(failure_lab, tid, 7).message
+
+
+def test_the_error_table_names_each_class_and_refuses_an_unclassified_error():
+    """Notebook 06's table: one row per error as classified() wrote it; anything else is
+    refused with what it expects."""
+    table = errors_by_class([("a", "_FENCED (fatal)"), ("b", "UNKNOWN_MEMBER_ID (abortable)")])
+    assert list(table["class"]) == ["fatal", "abortable"]
+    assert table["what the app does"][0].startswith("close this producer")
+    with pytest.raises(ValueError, match="as classified\\(\\) writes it"):
+        errors_by_class([("c", "UNKNOWN_MEMBER_ID")])
