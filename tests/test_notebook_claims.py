@@ -41,6 +41,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("def send_payments", "idempotent=True: produced=20 delivered_unique=20 lost=0 duplicated=0 reordered=0"),
         ("def send_payments", "answered: NOT_LEADER_OR_FOLLOWER, OUT_OF_ORDER_SEQUENCE_NUMBER"),
         ("print(crash.report.summary())", "duplicated=10"),
+        ("def send_batch", "10 acknowledged at offsets 10-19"),
+        ("def send_batch", "lost=0 duplicated=10"),
     ],
     "03b_when_the_broker_fails": [
         ("print(acks_1.summary())", "acknowledged=40 in_log=20 lost_acknowledged=20"),
@@ -87,6 +89,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("slow = txn_timeout", "commit_transaction raised: _FENCED (fatal)"),
         ("slow = txn_timeout", "producers used: 2; records of aborted transactions in the log: 10"),
         ("slow = txn_timeout", "lost=0 duplicated=0"),
+        ("errors_by_class(", "_FENCED      fatal"),
+        ("errors_by_class(", "UNKNOWN_MEMBER_ID  abortable"),
     ],
     "09b_on_the_wire": [
         ("print(\" -> \".join(f\"{r['api']}", "AddOffsetsToTxn v0 -> TxnOffsetCommit v3 -> EndTxn v1"),
