@@ -176,8 +176,8 @@ def scenario(
     guarantee: str = typer.Option(None, "--guarantee", "-g",
                                   help="at_most_once | at_least_once | exactly_once "
                                        "(every scenario but leader-failover, coordinator-failover, "
-                                       "txn-timeout, poll-interval-zombie, reorder and "
-                                       "producer-expiry)"),
+                                       "txn-timeout, poll-interval-zombie, reorder, "
+                                       "producer-expiry and txn-id-expiry)"),
     crash_at: str = typer.Option(None, "--crash-at", help="a crash point (see `labkit crash-points`)"),
     fault: str = typer.Option(None, "--fault", help="a network fault, e.g. drop-ack:produce:1"),
     records: int = typer.Option(200, "--records", "-n", min=1, help="how many input records"),
@@ -212,9 +212,10 @@ def scenario(
                                      help="leader-failover only: freeze the followers until they "
                                           "leave the ISR (implied by --unclean)"),
     expiration_ms: int = typer.Option(None, "--expiration-ms",
-                                      help="producer-expiry only: the broker's "
-                                           "producer.id.expiration.ms (default 2000; Kafka's "
-                                           "is 86400000, one day)"),
+                                      help="producer-expiry: the broker's producer.id."
+                                           "expiration.ms (default 2000; Kafka's: 86400000); "
+                                           "txn-id-expiry: its transactional.id.expiration.ms "
+                                           "(default 2000; Kafka's: 604800000)"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit.
 
@@ -223,13 +224,13 @@ def scenario(
 
     if name != REORDER and idempotent is not None:
         _fail(f"--idempotent/--no-idempotent apply to {REORDER} only")
-    if name != PRODUCER_EXPIRY and expiration_ms is not None:
-        _fail(f"--expiration-ms applies to {PRODUCER_EXPIRY} only")
-    if name == PRODUCER_EXPIRY:
+    if name not in (PRODUCER_EXPIRY, TXN_ID_EXPIRY) and expiration_ms is not None:
+        _fail(f"--expiration-ms applies to {PRODUCER_EXPIRY} and {TXN_ID_EXPIRY} only")
+    if name in (PRODUCER_EXPIRY, TXN_ID_EXPIRY):
         if guarantee is not None or crash_at or fault:
-            _fail(f"{PRODUCER_EXPIRY} takes no --guarantee, --crash-at or --fault: its producer "
-                  "is idempotent and its fault fixed (the first answer lost, the retry held back)")
-        _producer_expiry(expiration_ms, records, as_json)
+            _fail(f"{name} takes no --guarantee, --crash-at or --fault: its producers and its "
+                  "fault are fixed; choose --expiration-ms")
+        _expiry(name, expiration_ms, records, as_json)
         return
     if name == REORDER:
         if guarantee is not None or crash_at or fault:
@@ -303,7 +304,7 @@ def scenario(
 
 LEADER_FAILOVER, COORDINATOR_FAILOVER = "leader-failover", "coordinator-failover"
 TXN_TIMEOUT, POLL_ZOMBIE, REORDER = "txn-timeout", "poll-interval-zombie", "reorder"
-PRODUCER_EXPIRY = "producer-expiry"
+PRODUCER_EXPIRY, TXN_ID_EXPIRY = "producer-expiry", "txn-id-expiry"
 
 
 def _on_lab_cluster(check: Callable[[], None], run: Callable[[str], Any], as_json: bool,
@@ -319,19 +320,21 @@ def _on_lab_cluster(check: Callable[[], None], run: Callable[[str], Any], as_jso
     typer.echo(result.to_json() if as_json else text(result))
 
 
-def _producer_expiry(expiration_ms: int | None, records: int, as_json: bool) -> None:
-    """One idempotent batch whose retry outlives the broker's memory of its producer, on a
-    broker of its own (never the lab cluster: the setting is the broker's)."""
-    from labkit import producer_expiry
+def _expiry(name: str, expiration_ms: int | None, records: int, as_json: bool) -> None:
+    """What the broker forgets: a producer's sequence numbers (producer-expiry) or a
+    transactional.id (txn-id-expiry), each on a broker of its own (never the lab cluster:
+    the settings are the broker's)."""
+    from labkit import producer_expiry, txn_id_expiry
 
-    expiration_ms = producer_expiry.EXPIRATION_MS if expiration_ms is None else expiration_ms
+    module = producer_expiry if name == PRODUCER_EXPIRY else txn_id_expiry
+    run = module.producer_expiry if name == PRODUCER_EXPIRY else module.txn_id_expiry
+    expiration_ms = module.EXPIRATION_MS if expiration_ms is None else expiration_ms
     try:
-        producer_expiry.check_settings(expiration_ms, records)
-        run = producer_expiry.producer_expiry(
-            expiration_ms, records, announce=lambda line: typer.echo(line, err=True))
+        module.check_settings(expiration_ms, records)
+        result = run(expiration_ms, records, announce=lambda line: typer.echo(line, err=True))
     except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
-    typer.echo(run.to_json() if as_json else run.summary())
+    typer.echo(result.to_json() if as_json else result.summary())
 
 
 def _reorder(idempotent: bool, records: int, as_json: bool) -> None:

@@ -66,11 +66,16 @@ class ExpiryRun:
                 f"{self.report.summary()}")
 
 
-def check_settings(expiration_ms: int, records: int) -> None:
-    """A ValueError that says what to use, before any broker starts."""
+def check_expiration(expiration_ms: int, kafka_default_ms: int) -> None:
+    """An expiration setting a broker takes, or a ValueError that names Kafka's default."""
     if expiration_ms < 1:
         raise ValueError(f"expiration_ms must be 1 or more (Kafka's default is "
-                         f"{KAFKA_DEFAULT_MS}), not {expiration_ms}")
+                         f"{kafka_default_ms}), not {expiration_ms}")
+
+
+def check_settings(expiration_ms: int, records: int) -> None:
+    """A ValueError that says what to use, before any broker starts."""
+    check_expiration(expiration_ms, KAFKA_DEFAULT_MS)
     if not 1 <= records <= 1000:
         raise ValueError(f"records must be 1 to 1000 (they go out as one batch), not {records}")
 

@@ -37,5 +37,5 @@ def test_the_cli_refuses_what_it_cannot_run_before_any_broker_starts(tmp_path):
         (["--guarantee", "exactly_once"], "takes no --guarantee"),
     ])
     refused_before_any_broker(tmp_path, "reorder", [
-        (["--idempotent", "--expiration-ms", "5"], "--expiration-ms applies to producer-expiry only"),
+        (["--idempotent", "--expiration-ms", "5"], "--expiration-ms applies to producer-expiry and txn-id-expiry only"),
     ])
