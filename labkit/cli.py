@@ -326,8 +326,8 @@ def _expiry(name: str, expiration_ms: int | None, records: int, as_json: bool) -
     the settings are the broker's)."""
     from labkit import producer_expiry, txn_id_expiry
 
-    module = producer_expiry if name == PRODUCER_EXPIRY else txn_id_expiry
-    run = module.producer_expiry if name == PRODUCER_EXPIRY else module.txn_id_expiry
+    module, run = ((producer_expiry, producer_expiry.producer_expiry) if name == PRODUCER_EXPIRY
+                   else (txn_id_expiry, txn_id_expiry.txn_id_expiry))
     expiration_ms = module.EXPIRATION_MS if expiration_ms is None else expiration_ms
     try:
         module.check_settings(expiration_ms, records)

@@ -233,7 +233,11 @@ class ReplicaWatch:
                 break
         if state is not None:
             self._leader = state.leader
-        # read again: a broker killed or frozen while it was being asked shows as such
+        return self._now(state)
+
+    def _now(self, state: ReplicaState | None) -> ReplicaMoment:
+        # the processes read after the state: a broker killed or frozen while it was being
+        # asked shows as such
         return ReplicaMoment(round(time.monotonic() - self.start, 1), self.step, state,
                              self.lab.process_states())
 
@@ -242,8 +246,7 @@ class ReplicaWatch:
         than one poll (the election, just before the old leader is restarted)."""
         self.step = step
         if self.show is not None:
-            self._offer(ReplicaMoment(round(time.monotonic() - self.start, 1), step, state,
-                                      self.lab.process_states()))
+            self._offer(self._now(state))
 
     def _offer(self, moment: ReplicaMoment) -> None:
         with self._lock:  # the poller's thread and the experiment's

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
-from labkit import audit, data, names, topics
+from labkit import audit, data, names, protocol, topics
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
 from labkit.cluster import private_cluster
@@ -115,7 +115,7 @@ def producer_expiry(expiration_ms: int = EXPIRATION_MS, records: int = 10,
             proxy.delay(HOLD_MS, "Produce")
             offsets = send(proxy.bootstrap, topic, payments)
             stats = proxy.stats()
-        errors = sorted({w["error"] for w in wire if w["api"] == "Produce" and w["error"]})
+        errors = protocol.errors_answered(wire, "Produce")
         report = audit.audit_topic(lab.bootstrap, topic, payments, SCENARIO, "exactly_once",
                                    fault=f"{FAULT}, each Produce held {HOLD_MS} ms")
     return ExpiryRun(report, expiration_ms, len(offsets),

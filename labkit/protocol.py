@@ -228,6 +228,12 @@ def describe_exchange(request: bytes, response: bytes | None) -> dict:
     return out
 
 
+def errors_answered(trace: list[dict], api: str) -> list[str]:
+    """Each error the ``api`` requests of a trace (``describe_exchange`` entries) were
+    answered with, once, sorted."""
+    return sorted({e["error"] for e in trace if e["api"] == api and e["error"]})
+
+
 def encode_response(header_and_body: tuple[int, object], api_key: int, api_version: int) -> bytes:
     """Re-encode a (correlation_id, response entity) pair, e.g. after rewriting addresses."""
     correlation_id, body = header_and_body

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
-from labkit import audit, data, names, topics
+from labkit import audit, data, names, protocol, topics
 from labkit.audit import AuditReport
 from labkit.clientlog import client_config
 from labkit.faults.proxy import FaultProxy
@@ -79,7 +79,7 @@ def reorder(bootstrap: str, idempotent: bool, records: int = 20,
     with FaultProxy(bootstrap, FAULT, trace=wire.append) as proxy:
         send(proxy.bootstrap, topic, payments, idempotent)
         stats = proxy.stats()
-    errors = sorted({w["error"] for w in wire if w["api"] == "Produce" and w["error"]})
+    errors = protocol.errors_answered(wire, "Produce")
     report = audit.audit_topic(bootstrap, topic, payments, SCENARIO,
                                "exactly_once" if idempotent else "at_least_once", fault=FAULT)
     topics.delete(bootstrap, topic)

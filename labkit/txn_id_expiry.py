@@ -29,10 +29,10 @@ from confluent_kafka import KafkaException, Producer
 
 from labkit import audit, data, names, topics
 from labkit.audit import AuditReport
-from labkit.clientlog import client_config
 from labkit.cluster import private_cluster
 from labkit.coordinator_failover import classified
 from labkit.inspect import describe_topic
+from labkit.poll_zombie import fee_service
 from labkit.producer_expiry import check_expiration
 from labkit.progress import status
 
@@ -74,13 +74,6 @@ def check_settings(expiration_ms: int, records: int) -> None:
     if records < 2 or records % 2:
         raise ValueError(f"records must be even and 2 or more (A commits the first half, "
                          f"B and the zombie the second), not {records}")
-
-
-def _instance(bootstrap: str, app_id: str, name: str) -> Producer:
-    producer = Producer(client_config({"bootstrap.servers": bootstrap,
-                                       "transactional.id": app_id, "client.id": name}))
-    producer.init_transactions(30)
-    return producer
 
 
 def _commit(producer: Producer, topic: str, payments: list[dict]) -> None:
@@ -126,11 +119,11 @@ def txn_id_expiry(expiration_ms: int = EXPIRATION_MS, records: int = 10,
         app_id = names.transactional_id("fee-service")
         payments = data.generate(records, prefix="t")
         first, second = payments[:records // 2], payments[records // 2:]
-        a = _instance(lab.bootstrap, app_id, "instance-A")
+        a = fee_service(lab.bootstrap, app_id)  # instance A
         _commit(a, topic, first)
         say(f"instance A idle for {idle_s:.0f} s")
         time.sleep(idle_s)
-        b = _instance(lab.bootstrap, app_id, "instance-B")
+        b = fee_service(lab.bootstrap, app_id)  # instance B, A's replacement
         _commit(b, topic, second)
         say("instance A wakes up")
         errors: list[str] = []
