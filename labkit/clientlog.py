@@ -22,6 +22,15 @@ import sys
 from labkit import connection, names
 
 LOGGER_NAME = "labkit.kafka"
+# A workaround for a librdkafka bug (2.10 to 2.16.1 at least; upstream issues 5511 and 5456,
+# fixes proposed in PRs 5512 and 5457): once the broker cached as a consumer group's
+# coordinator has left the cluster's metadata (killed, or frozen past
+# broker.session.timeout.ms), send_offsets_to_transaction() waits, past its own timeout, for
+# any broker connection to go up or down. With nothing else to do that can take until the
+# broker closes an idle connection: 10 minutes by default. Closing our own idle connections
+# after this long gives it that state change within seconds (measured in
+# docs/measurements.md, "The coordinator stall").
+COORDINATOR_STALL_WORKAROUND_MS = 5000
 
 
 class _DropSelfHealing(logging.Filter):
@@ -64,11 +73,15 @@ def client_config(config: dict) -> dict:
     (``labkit.names``: unchanged on the local lab), the one place every lab client passes,
     so learners sharing a cluster never join each other's groups or fence each other.
     The connection settings of ``LABKIT_KAFKA_CONFIG`` (``labkit.connection``) are merged in
-    here too, so every client reaches an authenticated cluster the same way."""
+    here too, so every client reaches an authenticated cluster the same way.
+    A transactional producer also gets ``connections.max.idle.ms`` (unless the caller set
+    it): see COORDINATOR_STALL_WORKAROUND_MS."""
     # The connection settings (LABKIT_KAFKA_CONFIG: credentials, TLS) come first, so a
     # setting the caller passes on purpose (the lab's own admin identity) wins.
     config = {**connection.for_client(config.get("bootstrap.servers")), **config,
               "logger": client_logger()}
+    if config.get("transactional.id"):
+        config.setdefault("connections.max.idle.ms", COORDINATOR_STALL_WORKAROUND_MS)
     for key, rule in (("group.id", names.group), ("transactional.id", names.transactional_id)):
         if config.get(key):
             config[key] = rule(config[key])

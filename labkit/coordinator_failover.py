@@ -40,6 +40,7 @@ from labkit.audit import AuditReport
 from labkit.clientlog import client_config
 from labkit.cluster import LocalCluster
 from labkit.failover import BROKERS, wait_until
+from labkit.faults.watchdog import Watchdog
 from labkit.inspect import InspectError, Inspector, ReplicaState, UnknownTopicError
 from labkit.pipelines.ctp import transform
 from labkit.progress import status
@@ -48,6 +49,10 @@ BATCH = 10
 KILL_MID_TRANSACTION, KILL_AFTER_END_TXN = 2, 4  # the batches (from 1) whose coordinator dies
 SCENARIO = "coordinator-failover"
 TRANSACTION_STATE = "__transaction_state"
+# No progress (no batch sent or ended, no step) for this long stops the run with an error
+# naming its last step: longer than the longest bounded wait of its fault schedule (90 s for
+# the markers after the second kill), so only a wait without a bound trips it.
+STALL_S = 120.0
 CONSUMER_OFFSETS = "__consumer_offsets"
 
 
@@ -157,20 +162,27 @@ def rewind(consumer: Consumer) -> None:
 
 def coordinator_failover(lab: LocalCluster, records: int = 60,
                          loop: Callable[..., None] = copy_fees,
-                         on_step: Callable[[str], None] | None = None) -> CoordinatorRun:
+                         on_step: Callable[[str], None] | None = None,
+                         stall_s: float = STALL_S) -> CoordinatorRun:
     """Kill the transaction coordinator mid-transaction, then between EndTxn and the markers.
     ``loop``: the app, called as ``copy_fees`` is (a learner's version of it, notebook 05b).
-    ``on_step``: called with each line of the timeline as it happens (the CLI prints them)."""
+    ``on_step``: called with each line of the timeline as it happens (the CLI prints them).
+    ``stall_s``: no batch sent or ended for this long kills the lab's brokers and raises
+    ``ExperimentStalled`` naming the last step (``labkit.faults.watchdog``)."""
     check_records(records)
+    watchdog = Watchdog(SCENARIO, stall_s)
     lab.restart()  # every broker up, whatever a previous run left
     base = names.topic(f"coordinator-{time.monotonic_ns() % 10**9}")
     source, output = f"{base}-in", f"{base}-out"
     start = time.monotonic()
     steps: list[tuple[float, str]] = []
     errors: list[str] = []
+    # what the loop does next, for the watchdog's error (set by the hooks below)
+    waiting = ["batch 1: consume, produce, send_offsets_to_transaction()"]
 
     def step(what: str) -> None:
         steps.append((round(time.monotonic() - start, 1), what))
+        watchdog.progress(what, waiting[0])
         say(what)
         if on_step:
             on_step(f"{steps[-1][0]:5.1f} s  {what}")
@@ -205,6 +217,8 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
         second_kill_done = False
 
         def before_commit(batch_no: int) -> None:
+            waiting[0] = f"commit_transaction() of batch {batch_no}"
+            watchdog.progress(f"batch {batch_no}: records and offsets sent", waiting[0])
             if batch_no == KILL_MID_TRANSACTION:
                 lab.kill(coordinators[-1])
                 step(f"batch {batch_no}: records and offsets sent; coordinator "
@@ -222,6 +236,10 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
 
         def after_end(batch_no: int, committed: bool) -> None:
             nonlocal second_kill_done
+            waiting[0] = (f"batch {batch_no + 1}: consume, produce, "
+                          "send_offsets_to_transaction()")
+            watchdog.progress(f"batch {batch_no}: {'committed' if committed else 'aborted'}",
+                              waiting[0])
             if batch_no == KILL_MID_TRANSACTION:
                 killed = coordinators[-1]
                 coordinators.append(transaction_coordinator(lab, base, not_on=killed))
@@ -255,12 +273,24 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
             else:
                 step(f"batch {batch_no}: {'committed' if committed else 'aborted'}")
 
+        stalled = False
+
+        def stop_brokers() -> None:
+            nonlocal stalled
+            stalled = True
+            freeze.end()
+            lab.kill()  # the next run (lab.restart) starts them again
+
         try:
-            loop(consumer, producer, names.topic(output), records, before_commit, after_end,
-                 errors)
+            watchdog.run(lambda: loop(consumer, producer, names.topic(output), records,
+                                      before_commit, after_end, errors),
+                         on_stall=stop_brokers,
+                         stopped="the failure lab's brokers were killed; the next run "
+                                 "starts them again")
         finally:
             freeze.end()
-            consumer.close()
+            if not stalled:  # a stalled loop's thread still holds the consumer
+                consumer.close()
         step("every input batch committed")
         lab.restart(wait=True)  # back to three brokers for the next run
         report = audit.audit_topic(lab.broker(leader).address, output, inputs, SCENARIO,

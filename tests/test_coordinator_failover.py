@@ -6,16 +6,18 @@ CLI, and notebook 05b's (whose audit nbval compares).
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import psutil
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 
-from labkit import coordinator_failover, failover
+from labkit import coordinator_failover, data, failover, names, topics
 from labkit.clientlog import client_config
 from labkit.coordinator_failover import errors_by_class
 from labkit.exercises.coordinator import check_next_coordinator, judge
+from labkit.faults.watchdog import ExperimentStalled
 from tests.test_failover import scenario_on_a_lab_of_its_own
 
 RECORDS = 60
@@ -82,3 +84,105 @@ def test_the_error_table_names_each_class_and_refuses_an_unclassified_error():
     assert table["what the app does"][0].startswith("close this producer")
     with pytest.raises(ValueError, match="as classified\\(\\) writes it"):
         errors_by_class([("c", "UNKNOWN_MEMBER_ID")])
+
+
+def test_send_offsets_returns_after_its_group_coordinator_left_the_cluster(failure_lab):
+    """The cause of the coordinator-failover hangs, on real brokers: the consumer group's
+    coordinator is frozen past broker.session.timeout.ms, so the controller fences it and it
+    leaves the metadata the producer reads (librdkafka drops its handle), then it comes back.
+    librdkafka 2.16.1 alone then waits in send_offsets_to_transaction() past its own timeout
+    (over 180 s measured, issues 5511 and 5456); with the lab's client settings
+    (clientlog.COORDINATOR_STALL_WORKAROUND_MS) it returns within seconds."""
+    failure_lab.restart()
+    group_broker, leader = 2, 1
+    base = names.topic(f"stall-{time.monotonic_ns() % 10**9}")
+    source, output = f"{base}-in", f"{base}-out"
+    topics.create(failure_lab.bootstrap, source, output, replica_assignment=[[leader, 2, 3]])
+    data.load_into_topic(failure_lab.bootstrap, source, data.generate(30, prefix="s"))
+    group = coordinator_failover.group_coordinated_by(failure_lab, group_broker, base)
+    producer = Producer(client_config({"bootstrap.servers": failure_lab.bootstrap,
+                                       "transactional.id": base, "log_level": 2}))
+    consumer = Consumer(client_config({
+        "bootstrap.servers": failure_lab.bootstrap, "group.id": group, "log_level": 2,
+        "enable.auto.commit": False, "auto.offset.reset": "earliest"}))
+    consumer.subscribe([source])
+    producer.init_transactions(30)
+
+    def one_transaction() -> float:
+        """A batch copied in one transaction; how long send_offsets_to_transaction took."""
+        batch: list = []
+        deadline = time.monotonic() + 30
+        while not batch and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(10, timeout=1.0) if m.error() is None]
+        assert batch, "no input within 30 s"
+        producer.begin_transaction()
+        for msg in batch:
+            producer.produce(output, msg.value())
+        took: list[float] = []
+        started = time.monotonic()
+
+        def send() -> None:
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 10)
+            took.append(time.monotonic() - started)
+        caller = threading.Thread(target=send, daemon=True)  # a hang must not hang the suite
+        caller.start()
+        caller.join(60)
+        assert took, "send_offsets_to_transaction(timeout=10) still blocked after 60 s"
+        producer.commit_transaction(30)
+        return took[0]
+
+    def in_metadata() -> bool | None:
+        """Whether the producer's metadata lists the group's broker (None: no answer)."""
+        try:
+            return group_broker in producer.list_topics(timeout=2).brokers
+        except KafkaException:  # asked the frozen broker
+            return None
+
+    try:
+        assert one_transaction() < 10
+        with failure_lab.frozen(group_broker):
+            failover.wait_until(lambda: in_metadata() is False,
+                                "the frozen group coordinator fenced, gone from metadata", 30)
+        failover.wait_until(lambda: in_metadata() is True,
+                            "the thawed broker back in the metadata", 60)
+        assert one_transaction() < 30
+    finally:
+        consumer.close()
+        topics.delete(failure_lab.bootstrap, source, output)
+
+
+def test_a_stalled_experiment_stops_with_its_last_step_and_leaves_no_broker(failure_lab):
+    """The watchdog: a loop that stops making progress after its first batch (a blocked
+    call, here a wait) ends the run after stall_s with an error naming the last step and
+    what it waited for, and the lab's brokers are stopped, not left running."""
+    release = threading.Event()
+
+    def stalls_after_one_batch(consumer, producer, output, records, before_commit, after_end,
+                               errors):
+        def after(batch_no: int, committed: bool) -> None:
+            after_end(batch_no, committed)
+            release.wait(300)  # stuck, as a call blocked inside librdkafka would be
+            raise RuntimeError("released by the test")
+        coordinator_failover.copy_fees(consumer, producer, output, records, before_commit,
+                                       after, errors)
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(ExperimentStalled) as stalled:
+            coordinator_failover.coordinator_failover(failure_lab, records=RECORDS,
+                                                      loop=stalls_after_one_batch, stall_s=8)
+        took = time.monotonic() - started
+        message = str(stalled.value)
+        assert "no progress for 8 s" in message, message
+        assert "Last step" in message and "batch 1: committed" in message, message
+        assert "batch 2: consume, produce, send_offsets_to_transaction()" in message, message
+        assert took < 120, f"the watchdog took {took:.0f} s"
+        assert set(failure_lab.process_states().values()) == {"down"}, \
+            failure_lab.process_states()
+        for broker in failure_lab.brokers:
+            assert broker.pid is None or not psutil.pid_exists(broker.pid) or \
+                psutil.Process(broker.pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        release.set()
+        failure_lab.restart()  # the next test's lab has its brokers

@@ -1,0 +1,89 @@
+"""A watchdog for an experiment: no progress for ``stall_s`` seconds ends it with an error
+that says where it stood, instead of a silent spin.
+
+    watchdog = Watchdog("coordinator-failover", stall_s=120)
+    watchdog.progress("batch 1: committed", waiting_for="batch 2's commit")  # from its steps
+    result = watchdog.run(lambda: loop(...), on_stall=lab.kill)
+
+The experiment's own code (the learner's loop and the faults its hooks inject) runs in a
+thread of its own while the caller's thread watches the clock. A client call blocked inside
+librdkafka cannot be interrupted from Python (and some ignore their own timeout: librdkafka
+issues 5511 and 5456), so on a stall the watchdog stops the experiment's processes
+(``on_stall``), leaves the blocked thread behind (a daemon thread: nothing waits for it) and
+raises ExperimentStalled naming the last step and what the experiment was waiting for.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+POLL_S = 0.2
+
+
+class ExperimentStalled(RuntimeError):
+    """An experiment made no progress for its ``stall_s``; its processes were stopped."""
+
+    def __init__(self, experiment: str, stall_s: float, last_step: str, last_step_s: float,
+                 waiting_for: str, stopped: str):
+        self.experiment, self.stall_s = experiment, stall_s
+        self.last_step, self.last_step_s, self.waiting_for = last_step, last_step_s, waiting_for
+        super().__init__(
+            f"{experiment} made no progress for {stall_s:.0f} s, so it was stopped "
+            f"({stopped}). Last step, at {last_step_s:.1f} s: {last_step}. It was waiting for "
+            f"{waiting_for}. A client call that blocks past its own timeout is a known "
+            "librdkafka bug after a broker leaves the cluster (librdkafka issues 5511 and "
+            "5456); run the experiment again, and see the lab's measurements for how often.")
+
+
+class Watchdog:
+    """The progress clock of one experiment run (thread-safe: steps come from its thread)."""
+
+    def __init__(self, experiment: str, stall_s: float,
+                 clock: Callable[[], float] = time.monotonic):
+        if stall_s <= 0:
+            raise ValueError(f"stall_s must be a positive number of seconds, not {stall_s!r}")
+        self.experiment, self.stall_s, self._clock = experiment, stall_s, clock
+        self._started = clock()
+        self._lock = threading.Lock()
+        self._last = (self._started, "started", "its first step")
+
+    def progress(self, step: str, waiting_for: str = "its next step") -> None:
+        """The experiment did something (``step``) and now waits for ``waiting_for``."""
+        with self._lock:
+            self._last = (self._clock(), step, waiting_for)
+
+    def stalled_for(self) -> float:
+        """Seconds since the last progress."""
+        with self._lock:
+            return self._clock() - self._last[0]
+
+    def run(self, body: Callable[[], T], on_stall: Callable[[], None],
+            stopped: str = "its processes were stopped") -> T:
+        """``body()`` in a thread of its own; its result, or its exception re-raised here.
+        No ``progress`` for ``stall_s``: ``on_stall()`` runs, then ExperimentStalled."""
+        outcome: dict[str, object] = {}
+
+        def target() -> None:
+            try:
+                outcome["result"] = body()
+            except BaseException as exc:  # handed to the watching thread, raised there
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=target, name=f"{self.experiment}-body", daemon=True)
+        self.progress("started", "its first step")
+        worker.start()
+        while True:
+            worker.join(POLL_S)
+            if not worker.is_alive():
+                if "error" in outcome:
+                    raise outcome["error"]  # type: ignore[misc]
+                return outcome["result"]  # type: ignore[return-value]
+            if self.stalled_for() > self.stall_s:
+                with self._lock:
+                    at, step, waiting_for = self._last
+                on_stall()
+                raise ExperimentStalled(self.experiment, self.stall_s, step,
+                                        at - self._started, waiting_for, stopped)
