@@ -60,6 +60,7 @@ BENCH_TUNING = {"linger.ms": 5}
 HEADER = struct.Struct(">qi")  # produce time (perf_counter_ns), sequence number
 DEFAULT_COMMIT_INTERVAL_MS = 100.0  # the published benchmarks' setting (see notebook 09)
 DRAIN_TIMEOUT_S = 30.0
+SEND_WAIT_S = 60.0  # a queue still full after this long: the broker is not taking records
 
 
 @dataclass(frozen=True)
@@ -185,12 +186,18 @@ def producer_config(bootstrap: str, guarantee: str) -> dict:
                           **g.producer_settings(txn_id)})
 
 
-def _send(producer: Producer, topic: str, value: bytes) -> None:
+def _send(producer: Producer, topic: str, value: bytes, on_delivery=None) -> None:
+    """produce(), waiting while the client's queue is full (at most SEND_WAIT_S: then the
+    BufferError is raised)."""
+    deadline = None  # set at the first full queue: no clock read per record otherwise
     while True:
         try:
-            producer.produce(topic, value=value, partition=0)
+            producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
             return
         except BufferError:  # the client's queue is full: let it drain a little
+            deadline = deadline or time.monotonic() + SEND_WAIT_S
+            if time.monotonic() > deadline:
+                raise
             producer.poll(0.005)
 
 
@@ -312,13 +319,7 @@ class Lane:
                     producer.begin_transaction()
                     in_txn, txn_started = 0, time.perf_counter_ns()
                     now = txn_started
-                while True:
-                    try:
-                        producer.produce(topic, value=HEADER.pack(now, first + i) + pad,
-                                         partition=0, on_delivery=on_delivery)
-                        break
-                    except BufferError:  # the client's queue is full: let it drain a little
-                        producer.poll(0.005)
+                _send(producer, topic, HEADER.pack(now, first + i) + pad, on_delivery)
                 producer.poll(0)
                 in_txn += 1
             if self.transactional:

@@ -78,9 +78,10 @@ def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
 
     ``before_commit(batch)`` and ``after_end(batch, committed)`` (batches counted from 1,
     a batch read again counts anew) are where the lab's faults go.
-    commit_transaction's errors are handled as librdkafka classifies them: retriable, call
-    it again; abortable (txn_requires_abort), abort and read the batch again from the
-    committed offset; anything else (fatal, e.g. fenced) ends the app."""
+    send_offsets_to_transaction's and commit_transaction's errors are handled as librdkafka
+    classifies them: retriable, call it again (for 2 minutes at most); abortable
+    (txn_requires_abort), abort and read the batch again from the committed offset; anything
+    else (fatal, e.g. fenced) ends the app."""
     batch_no, done = 0, 0
     while done < records:
         batch = [m for m in consumer.consume(BATCH, timeout=1.0) if m.error() is None]
@@ -91,10 +92,10 @@ def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
         for msg in batch:
             fee = transform(topics.decode(msg.value()))
             producer.produce(output, key=msg.key(), value=topics.encode(fee))
-        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                             consumer.consumer_group_metadata())
-        before_commit(batch_no)
         try:
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 60)
+            before_commit(batch_no)
             commit(producer, errors)
         except KafkaException as exc:
             if not exc.args[0].txn_requires_abort():
@@ -107,10 +108,13 @@ def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
         after_end(batch_no, True)
 
 
+COMMIT_RETRY_S = 120  # retriable errors of commit_transaction: called again this long, then raised
+
+
 def commit(producer: Producer, errors: list[str]) -> None:
     """commit_transaction, called again while the client says the error is retriable
-    (for a few minutes: then the retriable error is raised)."""
-    deadline = time.monotonic() + 300
+    (for COMMIT_RETRY_S: then the retriable error is raised)."""
+    deadline = time.monotonic() + COMMIT_RETRY_S
     while True:
         try:
             producer.commit_transaction(60)

@@ -40,6 +40,7 @@ FENCING = ("group", "none")
 # at least group.min.session.timeout.ms (6 s by default): the shortest the lab can use.
 MAX_POLL_INTERVAL_MS = 6000
 DONE_WAIT_S = 120  # how long A's slow batch waits for B to finish the input
+FIRST_BATCH_WAIT_S = 60  # how long A waits for its first batch (group join, fetch)
 
 
 @dataclass
@@ -119,7 +120,10 @@ def poll_interval_zombie(bootstrap: str, fencing: str = "group",
         consumer, producer = member(bootstrap, base, "instance-A"), fee_service(bootstrap, f"{base}-a")
         consumer.subscribe([source])
         batch: list = []
+        deadline = time.monotonic() + FIRST_BATCH_WAIT_S
         while not batch:  # A's first batch, read in the group's first generation
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"instance A read no record in {FIRST_BATCH_WAIT_S} s")
             batch = [m for m in consumer.consume(BATCH, timeout=1.0) if m.error() is None]
         polled = time.monotonic()
         producer.begin_transaction()
@@ -139,7 +143,7 @@ def poll_interval_zombie(bootstrap: str, fencing: str = "group",
                     else bare_group_metadata(bootstrap, base))
         zombie_error = None
         try:
-            producer.send_offsets_to_transaction(offsets, metadata)
+            producer.send_offsets_to_transaction(offsets, metadata, 60)
             producer.commit_transaction(60)
         except KafkaException as exc:
             err = exc.args[0]

@@ -40,7 +40,7 @@ def main() -> None:
             time.sleep(work_s)
             record["processed"] = True
             producer.produce(out, key=m.key(), value=json.dumps(record).encode())
-        producer.flush()
+        producer.flush(30)
 
 
 if __name__ == "__main__":

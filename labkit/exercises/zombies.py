@@ -27,7 +27,7 @@ def replay_takeover(bootstrap: str) -> tuple[int, int]:
         frozen = Transactions(bootstrap, app)
         frozen.begin()
         frozen.produce(on_broker, "acct", {"id": "a-1", "key": "acct"})
-        frozen.flush()
+        frozen.flush(60)
         epochs = []
         with Inspector(bootstrap) as inspector:
             for instance in ("b", "c"):  # B takes over, then the third while B is idle

@@ -142,9 +142,9 @@ def produce_in_halves(out, topic: str, items: list[tuple[str, object]]) -> None:
     first, rest = halves(items)
     for key, value in first:
         out.produce(topic, key, value)
-    out.flush()
+    out.flush(60)
     crash_point("mid-batch")
     for key, value in rest:
         out.produce(topic, key, value)
     crash_point("after-produce-before-flush")
-    out.flush()
+    out.flush(60)

@@ -40,7 +40,7 @@ def run(bootstrap: str, output_topic: str, progress_topic: str, transactional_id
 
         def save_position() -> None:
             out.produce(progress_topic, "position", {"next": nxt})
-            out.flush()
+            out.flush(60)
 
         g.run_batch(out, lambda: send(out, output_topic, batch), save_position)
         position = nxt

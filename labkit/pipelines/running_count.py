@@ -85,7 +85,8 @@ def restore(store: StateStore, bootstrap: str, changelog_topic: str, isolation: 
 
 
 def changelog_end(consumer: Consumer, changelog_topic: str) -> int:
-    return consumer.get_watermark_offsets(TopicPartition(changelog_topic, 0), cached=False)[1]
+    return consumer.get_watermark_offsets(TopicPartition(changelog_topic, 0), timeout=30,
+                                          cached=False)[1]
 
 
 def run(bootstrap: str, input_topic: str, output_topic: str, changelog_topic: str,
@@ -136,4 +137,4 @@ def _count(store: StateStore, out, batch: list[Message], output_topic: str,
     produce_in_halves(out, output_topic, outputs)
     for key, n in sorted(counts.items()):
         out.produce(changelog_topic, key, {"key": key, "count": n})
-    out.flush()
+    out.flush(60)

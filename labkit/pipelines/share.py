@@ -145,7 +145,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
             last_record = time.monotonic()
     finally:
         consumer.close()  # commits what was acknowledged, leaves the group at once
-        out.flush()
+        out.flush(60)
 
 
 def _ok(msg: Message) -> bool:
@@ -187,7 +187,7 @@ def _write(out, topic: str, msg: Message, me: str, outcome: str) -> None:
     out.produce(topic, str(record["key"]), {
         "id": record["id"], "key": record["key"], "consumer": me, "attempt": history.attempt(),
         "delivery_count": msg.delivery_count(), "outcome": outcome})
-    out.flush()  # the work is done (durable) before anything is acknowledged
+    out.flush(60)  # the work is done (durable) before anything is acknowledged
 
 
 def _one_explicit(consumer: ShareConsumer, out, topic: str, msg: Message, me: str,

@@ -96,17 +96,17 @@ class Transactions:
     def produce(self, topic: str, key: str | None, value: object) -> None:
         self._call("produce", self.delivery.produce, topic, key, value)
 
-    def flush(self) -> None:
-        self.delivery.flush()
+    def flush(self, timeout_s: float = 60.0) -> None:
+        self.delivery.flush(timeout_s)
 
     def send_offsets(self, consumer: Consumer, offsets: list[TopicPartition],
-                     group_metadata: object | None = None) -> None:
+                     group_metadata: object | None = None, timeout_s: float = 60.0) -> None:
         """Add ``offsets`` to the transaction, checked against ``group_metadata`` (default:
         the consumer's current group generation and member id)."""
         if group_metadata is None:
             group_metadata = consumer.consumer_group_metadata()
         self._call("send_offsets_to_transaction", self.producer.send_offsets_to_transaction,
-                   offsets, group_metadata)
+                   offsets, group_metadata, timeout_s)
 
     def commit(self, timeout_s: float = 60.0) -> None:
         self._call("commit_transaction", self.producer.commit_transaction, timeout_s)

@@ -232,7 +232,7 @@ def load_transactional(bootstrap: str, topic: str, records: list[dict],
             txn.begin()
             for r in chunk:
                 txn.produce(topic, str(r["key"]), r)
-            txn.flush()
+            txn.flush(60)
             if number % abort_every == 0:
                 txn.abort()
                 aborted += chunk
