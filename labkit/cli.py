@@ -216,6 +216,10 @@ def scenario(
                                            "expiration.ms (default 2000; Kafka's: 86400000); "
                                            "txn-id-expiry: its transactional.id.expiration.ms "
                                            "(default 2000; Kafka's: 604800000)"),
+    stall_after: float = typer.Option(None, "--stall-after", min=1,
+                                      help="coordinator-failover only: no batch sent or ended "
+                                           "for this many seconds stops the run with an error "
+                                           "naming its last step (default 120)"),
 ) -> None:
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit.
 
@@ -249,8 +253,10 @@ def scenario(
     if name == LEADER_FAILOVER:
         _leader_failover(acks, min_insync, unclean, out_of_sync, records, as_json)
         return
+    if name != COORDINATOR_FAILOVER and stall_after is not None:
+        _fail(f"--stall-after applies to {COORDINATOR_FAILOVER} only")
     if name == COORDINATOR_FAILOVER:
-        _coordinator_failover(records, as_json)
+        _coordinator_failover(records, as_json, stall_after)
         return
     if name == TXN_TIMEOUT:
         _txn_timeout(records, as_json)
@@ -388,17 +394,19 @@ def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sy
     typer.echo(run.to_json() if as_json else f"{run.summary()}\n{run.timeline()}")
 
 
-def _coordinator_failover(records: int, as_json: bool) -> None:
+def _coordinator_failover(records: int, as_json: bool, stall_after: float | None) -> None:
     """The transaction coordinator killed twice under an exactly-once loop, on a failure lab."""
     from labkit import coordinator_failover, failover
+    from labkit.faults.watchdog import ExperimentStalled
 
     try:
         coordinator_failover.check_records(records)
         with failover.failure_lab(announce=lambda line: typer.echo(line, err=True)) as cluster:
             # the timeline line by line as it happens, on stderr beside the JSON
             run = coordinator_failover.coordinator_failover(
-                cluster, records, on_step=lambda line: typer.echo(line, err=True))
-    except (ValueError, lab.ClusterError, LabkitSetupError) as exc:
+                cluster, records, on_step=lambda line: typer.echo(line, err=True),
+                stall_s=stall_after or coordinator_failover.STALL_S)
+    except (ValueError, lab.ClusterError, LabkitSetupError, ExperimentStalled) as exc:
         _fail(str(exc))
     typer.echo(run.to_json() if as_json else run.report.summary())
 
@@ -462,6 +470,11 @@ def torture(
     plaintext: bool = typer.Option(False, "--plaintext",
                                    help="the app reads no LABKIT_KAFKA_CONFIG: on a cluster with "
                                         "TLS/credentials, the lab's proxy stands in front of it"),
+    # the default is harness.STALL_S (harness is imported only when the command runs)
+    stall_after: float = typer.Option(30.0, "--stall-after", min=1,
+                                      help="an app alive but without an offset commit or output "
+                                           "for this many seconds, its input not consumed, is "
+                                           "reported as stalled and restarted (3 stalls: error)"),
 ) -> None:
     """Run any COMMAND as the pipeline under test: kill it at random, audit its output.
 
@@ -485,7 +498,7 @@ def torture(
                                  broker_kills=broker_kills, timeout_s=timeout, check=check,
                                  kill_after_s=window, fault=fault, partitions=partitions,
                                  keep_topics=keep_topics, kill_clock=kill_clock,
-                                 plaintext=plaintext)
+                                 plaintext=plaintext, stall_s=stall_after)
     except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     _to_room(result.report)

@@ -14,7 +14,9 @@ app reads the input and writes output records that keep the input's ``id`` (or, 
 ``check="counts"``, a ``count`` per ``key``). The harness runs the command in its own
 process group, SIGKILLs the whole group at seeded random times and starts it again, like a
 supervisor, optionally SIGKILLs and restarts the lab's broker, waits until the input is
-consumed and the output is quiet, stops the app and audits the output topic.
+consumed and the output is quiet, stops the app and audits the output topic. An app that
+stays alive but stops making progress (no offset commit, no output, its input not consumed)
+for ``stall_s`` is a finding of its own, a stall: the harness SIGKILLs and restarts it too.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -61,6 +63,13 @@ QUIET_S = 2.0  # output unchanged this long (and the input consumed): the app is
 # for it, output unchanged this long counts as done (longer than a JVM's restart).
 IDLE_S = 10.0
 OWN_CRASHES = 3  # an app that dies by itself this often is broken, not unlucky
+# An app alive, its input not consumed, that neither commits offsets nor writes output this
+# long is stalled: a client call blocking far past its own timeout, e.g. librdkafka's
+# send_offsets_to_transaction() after a broker restart (librdkafka #5456, #5511). Waiting
+# for the run's timeout would only turn a finding into a failure. Longer than an app's time
+# between commits (quixstreams commits every 5 s by default), a JVM app's restart and IDLE_S.
+STALL_S = 30.0
+MAX_STALLS = 3  # stalled this often in one run: it stalls every time it is started
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 LOG_TAIL_LINES = 15
 
@@ -68,6 +77,22 @@ LOG_TAIL_LINES = 15
 class HarnessError(RuntimeError):
     """The run could not be judged (bad input, an app that does not follow the contract);
     the message says what happened and what to do."""
+
+
+@dataclass
+class Stall:
+    """The app stayed alive without progress for ``stalled_s`` and was SIGKILLed and started
+    again. ``after_s``: seconds into the run when its last progress was seen."""
+
+    after_s: float
+    stalled_s: float
+    consumed: int  # the group's committed offsets on the input, then
+    end: int  # the input's end offsets
+    written: int  # the output's size as _Watch samples it
+    attempt: int  # the start of the app that stalled (1: the first)
+
+    def text(self) -> str:
+        return f"no progress for {self.stalled_s:.0f} s after {self.after_s:.1f} s"
 
 
 @dataclass
@@ -87,6 +112,7 @@ class TortureResult:
     fault_stats: dict | None = None  # the fault proxy's counters (with ``fault``)
     partitions: int = 1  # of the input (and the output)
     topics: dict | None = None  # {"input", "output", "kept"}: deleted after the run unless kept
+    stalls: list[Stall] = field(default_factory=list)  # each restarted (counted in restarts)
 
     @property
     def verdict(self) -> str:
@@ -104,7 +130,8 @@ class TortureResult:
                 "broker_kills": self.broker_kills, "seconds": self.seconds,
                 "command": self.command, "seed": self.seed, "run_dir": self.run_dir,
                 "notes": self.notes, "fault_stats": self.fault_stats,
-                "partitions": self.partitions, "topics": self.topics}
+                "partitions": self.partitions, "topics": self.topics,
+                "stalled": len(self.stalls), "stalls": [asdict(s) for s in self.stalls]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -117,6 +144,9 @@ class TortureResult:
                  f"  produced={r.produced} delivered_unique={r.delivered_unique} lost={r.lost} "
                  f"duplicated={r.duplicated} reordered={r.reordered} "
                  f"aborted_visible={r.aborted_visible} aborted_in_log={r.aborted_in_log}"]
+        if self.stalls:  # a finding beside the audit's: the verdict is the output's alone
+            lines.append(f"  stalled {len(self.stalls)}× ("
+                         + ", ".join(s.text() for s in self.stalls) + "; restarted)")
         for name, found in self.anomalies().items():
             lines.append(f"  {name}: {found['count']}, e.g. {found['examples']}")
         lines += [f"  note: {n}" for n in self.notes]
@@ -129,7 +159,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
             kill_after_s: tuple[float, float] = (1.0, 4.0), fault: str | None = None,
             cluster: lab.Cluster | None = None, partitions: int = 1,
             keep_topics: bool = False, kill_clock: str = "start",
-            plaintext: bool = False) -> TortureResult:
+            plaintext: bool = False, stall_s: float = STALL_S) -> TortureResult:
     """Run ``command`` as the pipeline under test, kill it ``kills`` times (each a seeded
     random ``kill_after_s`` after the previous fault), and audit its output.
 
@@ -146,6 +176,11 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     LABKIT_KAFKA_CONFIG, like a first app written in a notebook): against a cluster that
     wants TLS or credentials the proxy, without a fault, stands between it and the cluster
     (its side plaintext, TLS and SASL upstream); on a plaintext cluster nothing changes.
+    ``stall_s``: an app alive, its input not consumed, whose committed offsets and output
+    have not changed for this long is stalled (``TortureResult.stalls``) and restarted like a
+    killed one; the ``MAX_STALLS``-th stall in a run raises HarnessError. Judged only once
+    the app has committed offsets to LABKIT_GROUP_ID (an app that never does cannot show
+    that its input is not consumed).
     Raises HarnessError when the run cannot be judged.
     """
     command = _checked_command(command)
@@ -155,6 +190,8 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
                            f"broker_kills={broker_kills}, timeout={timeout_s})")
     if partitions < 1:
         raise HarnessError(f"need at least one input partition (got partitions={partitions})")
+    if stall_s <= 0:
+        raise HarnessError(f"need a positive stall time (got stall_s={stall_s})")
     if kill_clock not in KILL_CLOCKS:
         raise HarnessError(f"unknown kill clock {kill_clock!r}: use 'start' (delays count from "
                            "the app's start) or 'commit' (from its first offset commit after a "
@@ -194,7 +231,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
         result = _run(command, cluster, names, run_dir, inputs, kills=kills,
                       broker_kills=broker_kills, timeout_s=timeout_s, check=check,
                       kill_after_s=kill_after_s, fault=fault, seed=seed, kill_clock=kill_clock,
-                      plaintext=plaintext)
+                      plaintext=plaintext, stall_s=stall_s)
     finally:
         if not keep_topics:
             # Each run makes two topics (and an app may make its own, e.g. Kafka Streams'
@@ -222,7 +259,8 @@ def _app_topics(bootstrap: str, group: str) -> list[str]:
 def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_dir: Path,
          inputs: list[dict], *, kills: int, broker_kills: int, timeout_s: float, check: str,
          kill_after_s: tuple[float, float], fault: str | None, seed: int,
-         kill_clock: str = "start", plaintext: bool = False) -> TortureResult:
+         kill_clock: str = "start", plaintext: bool = False,
+         stall_s: float = STALL_S) -> TortureResult:
     """Supervise the app over the prepared topics, stop it and audit its output."""
     result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
                            run_dir=str(run_dir))
@@ -237,7 +275,8 @@ def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_di
                    names[ENV_GROUP], history_file=run_dir / "history.jsonl") as watch:
         _supervise(app, watch, cluster, result, kills=kills, broker_kills=broker_kills,
                    kill_after_s=kill_after_s, timeout_s=timeout_s, seed=seed,
-                   progress=progress, started=started, kill_clock=kill_clock)
+                   progress=progress, started=started, kill_clock=kill_clock,
+                   stall_s=stall_s)
         app.stop()
         result.fault_stats = proxy.stats() if fault else None
     result.report = _audit(cluster.bootstrap, names[ENV_OUTPUT], inputs, check)
@@ -426,8 +465,9 @@ def _checked_command(command: Sequence[str]) -> list[str]:
 def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: TortureResult, *,
                kills: int, broker_kills: int, kill_after_s: tuple[float, float],
                timeout_s: float, seed: int, progress, started: float,
-               kill_clock: str = "start") -> None:
-    """Start the app, inject the seeded faults, restart it, return once it is done."""
+               kill_clock: str = "start", stall_s: float = STALL_S) -> None:
+    """Start the app, inject the seeded faults, restart it (also when it stalls), return
+    once it is done."""
     rng = random.Random(seed)
     faults = ["app"] * kills + ["broker"] * broker_kills
     rng.shuffle(faults)  # the seed decides the interleaving too
@@ -445,6 +485,7 @@ def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: Tortu
     delay, due, consumed_at_start = arm()
     own_crashes = 0
     quiet = _Quiet()
+    moving = _Progress(started)
     while True:
         now = time.monotonic()
         if due is None:
@@ -469,12 +510,8 @@ def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: Tortu
             continue
         if faults and code is None and due is not None and now >= due:
             if faults.pop(0) == "app":
-                t0 = time.monotonic()
-                app.kill()
                 result.kills += 1
-                app.start()
-                result.restarts += 1
-                result.restart_s.append(round(time.monotonic() - t0, 4))
+                result.restart_s.append(_kill_and_restart(app, result))
             else:
                 progress(f"torture: SIGKILL the broker ({result.broker_kills + 1}/{broker_kills})")
                 history.append(app.history, "broker-killed")
@@ -483,6 +520,13 @@ def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: Tortu
                 result.broker_kills += 1
                 history.append(app.history, "broker-restarted")
             delay, due, consumed_at_start = arm()
+            quiet = _Quiet()
+            continue
+        # A new start of the app or of the broker starts the stall clock over.
+        stalled_s = moving.stalled_s(consumed, end, written, (app.starts, result.broker_kills))
+        if code is None and stalled_s >= stall_s:
+            # The pending fault (if any) keeps its clock: the seeded schedule is unchanged.
+            _restart_stalled(app, watch, result, moving, stalled_s, progress)
             quiet = _Quiet()
             continue
         if code == 0:  # the app finished by itself: no process left to fault
@@ -518,6 +562,42 @@ def _supervise(app: "_App", watch: "_Watch", cluster: lab.Cluster, result: Tortu
         time.sleep(0.1)
 
 
+def _kill_and_restart(app: "_App", result: TortureResult) -> float:
+    """SIGKILL the app's process group and start it again, as a supervisor does; returns the
+    seconds from the SIGKILL to the app running again."""
+    t0 = time.monotonic()
+    app.kill()
+    app.start()
+    result.restarts += 1
+    return round(time.monotonic() - t0, 4)
+
+
+def _restart_stalled(app: "_App", watch: "_Watch", result: TortureResult,
+                     moving: "_Progress", stalled_s: float, progress) -> None:
+    """Record the stall, say so, and restart the app; the MAX_STALLS-th raises HarnessError."""
+    consumed, end, written = moving.seen
+    stall = Stall(after_s=round(moving.since - moving.started, 1), stalled_s=round(stalled_s, 1),
+                  consumed=consumed, end=end, written=written, attempt=app.starts)
+    result.stalls.append(stall)
+    history.append(app.history, "stalled", attempt=app.starts, stalled_s=stall.stalled_s,
+                   committed=consumed, end=end, output=written)
+    if len(result.stalls) >= MAX_STALLS:
+        raise HarnessError(
+            f"the app stalls every time it is started: {len(result.stalls)} times in this run "
+            f"it stayed alive but neither committed offsets to group {watch.group} nor wrote "
+            f"to {watch.output} for {stall.stalled_s:.0f} s while its input was not consumed "
+            f"(restarted after each). Last seen {stall.after_s:.1f} s into the run: "
+            f"{consumed} of {end} input offsets committed, {written} output records. A client "
+            "call that blocks past its timeout (e.g. librdkafka's "
+            "send_offsets_to_transaction(), librdkafka #5456, #5511)? A slow app needs a longer "
+            f"--stall-after. Its last lines:\n{app.tail()}")
+    line = (f"torture: app stalled: no commit and no output for {stall.stalled_s:.0f} s since "
+            f"t={stall.after_s:.1f} s; restarting it")
+    progress(line)
+    print(line, file=sys.stderr, flush=True)  # stays above the spinner (rich redirects it)
+    _kill_and_restart(app, result)
+
+
 def _timeout_message(timeout_s: float, consumed: int, end: int, written: int,
                      watch: "_Watch", app: "_App") -> str:
     if written == 0 and consumed == 0:
@@ -546,6 +626,29 @@ class _Quiet:
         if value != self.value:
             self.value, self.since = value, time.monotonic()
         return time.monotonic() - self.since >= for_s
+
+
+class _Progress:
+    """When did the app last make progress (its committed offsets or the output changed)?
+
+    The clock starts over at each new ``epoch`` (a start of the app, a broker restart): a
+    start takes its time before the first commit. Progress is only judged while the app has
+    committed something and not yet its whole input: an app that never commits cannot show
+    how far it got (IDLE_S covers it), and one that has consumed everything is finishing."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started  # the run's start: stalls are reported relative to it
+        self.seen: tuple[int, int, int] = (0, 0, 0)  # (consumed, end, written)
+        self.epoch: object = None
+        self.since = time.monotonic()
+
+    def stalled_s(self, consumed: int, end: int, written: int, epoch: object) -> float:
+        """Seconds without progress so far (0 while progress cannot be judged)."""
+        now = time.monotonic()
+        if epoch != self.epoch or (consumed, written) != (self.seen[0], self.seen[2]):
+            self.epoch, self.since = epoch, now
+        self.seen = (consumed, end, written)
+        return now - self.since if 0 < consumed < end else 0.0
 
 
 class _Watch:

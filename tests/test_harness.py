@@ -60,6 +60,7 @@ def test_a_transactional_app_is_exactly_once_under_kills(cluster):
     assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (600, 600, 0, 0)
     assert result.anomalies() == {}
     assert len(result.restart_s) == 3
+    assert result.stalls == []  # restarted by its kills, never for a stall
     events = [json.loads(line)["kind"] for line in
               (Path(result.run_dir) / "history.jsonl").read_text().splitlines()]
     assert events.count("killed") == 3 and events.count("started") == 4

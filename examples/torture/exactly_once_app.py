@@ -10,6 +10,14 @@ replays exactly the records whose output was aborted: exactly-once.
 It runs until it is stopped, like a real streaming app. ``--work-ms`` is the processing
 time per record (a real app does something per record; it also gives the harness's kills
 something to interrupt).
+
+``--hang-after N`` makes it hang like librdkafka's send_offsets_to_transaction() blocking far
+past its timeout (librdkafka #5456, #5511): after N committed transactions, the next one
+writes its output and then sleeps forever, alive, before sending its offsets. With
+``--hang-once FILE`` only the start that creates FILE hangs (the restarted app runs on):
+
+    labkit torture --kills 0 --stall-after 10 -- python examples/torture/exactly_once_app.py \
+        --hang-after 3 --hang-once /tmp/hung-once
 """
 import argparse
 import json
@@ -21,12 +29,27 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka_config import kafka_config  # LABKIT_KAFKA_CONFIG: TLS and credentials, when set
 
 
+def hang_here(once_marker: str | None) -> bool:
+    """Hang now? Always without a marker; with one, only if this start creates it."""
+    if once_marker is None:
+        return True
+    try:
+        open(once_marker, "x").close()
+        return True
+    except FileExistsError:
+        return False
+
+
 def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--work-ms", type=float, default=0.0, help="processing time per record")
     args.add_argument("--batch", type=int, default=20, help="records per transaction")
-    work_s = args.parse_args().work_ms / 1000
-    batch = args.parse_args().batch
+    args.add_argument("--hang-after", type=int, default=None,
+                      help="hang forever (alive) inside the transaction after this many commits")
+    args.add_argument("--hang-once", default=None, metavar="FILE",
+                      help="with --hang-after: only the start that creates FILE hangs")
+    opts = args.parse_args()
+    work_s, batch = opts.work_ms / 1000, opts.batch
     bootstrap = os.environ["LABKIT_BOOTSTRAP"]
     group = os.environ["LABKIT_GROUP_ID"]
     consumer = Consumer({
@@ -43,10 +66,15 @@ def main() -> None:
         # The same id after a restart fences the previous instance and aborts its open
         # transaction.
         "transactional.id": os.environ["LABKIT_TRANSACTIONAL_ID"],
+        # librdkafka 2.16 can block send_offsets_to_transaction() past its timeout once the
+        # group's coordinator left the cluster, until some connection opens or closes
+        # (librdkafka issues 5511, 5456): closing idle connections bounds that wait.
+        "connections.max.idle.ms": 5000,
     })
-    producer.init_transactions()
+    producer.init_transactions(60)
     consumer.subscribe([os.environ["LABKIT_INPUT_TOPIC"]])
     out = os.environ["LABKIT_OUTPUT_TOPIC"]
+    committed_txns = 0
     while True:
         msgs = [m for m in consumer.consume(batch, timeout=0.5) if m.error() is None]
         if not msgs:
@@ -58,15 +86,21 @@ def main() -> None:
                 time.sleep(work_s)
                 record["processed"] = True  # the transformation; the id is kept
                 producer.produce(out, key=m.key(), value=json.dumps(record).encode())
+            if committed_txns == opts.hang_after and hang_here(opts.hang_once):
+                producer.flush(10)  # the output is in the log, in a transaction left open
+                print(f"hanging after {committed_txns} transactions (--hang-after)", flush=True)
+                while True:
+                    time.sleep(3600)
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata())
-            producer.commit_transaction()
+                                                 consumer.consumer_group_metadata(), 60)
+            producer.commit_transaction(60)
+            committed_txns += 1
         except KafkaException as exc:
             if not exc.args[0].txn_requires_abort():
                 raise  # fatal (e.g. fenced): let the supervisor restart us
-            producer.abort_transaction()
+            producer.abort_transaction(60)
             # Rewind to what was committed, so the aborted batch is processed again.
-            committed = consumer.committed(consumer.assignment())
+            committed = consumer.committed(consumer.assignment(), timeout=30)
             for tp in committed:
                 consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
 
