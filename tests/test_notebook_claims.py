@@ -173,6 +173,10 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("story = timeline.torture_story(events)", "committed offsets reached the input's end: True"),
         ("story = timeline.torture_story(events)", "output records fewer than input records: True"),
         ("own_pipeline.check_own_pipeline(my_app, app_dir)", "there are duplicates"),
+        ("hung = harness.torture(", "kills: 0, restarts: 1"),
+        ("hung = harness.torture(", "stalled: 1"),
+        ("hung = harness.torture(", "verdict: exactly once"),
+        ("hung = harness.torture(", "aborted records in the output's log > 0: True"),
     ],
 }
 RAW_LIBRDKAFKA_LINE = re.compile(r"^%\d\|", re.M)

@@ -52,10 +52,13 @@ def torture_app(path: str | Path, **overrides) -> harness.TortureResult:
 
 def verdict_lines(result: harness.TortureResult) -> str:
     """What a run showed, in words that stay the same between runs (counts vary with the
-    kills' timing; whether there are any does not)."""
+    kills' timing; whether there are any does not). ``stalled: N`` only for a run in which
+    the app stalled (alive, no progress for the harness's ``stall_s``, then restarted)."""
     r = result.report
+    stalled = [f"stalled: {len(result.stalls)}"] if result.stalls else []
     return "\n".join([
         f"kills: {result.kills}, restarts: {result.restarts}",
+        *stalled,
         f"input records: {r.produced}, every one in the output: {r.delivered_unique == r.produced}",
         f"lost > 0: {r.lost > 0}",
         f"duplicated > 0: {r.duplicated > 0}",
