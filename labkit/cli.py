@@ -509,7 +509,7 @@ def torture(
 
 def _to_room(report) -> None:
     """With LABKIT_ROOM set, the audit's counts go to the room's board too."""
-    from labkit.room.secure_cluster import board
+    from labkit.room import board
 
     board.publish_audit(report)
 
@@ -526,7 +526,7 @@ def room_board(room: str = typer.Option("", help="the room (default: LABKIT_ROOM
     """Serve the room's board until Ctrl-C: one row per learner, one column per exercise,
     live. Learners set LABKIT_ROOM to the same name; their checks publish to it."""
     from labkit import settings
-    from labkit.room.secure_cluster import board
+    from labkit.room import board
 
     room = room or settings.current().room
     if not room:
@@ -544,7 +544,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable"
     """Preflight for a workshop: tools, jars, memory, the cluster, a produce/consume and a
     transaction round trip, Spark. Each line ok or the command that fixes it; exit 1 on any
     failure. Never starts a broker."""
-    from labkit.room.secure_cluster import doctor as preflight
+    from labkit.room import doctor as preflight
 
     checks = preflight.run(spark=spark,
                            on_check=None if as_json else lambda c: typer.echo(c.line()))

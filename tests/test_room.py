@@ -19,7 +19,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from labkit.room.secure_cluster import doctor, secure_cluster as room
+from labkit.room import doctor, secure_cluster as room
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.cluster import LocalCluster
 from labkit.kafka.connection import read_properties

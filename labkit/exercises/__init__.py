@@ -56,7 +56,7 @@ def exercise(notebook: str, label: str = "") -> Callable:
         @functools.wraps(check_fn)
         def run(*args, **kwargs) -> Verdict:
             verdict = check_fn(*args, **kwargs)
-            from labkit.room.secure_cluster import board  # only when a check runs: no Kafka client at import
+            from labkit.room import board  # only when a check runs: no Kafka client at import
 
             board.publish_verdict(notebook, label, verdict.passed, verdict.message)
             return verdict

@@ -22,14 +22,11 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-
 from labkit import settings
-
 from labkit.kafka import names
+from labkit.paths import project_root
 
 PUBLISH_TIMEOUT_S = 3.0  # a check never waits longer than this for the board
-TRACKS = Path(__file__).resolve().parents[1] / "notebooks" / "tracks.toml"
 
 
 def learner() -> str:
@@ -84,7 +81,7 @@ def publish_audit(report) -> bool:
 # ---------------------------------------------------------------- the board: state
 
 def notebook_order() -> list[str]:
-    tracks = tomllib.loads(TRACKS.read_text())
+    tracks = tomllib.loads((project_root() / "notebooks" / "tracks.toml").read_text())
     return [n for t in tracks["track"] for n in t["notebooks"]]
 
 
