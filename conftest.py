@@ -4,7 +4,7 @@ With pytest-xdist (`make test` runs 2 workers, whole files to each) every worker
 own broker and LABKIT_HOME, so workers never see each other's topics or processes.
 
 It is started before collection-time work (pytest_sessionstart) so notebook kernels, which
-are separate processes, find it too: they inherit LABKIT_HOME and ``labkit.cluster.ensure()``
+are separate processes, find it too: they inherit LABKIT_HOME and ``labkit.kafka.cluster.ensure()``
 attaches to it. With LABKIT_BOOTSTRAP set, everything runs against that external cluster.
 Tests that kill or restart brokers start their own clusters and leave this one alone.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit import cluster as lab
+from labkit.kafka import cluster as lab
 from labkit import proc
 try:  # the solved-notebook runs below need the project's tests package (absent when this
     # file is copied elsewhere, as the leak test does)
@@ -106,9 +106,9 @@ def three_brokers(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def failure_lab():
-    """A failure lab of the module's own (labkit.failover): a controller and brokers 1-3 to
+    """A failure lab of the module's own (labkit.experiments.failover): a controller and brokers 1-3 to
     freeze and kill; stopped and removed after the module."""
-    from labkit.failover import failure_lab as private_lab
+    from labkit.experiments.failover import failure_lab as private_lab
 
     with private_lab() as cluster:
         yield cluster

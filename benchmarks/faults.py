@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from labkit import scenarios
+from labkit.experiments import scenarios
 
 RECORDS = 50
 REPEATS = 3

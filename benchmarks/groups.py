@@ -7,7 +7,7 @@ one instance versus three.
 Rebalance pause: 3 instances of consume-transform-produce (exactly_once) over 6 partitions;
 instance 0 is SIGKILLed at after-send-offsets-before-commit on its 2nd batch; the pause is
 the time from its death (the supervisor reaps it) to the first batch processed again from a
-partition it held (``labkit.timeline.rebalance_pause``), from the run's history.
+partition it held (``labkit.checking.timeline.rebalance_pause``), from the run's history.
 
 Throughput: the whole run of N records (input written beforehand, excluded) with 1 and 3
 instances, no crash; records / wall seconds of the supervisor's run (process starts, group
@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from labkit import scenarios
+from labkit.experiments import scenarios
 
 CTP = "consume-transform-produce"
 PAUSE_REPEATS = 5

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from labkit import harness
+from labkit.torture import harness
 from labkit.paths import project_root
 
 APPS = project_root() / "examples" / "torture"

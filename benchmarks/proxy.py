@@ -17,8 +17,8 @@ import uuid
 import typer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from labkit import topics
-from labkit.cluster import LocalCluster
+from labkit.kafka import topics
+from labkit.kafka.cluster import LocalCluster
 from labkit.faults.proxy import FaultProxy
 
 VALUE = b"x" * 100

@@ -65,8 +65,12 @@ def learner(index: int, records: int) -> dict:
     """One learner's session (runs in its own process, its environment set by the room)."""
     from confluent_kafka.admin import AdminClient
 
-    from labkit import names, scenarios, settings, topics
-    from labkit.clientlog import client_config
+    from labkit import settings
+
+    from labkit.experiments import scenarios
+
+    from labkit.kafka import names, topics
+    from labkit.kafka.clientlog import client_config
 
     namespace = names.namespace()
     bootstrap = settings.current().bootstrap
@@ -136,7 +140,7 @@ class Sampler(threading.Thread):
         if self.names:
             from confluent_kafka.admin import AdminClient
 
-            from labkit.clientlog import client_config
+            from labkit.kafka.clientlog import client_config
             admin = AdminClient(client_config({"bootstrap.servers": self.bootstrap}))
         while not self._halt.wait(self.every_s):
             try:
@@ -183,8 +187,8 @@ def percentile(xs: list[float], q: float) -> float | None:
 
 def owners(name: str, namespaces: list[str]) -> list[str]:
     """The namespaces ``name`` belongs to (a name the lab made carries exactly one), by the
-    lab's one rule (``labkit.names``: ``<namespace>.<name>``)."""
-    from labkit.names import SEPARATOR
+    lab's one rule (``labkit.kafka.names``: ``<namespace>.<name>``)."""
+    from labkit.kafka.names import SEPARATOR
 
     return [ns for ns in namespaces if name.startswith(ns + SEPARATOR)]
 
@@ -245,18 +249,18 @@ def run_learners(indices: list[int], records: int, bootstrap: str, kafka_config:
 def room_cluster(brokers: int, bootstrap: str | None, secure_learners: int = 0):
     """(bootstrap, broker pids, room files or None): the given cluster, or a lab cluster
     started here and stopped on every path. ``secure_learners``: the room's SASL_SSL cluster
-    of docker-compose's secure profile (``labkit.room``: the same listener lines, SCRAM users
+    of docker-compose's secure profile (``labkit.room.secure_cluster``: the same listener lines, SCRAM users
     and prefixed ACLs per learner), run here with the lab's jars."""
     if bootstrap:
         yield bootstrap, [], None
         return
-    from labkit.cluster import LocalCluster
+    from labkit.kafka.cluster import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="room-lab-") as home:
         cluster = LocalCluster(brokers=brokers, home=Path(home), secure=bool(secure_learners))
         files = None
         if secure_learners:
-            from labkit.room import RoomSecurity
+            from labkit.room.secure_cluster import RoomSecurity
 
             cluster.security = RoomSecurity(Path(home) / "room", secure_learners)
             files = cluster.security.files
@@ -266,7 +270,7 @@ def room_cluster(brokers: int, bootstrap: str | None, secure_learners: int = 0):
 
 def txn_ids(bootstrap: str) -> list[str]:
     """Every transactional id the cluster's coordinators know (any state)."""
-    from labkit.inspect import Inspector
+    from labkit.kafka.inspect import Inspector
 
     with Inspector(bootstrap) as inspector:
         return sorted(t.transactional_id for t in inspector.transactions(states=()))
@@ -370,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-config", help="client.properties for every client "
                         "(LABKIT_KAFKA_CONFIG of the learners and of this script)")
     parser.add_argument("--secure", action="store_true",
-                        help="start the room's SASL_SSL cluster (labkit.room: a SCRAM user and "
+                        help="start the room's SASL_SSL cluster (labkit.room.secure_cluster: a SCRAM user and "
                              "prefixed ACLs per learner) instead of a plaintext lab")
     parser.add_argument("--no-solo", action="store_true", help="skip the one-learner baseline")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per phase")
@@ -403,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         if files is not None:  # each learner its own user; this script the instructor (admin)
             args.kafka_config = str(files.clients_dir)
             os.environ["LABKIT_KAFKA_CONFIG"] = str(files.admin_file)
-            doc["cluster"] = "room (labkit.room): SASL_SSL, SCRAM user + prefixed ACLs per learner"
+            doc["cluster"] = "room (labkit.room.secure_cluster): SASL_SSL, SCRAM user + prefixed ACLs per learner"
         homes = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="room-learners-")))
         if not args.no_solo:
             solo: list[dict] = []
@@ -455,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
 def _topics_now(bootstrap: str) -> list[str]:
     from confluent_kafka.admin import AdminClient
 
-    from labkit.clientlog import client_config
+    from labkit.kafka.clientlog import client_config
     return [t for t in AdminClient(client_config({"bootstrap.servers": bootstrap}))
             .list_topics(timeout=10).topics if not t.startswith("__")]
 

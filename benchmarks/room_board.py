@@ -5,7 +5,7 @@ second; the page adds up to 1 s) and the board process's CPU.
     LABKIT_HOME=/tmp/board-lab .venv/bin/labkit up
     LABKIT_HOME=/tmp/board-lab .venv/bin/python benchmarks/room_board.py [learners] [seconds]
 
-Each learner is a process of its own (its own namespace) calling labkit.board.publish_verdict,
+Each learner is a process of its own (its own namespace) calling labkit.room.board.publish_verdict,
 the path every exercise check takes, every 1-3 s; the poller reads /state every 50 ms.
 Results: docs/measurements.md ("The room board").
 """
@@ -23,12 +23,12 @@ import uuid
 
 import psutil
 
-from labkit import cluster
-from labkit.cluster import free_port
+from labkit.kafka import cluster
+from labkit.kafka.cluster import free_port
 
 LEARNER = """
 import random, sys, time
-from labkit.board import publish_verdict
+from labkit.room.board import publish_verdict
 n, until = int(sys.argv[1]), float(sys.argv[2])
 rng = random.Random(n)
 i = 0

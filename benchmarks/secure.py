@@ -21,9 +21,9 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from labkit import topics
-from labkit.clientlog import client_config
-from labkit.cluster import LocalCluster
+from labkit.kafka import topics
+from labkit.kafka.clientlog import client_config
+from labkit.kafka.cluster import LocalCluster
 
 
 def round_trips(cluster: LocalCluster) -> tuple[float, float]:

@@ -23,7 +23,11 @@ import time
 import uuid
 from pathlib import Path
 
-from labkit import cluster, data, proc
+from labkit import proc
+
+from labkit.kafka import cluster
+
+from labkit.pipelines import data
 from labkit.spark import runner
 from labkit.spark.runner import SparkWorker, StreamJob, run_until_done
 from labkit.spark.sinks import SinkSpec
@@ -52,7 +56,7 @@ def main() -> None:
 
     from labkit.spark.session import MASTER
 
-    jars = os.environ.get("LABKIT_SPARK_JARS") or "pinned (labkit.jvm.resolve('spark'))"
+    jars = os.environ.get("LABKIT_SPARK_JARS") or "pinned (labkit.kafka.jvm.resolve('spark'))"
     print(f"pyspark {pyspark.__version__}, master {MASTER}, connector jars: "
           f"{', '.join(Path(j).name for j in jars.split(',')) if ',' in jars else jars}")
     print(f"start {time.strftime('%H:%M:%S')}, load average (1/5/15 min) {load()}")

@@ -20,7 +20,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from labkit import data
+from labkit.pipelines import data
 from labkit.spark import runner
 from labkit.spark.db import default_url
 from labkit.spark.runner import StreamJob, run_until_done

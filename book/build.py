@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 
 
+START_HERE = ["docs/workshop", "docs/architecture"]  # the docs pages that are not measurements
+
+
 def index(tracks: dict, solutions: list[str], docs: list[str]) -> str:
     """The site's first page: what the lab is, where to start, the tracks as contents."""
     intro = (ROOT / "README.md").read_text().split("\n\n")[1]  # the README's first paragraph
@@ -25,11 +28,11 @@ def index(tracks: dict, solutions: list[str], docs: list[str]) -> str:
              "Every lesson below is shown with the outputs of its last run: read it here, then "
              "run it yourself ([setting up](README.md#two-commands): two commands). Teaching a "
              "room: [the 90-minute workshop path](docs/workshop.md).",
-             toctree("Start here", ["README", "docs/workshop"])]
+             toctree("Start here", ["README", *START_HERE])]
     for track in tracks["track"]:
         parts.append(toctree(f"{track['name']}: {track['about']}",
                              [f"notebooks/{n}" for n in track["notebooks"]]))
-    parts.append(toctree("Measurements", [d for d in docs if d != "docs/workshop"]))
+    parts.append(toctree("Measurements", [d for d in docs if d not in START_HERE]))
     parts.append(toctree(None, solutions, hidden=True))  # the lessons link them
     return "\n\n".join(parts) + "\n"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.data import generate, generate_clicks, write_csv
+from labkit.pipelines.data import generate, generate_clicks, write_csv
 
 HERE = Path(__file__).resolve().parent
 SEED = 2026

@@ -1,15 +1,15 @@
-"""labkit: the delivery-semantics lab's helpers, one idea per module.
+"""labkit: the delivery-semantics lab, one folder per layer (docs/architecture.md).
 
-Layers, top-down (the Jepsen split: data, pipelines, faults and audit never reach into
-each other):
+Bottom to top, each importing only the layers below it:
 
-- ``cluster``   real Kafka brokers (start, SIGKILL, restart) or an external cluster
-- ``faults``    named crash points in client code, a Kafka-aware network fault proxy
-- ``pipelines`` reference apps, one per processing guarantee
-- ``audit``     ground truth: what went in vs what is observable afterwards
-- ``inspect``   protocol-level views: batches, markers, LSO, group offsets, producers
-- ``widgets``   live dashboards and their static renderings
-- ``spark``     SparkSession with the Kafka connector, streaming runner, sinks
-- ``cli``       ``labkit up | down | status | scenario | crash-points | inspect``
+- base (``settings``, ``paths``, ``proc``, ``progress``)   the environment, places, processes
+- ``kafka``        the system under test: real brokers, clients' config, topics, the inspector
+- ``checking``     the audit: what went in vs what is observable afterwards, one verdict
+- ``faults``       crash points and their supervisor, the network fault proxy, the watchdog
+- ``pipelines``    the reference apps, one per processing guarantee, and the learner's code
+- ``spark``        Spark pipelines: session with the connector, crash-supervised runner, sinks
+- ``experiments``  a pipeline + faults + the audit, one module each
+- ``torture``      any app under kills and faults
+- ``room``, ``widgets``, ``exercises``, ``cli``
 """
 __version__ = "0.1.0"

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from labkit import cluster as lab
+from labkit.kafka import cluster as lab
 from labkit.paths import LabkitSetupError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -25,7 +25,7 @@ def _fail(message: str) -> None:
 @app.command()
 def setup() -> None:
     """Check Java and Maven, fetch the Kafka broker and Spark connector jars (once)."""
-    from labkit import jvm
+    from labkit.kafka import jvm
 
     try:
         java = jvm.check_java()
@@ -78,7 +78,8 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="machine-readable")) -> None:
     """Show the lab cluster: bootstrap, brokers, pids, data dir, up/down, the namespace."""
-    from labkit import names, settings
+    from labkit import settings
+    from labkit.kafka import names
 
     try:
         namespace, why = names.namespace_and_source()
@@ -130,7 +131,8 @@ def down() -> None:
 @app.command("clean-topics")
 def clean_topics(yes: bool = typer.Option(False, "--yes", help="delete without asking")) -> None:
     """Delete every topic of your namespace (what the lessons left on a shared cluster)."""
-    from labkit import names, settings, topics
+    from labkit import settings
+    from labkit.kafka import names, topics
 
     try:
         namespace = names.namespace()
@@ -224,7 +226,7 @@ def scenario(
     """Run a scenario against the lab cluster (starting one if none runs) and print the audit.
 
     Its topics, group and transactional ids are in LABKIT_NAMESPACE (see `labkit status`)."""
-    from labkit import scenarios
+    from labkit.experiments import scenarios
 
     if name != REORDER and idempotent is not None:
         _fail(f"--idempotent/--no-idempotent apply to {REORDER} only")
@@ -330,7 +332,7 @@ def _expiry(name: str, expiration_ms: int | None, records: int, as_json: bool) -
     """What the broker forgets: a producer's sequence numbers (producer-expiry) or a
     transactional.id (txn-id-expiry), each on a broker of its own (never the lab cluster:
     the settings are the broker's)."""
-    from labkit import producer_expiry, txn_id_expiry
+    from labkit.experiments import producer_expiry, txn_id_expiry
 
     module, run = ((producer_expiry, producer_expiry.producer_expiry) if name == PRODUCER_EXPIRY
                    else (txn_id_expiry, txn_id_expiry.txn_id_expiry))
@@ -345,7 +347,7 @@ def _expiry(name: str, expiration_ms: int | None, records: int, as_json: bool) -
 
 def _reorder(idempotent: bool, records: int, as_json: bool) -> None:
     """One account's payments, the 3rd Produce failing behind the 4th, on the lab cluster."""
-    from labkit import reorder
+    from labkit.experiments import reorder
 
     _on_lab_cluster(lambda: reorder.check_records(records),
                     lambda bootstrap: reorder.reorder(bootstrap, idempotent, records), as_json,
@@ -354,7 +356,7 @@ def _reorder(idempotent: bool, records: int, as_json: bool) -> None:
 
 def _poll_zombie(fencing: str, records: int, as_json: bool) -> None:
     """A member slower than max.poll.interval.ms over one batch, on the lab cluster."""
-    from labkit import poll_zombie
+    from labkit.experiments import poll_zombie
 
     def text(run) -> str:
         told = run.zombie_error or "nothing: its commit went through"
@@ -367,7 +369,7 @@ def _poll_zombie(fencing: str, records: int, as_json: bool) -> None:
 
 def _txn_timeout(records: int, as_json: bool) -> None:
     """An exactly-once loop whose batch 2 outlasts transaction.timeout.ms, on the lab cluster."""
-    from labkit import txn_timeout
+    from labkit.experiments import txn_timeout
 
     _on_lab_cluster(lambda: txn_timeout.check_records(records),
                     lambda bootstrap: txn_timeout.txn_timeout(bootstrap, records), as_json,
@@ -378,7 +380,7 @@ def _txn_timeout(records: int, as_json: bool) -> None:
 def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sync: bool,
                      records: int, as_json: bool) -> None:
     """The broker-failure scenario, on a failure lab of its own (never the lab cluster)."""
-    from labkit import failover
+    from labkit.experiments import failover
 
     if acks is None:
         _fail(f"{LEADER_FAILOVER} needs --acks 0 | 1 | all")
@@ -396,7 +398,7 @@ def _leader_failover(acks: str | None, min_insync: int, unclean: bool, out_of_sy
 
 def _coordinator_failover(records: int, as_json: bool, stall_after: float | None) -> None:
     """The transaction coordinator killed twice under an exactly-once loop, on a failure lab."""
-    from labkit import coordinator_failover, failover
+    from labkit.experiments import coordinator_failover, failover
     from labkit.faults.watchdog import ExperimentStalled
 
     try:
@@ -422,12 +424,12 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
                                           help="instead: each partition's leader, replicas, ISR "
                                                "and eligible leader replicas (KIP-966)")) -> None:
     """Show a topic's record batches, markers and offsets (log start, LSO, high watermark)."""
-    from labkit import inspect as inspector
-    from labkit import protocol
+    from labkit.kafka import inspect as inspector
+    from labkit.kafka import protocol
 
     try:
         if share_group:
-            from labkit.inspect.share import share_state
+            from labkit.kafka.inspect.share import share_state
 
             with inspector.Inspector(lab.running_or_fail().bootstrap) as i:
                 view = share_state(i, share_group, topic)
@@ -485,7 +487,7 @@ def torture(
     settings in the Java client's names).
     Example: labkit torture --kills 3 -- python examples/torture/exactly_once_app.py
     """
-    from labkit import harness
+    from labkit.torture import harness
 
     try:
         window = tuple(float(x) for x in kill_after.split(","))
@@ -507,7 +509,7 @@ def torture(
 
 def _to_room(report) -> None:
     """With LABKIT_ROOM set, the audit's counts go to the room's board too."""
-    from labkit import board
+    from labkit.room import board
 
     board.publish_audit(report)
 
@@ -523,7 +525,8 @@ def room_board(room: str = typer.Option("", help="the room (default: LABKIT_ROOM
                port: int = typer.Option(8770, help="the port (0: any free one)")) -> None:
     """Serve the room's board until Ctrl-C: one row per learner, one column per exercise,
     live. Learners set LABKIT_ROOM to the same name; their checks publish to it."""
-    from labkit import board, settings
+    from labkit import settings
+    from labkit.room import board
 
     room = room or settings.current().room
     if not room:
@@ -541,7 +544,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable"
     """Preflight for a workshop: tools, jars, memory, the cluster, a produce/consume and a
     transaction round trip, Spark. Each line ok or the command that fixes it; exit 1 on any
     failure. Never starts a broker."""
-    from labkit import doctor as preflight
+    from labkit.room import doctor as preflight
 
     checks = preflight.run(spark=spark,
                            on_check=None if as_json else lambda c: typer.echo(c.line()))

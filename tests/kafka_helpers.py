@@ -5,7 +5,7 @@ import time
 
 from confluent_kafka import Consumer, Producer
 
-from labkit.inspect import Inspector
+from labkit.kafka.inspect import Inspector
 
 
 def consume_all(bootstrap: str, topic: str, expect: int, isolation: str = "read_committed",

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-import labkit.audit
-from labkit import checkers, data, topics
-from labkit.audit import (REPORT_KEYS, AuditReport, Delivered, audit_table, audit_topic, check,
+import labkit.checking.audit
+from labkit.checking import checkers
+from labkit.kafka import topics
+from labkit.pipelines import data
+from labkit.checking.audit import (REPORT_KEYS, AuditReport, Delivered, audit_table, audit_topic, check,
                           check_counts, expected_counts)
-from labkit.checkers import Result
+from labkit.checking.checkers import Result
 
 
 def inputs(n: int = 6) -> list[dict]:
@@ -246,11 +248,11 @@ def test_table_audit_reads_rows_in_insertion_order(tmp_path):
 
 
 def test_the_audit_never_imports_pipelines_or_faults():
-    tree = ast.parse(Path(labkit.audit.__file__).read_text())
+    tree = ast.parse(Path(labkit.checking.audit.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if m and m.startswith(("labkit.pipelines", "labkit.faults",
-                                                            "labkit.scenarios"))}
+                                                            "labkit.experiments"))}
 
 
 @pytest.mark.parametrize("report, sentence, verdict", [

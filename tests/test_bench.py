@@ -1,4 +1,4 @@
-"""labkit.bench, run tiny against the real broker: the shape and sanity of what it measures;
+"""labkit.experiments.bench, run tiny against the real broker: the shape and sanity of what it measures;
 and the tables and the conclusion derived from them, on numbers made up to test them.
 
 No timing thresholds (the machine is shared and noisy): only facts that hold at any speed.
@@ -10,9 +10,9 @@ import math
 import pandas as pd
 import pytest
 
-from labkit import bench
-from labkit.clientlog import COORDINATOR_STALL_WORKAROUND_MS
-from labkit.inspect import Inspector
+from labkit.experiments import bench
+from labkit.kafka.clientlog import COORDINATOR_STALL_WORKAROUND_MS
+from labkit.kafka.inspect import Inspector
 
 
 def test_measure_delivers_every_record_once_and_counts_transactions(bootstrap):
@@ -268,7 +268,7 @@ def test_a_reader_stops_at_a_consumer_error_and_the_next_run_says_so(bootstrap):
     from confluent_kafka import KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from labkit.clientlog import client_config
+    from labkit.kafka.clientlog import client_config
 
     with bench.Lane(bootstrap, "at_least_once", value_bytes=64, warmup=False) as lane:
         reader, partition = lane.reader, [TopicPartition(lane.topic, 0)]

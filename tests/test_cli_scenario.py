@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from labkit.audit import REPORT_KEYS
+from labkit.checking.audit import REPORT_KEYS
 from labkit.cli import app
 from labkit.widgets.sequence import sequence_picture, steps
 
@@ -69,8 +69,8 @@ def test_bad_values_exit_non_zero_with_the_valid_choices(args, expected, bootstr
 
 
 def test_spark_scenario_names_are_dispatched_to_the_spark_registry(bootstrap, monkeypatch):
-    from labkit import scenarios
-    from labkit.audit import AuditReport
+    from labkit.experiments import scenarios
+    from labkit.checking.audit import AuditReport
     from labkit.spark.scenarios import SPARK_SCENARIOS
 
     calls = []

@@ -1,4 +1,4 @@
-"""Kafka client log lines go through labkit.clientlog's logger, never as librdkafka's raw
+"""Kafka client log lines go through labkit.kafka.clientlog's logger, never as librdkafka's raw
 ``%N|`` lines on stderr; warnings the client heals by retrying are not shown."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 from confluent_kafka import Producer
 
-from labkit.clientlog import client_config, client_logger
+from labkit.kafka.clientlog import client_config, client_logger
 
 RAW_LINE = re.compile(r"^%\d\|", re.M)
 

@@ -13,9 +13,13 @@ import psutil
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from labkit import coordinator_failover, data, failover, names, topics
-from labkit.clientlog import client_config
-from labkit.coordinator_failover import errors_by_class
+from labkit.experiments import coordinator_failover, failover
+
+from labkit.kafka import names, topics
+
+from labkit.pipelines import data
+from labkit.kafka.clientlog import client_config
+from labkit.experiments.coordinator_failover import errors_by_class
 from labkit.exercises.coordinator import check_next_coordinator, judge
 from labkit.faults.watchdog import ExperimentStalled
 from tests.test_failover import scenario_on_a_lab_of_its_own

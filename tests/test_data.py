@@ -7,7 +7,9 @@ import runpy
 
 import pytest
 
-from labkit import data, topics
+from labkit.kafka import topics
+
+from labkit.pipelines import data
 
 
 def test_generate_is_deterministic_with_unique_ids():

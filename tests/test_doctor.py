@@ -15,7 +15,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from labkit.clientlog import client_config
+from labkit.kafka.clientlog import client_config
 
 CHECKS_WITH_A_CLUSTER = ["python", "java", "maven", "jars", "memory", "disk", "port", "cluster",
                          "credentials", "reachable", "produce/consume", "transactions"]

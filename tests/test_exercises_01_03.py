@@ -9,12 +9,14 @@ from contextlib import contextmanager
 
 from confluent_kafka import Producer
 
-from labkit import scenarios, topics
+from labkit.experiments import scenarios
+
+from labkit.kafka import topics
 from labkit.exercises.at_least_once import check_harmless_crash_point
 from labkit.exercises.at_most_once import check_mid_batch_loss
 from labkit.exercises.idempotence import check_idempotent_crash
 from labkit.faults.proxy import FaultProxy
-from labkit.inspect import describe_topic
+from labkit.kafka.inspect import describe_topic
 
 
 def test_01_unanswered_then_right_then_wrong(bootstrap: str) -> None:

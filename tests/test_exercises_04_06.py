@@ -2,7 +2,9 @@
 measured on the real broker; plus the side-effect ledger notebook 05 audits."""
 from __future__ import annotations
 
-from labkit import audit, scenarios
+from labkit.checking import audit
+
+from labkit.experiments import scenarios
 from labkit.exercises.ctp import check_ctp_settings
 from labkit.exercises.transactions import check_transactions
 from labkit.exercises.zombies import check_next_epoch, replay_takeover

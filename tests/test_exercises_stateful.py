@@ -1,7 +1,7 @@
 """07 · stateful exactly-once: the exercise check and the restore-isolation knob, on real runs."""
 from __future__ import annotations
 
-from labkit import scenarios
+from labkit.experiments import scenarios
 from labkit.exercises.stateful import check_drift, exercise_points
 from tests.solution_code import solution_scope
 

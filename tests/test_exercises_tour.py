@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from labkit import topics
-from labkit.clientlog import client_config
+from labkit.kafka import topics
+from labkit.kafka.clientlog import client_config
 from labkit.exercises.tour import check_tour, produce_three_more
-from labkit.inspect import describe_topic
+from labkit.kafka.inspect import describe_topic
 
 
 def test_the_check_leaves_the_topic_as_it_was(bootstrap, topic_name):

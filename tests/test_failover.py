@@ -18,7 +18,9 @@ import pytest
 
 from typer.testing import CliRunner
 
-from labkit import failover, topics
+from labkit.experiments import failover
+
+from labkit.kafka import topics
 from labkit.cli import app
 from labkit.exercises.failover import check_no_acknowledged_loss
 from labkit.widgets.replicas import board_html

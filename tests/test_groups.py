@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import scenarios
+from labkit.experiments import scenarios
 from labkit.faults.crashpoints import CRASH_EXIT_CODE
 from tests.test_pipelines_matrix import DUPLICATED, LOST
 

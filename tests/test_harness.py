@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from labkit import harness
-from labkit.audit import REPORT_KEYS
+from labkit.torture import harness
+from labkit.checking.audit import REPORT_KEYS
 from labkit.cli import app
 from labkit.paths import project_root
 
@@ -231,7 +231,7 @@ def test_a_bad_fault_spec_lists_the_forms():
 
 
 def test_several_input_partitions_kept_topics_and_topics_deleted_by_default(cluster):
-    from labkit import topics
+    from labkit.kafka import topics
 
     # Three input partitions (records spread by key), topics kept for a look afterwards.
     result = harness.torture(EXACT, input=300, kills=1, seed=3, partitions=3, keep_topics=True,

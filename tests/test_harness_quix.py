@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from labkit import harness
+from labkit.torture import harness
 
 INPUT = 500
 KILLS = 2

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from labkit import cli, harness
+from labkit import cli
 # no_process_left_behind: test_harness's autouse fixture, applied to these tests too
-from tests.test_harness import EXACT, LABKIT, no_process_left_behind, torture_processes  # noqa: F401
+
+from labkit.torture import harness
+from tests.test_harness import EXACT, LABKIT, no_process_left_behind  # noqa: F401
 
 
 def history(run_dir: str) -> list[dict]:

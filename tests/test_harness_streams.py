@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from labkit import audit, data, harness
+from labkit.checking import audit
+
+from labkit.pipelines import data
+
+from labkit.torture import harness
 from tests.test_harness import no_process_left_behind  # noqa: F401 (autouse fixture)
 
 RECORDS = 1200

@@ -12,9 +12,9 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i64
 from typer.testing import CliRunner
 
-from labkit import protocol, topics
+from labkit.kafka import protocol, topics
 from labkit.cli import app
-from labkit.inspect import (Batch, Inspector, UnknownTopicError, count_states, describe_topic,
+from labkit.kafka.inspect import (Batch, Inspector, UnknownTopicError, count_states, describe_topic,
                             offset_states, snapshot_topic)
 from tests.kafka_helpers import end_transaction, produce_txn, transactional_producer
 

@@ -15,9 +15,12 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from labkit import names, settings, topics
+from labkit import settings
+
+from labkit.kafka import names, topics
 from labkit.cli import app
-from labkit.inspect import Inspector
+from labkit.kafka.inspect import Inspector
+from labkit.pipelines.guarantee import transactions
 from labkit.pipelines.txn import ProducerFenced, Transactions
 
 LABKIT = Path(sys.executable).with_name("labkit")
@@ -100,7 +103,7 @@ def test_the_same_transactional_id_in_two_namespaces_fences_no_one(bootstrap, mo
     def open_txn(ns: str) -> Transactions:
         monkeypatch.setenv("LABKIT_NAMESPACE", ns)
         topics.create(bootstrap, "ledger")
-        txn = Transactions(bootstrap, "ledger-app")
+        txn = transactions(bootstrap, "ledger-app")
         txn.begin()
         txn.produce("ledger", "k", {"id": f"{ns}-1"})
         return txn
@@ -167,7 +170,7 @@ def test_an_invalid_namespace_gets_the_settings_message(bootstrap, monkeypatch):
 def test_torture_hands_the_app_its_namespaced_names(bootstrap, monkeypatch):
     # An app the lab did not write (plain confluent-kafka, no labkit) under `labkit torture`
     # as dave: it only knows what the environment says, and the broker holds dave's names.
-    from labkit import harness
+    from labkit.torture import harness
 
     monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
     monkeypatch.setenv("LABKIT_NAMESPACE", "dave")

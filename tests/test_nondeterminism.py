@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import checkers
+from labkit.checking import checkers
 from labkit.spark import replay
 
 INPUTS = [("a1", "a"), ("b1", "b"), ("a2", "a"), ("b2", "b"), ("a3", "a")]
@@ -71,7 +71,7 @@ def test_replay_with_a_changed_lookup(bootstrap, tmp_path):
 def test_kafka_transactions_commit_one_attempt(bootstrap):
     """Consume-transform-produce, killed after producing its 2nd batch and before committing
     its offsets, the threshold lowered while it is down."""
-    from labkit import nondeterminism
+    from labkit.experiments import nondeterminism
 
     eo = nondeterminism.kafka_experiment(bootstrap, "exactly_once")
     # The first attempt's batch is in the log but aborted; read_committed gets the replay's.

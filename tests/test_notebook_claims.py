@@ -204,4 +204,4 @@ def test_no_raw_librdkafka_log_line_is_stored(name):
         if cell.cell_type == "code":
             lines = RAW_LIBRDKAFKA_LINE.findall(all_output_text(cell))
             assert not lines, f"{name} cell {i} stores librdkafka log lines: route the client's " \
-                              "logs through labkit.clientlog.client_config"
+                              "logs through labkit.kafka.clientlog.client_config"

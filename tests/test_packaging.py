@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import jvm
+from labkit.kafka import jvm
 
 ROOT = Path(__file__).resolve().parents[1]
 

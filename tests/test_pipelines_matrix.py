@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import scenarios
+from labkit.experiments import scenarios
 from labkit.faults.crashpoints import CRASH_EXIT_CODE
 
 RECORDS = 50

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import data, scenarios
+from labkit.experiments import scenarios
+
+from labkit.pipelines import data
 from labkit.pipelines import autocommit
-from labkit.pipelines.txn import TransactionMisuse, Transactions
+from labkit.pipelines.guarantee import transactions
+from labkit.pipelines.txn import TransactionMisuse
 
 CTP = "consume-transform-produce"
 RECORDS = 50
@@ -75,7 +78,7 @@ def test_auto_commit_with_manual_offset_store_commits_the_previous_poll(bootstra
 
 
 def test_transactional_api_misuse_gets_a_clear_message(bootstrap, topic_name):
-    txn = Transactions(bootstrap, f"{topic_name}-tx", init=False)
+    txn = transactions(bootstrap, f"{topic_name}-tx", init=False)
     with pytest.raises(TransactionMisuse, match=r"call init_transactions\(\) once"):
         txn.begin()
     txn.init()

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from labkit import poll_zombie
-from labkit.coordinator_failover import BATCH
+from labkit.experiments import poll_zombie
+from labkit.experiments.coordinator_failover import BATCH
 from tests.test_failover import LABKIT, refused_before_any_broker
 
 

@@ -4,7 +4,7 @@ the retry again (the whole batch duplicated, acknowledged at the second copy's o
 Kafka's default (one day) the retry is recognised and the batch is in the log once."""
 from __future__ import annotations
 
-from labkit import producer_expiry
+from labkit.experiments import producer_expiry
 from tests.test_failover import refused_before_any_broker, scenario_on_a_lab_of_its_own
 
 RECORDS = 10

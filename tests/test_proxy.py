@@ -17,8 +17,8 @@ from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as Fin
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 
-from labkit import protocol, topics
-from labkit.cluster import LocalCluster
+from labkit.kafka import protocol, topics
+from labkit.kafka.cluster import LocalCluster
 from labkit.faults.proxy import (
     VALID_FAULT_FORMS,
     FaultProxy,

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from labkit import reorder
+from labkit.experiments import reorder
 from labkit.faults.proxy import parse_fault_spec
 from tests.test_failover import LABKIT, refused_before_any_broker
 

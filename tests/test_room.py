@@ -1,4 +1,4 @@
-"""A room's secure cluster (labkit.room, docker-compose's ``secure`` profile) and the room
+"""A room's secure cluster (labkit.room.secure_cluster, docker-compose's ``secure`` profile) and the room
 load test's command line (benchmarks/room.py; the load test itself is run by hand, see
 docs/measurements-room.md).
 
@@ -19,11 +19,11 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from labkit import doctor, room
-from labkit.clientlog import client_config
-from labkit.cluster import LocalCluster
-from labkit.connection import read_properties
-from labkit.names import room_topic
+from labkit.room import doctor, secure_cluster as room
+from labkit.kafka.clientlog import client_config
+from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.connection import read_properties
+from labkit.kafka.names import room_topic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_compose_secure_profile_runs_the_generated_files(tmp_path):
                 return tmp_path / src.removeprefix("./room").strip("/") / seen[len(dst) + 1:]
         raise AssertionError(f"{seen} is on no volume of {service}")
 
-    from labkit import jvm
+    from labkit.kafka import jvm
 
     internal = []
     for n in (1, 2, 3):
@@ -202,7 +202,7 @@ def test_compose_broker_script_formats_with_the_real_storage_tool(tmp_path):
     every --add-scram argument are accepted. Only log.dirs and the /room paths are moved."""
     import shlex
 
-    from labkit import jvm
+    from labkit.kafka import jvm
 
     made = room.compose_files(tmp_path / "room", learners=3)
     line = next(ln for ln in (made.broker_dir / "node-1.sh").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""The room board (labkit.board, `labkit room board`): ten learner processes, each with its
+"""The room board (labkit.room.board, `labkit room board`): ten learner processes, each with its
 own namespace and LABKIT_ROOM set, run real exercise checks against the test broker; the
 board, served by the real CLI, shows each learner's pass or hint per exercise in Chromium
 within 5 s. A learner who cannot publish gets one warning line and still its verdict."""
@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from labkit.board import RoomState, publish_verdict
-from labkit.cluster import free_port
+from labkit.room.board import RoomState, publish_verdict
+from labkit.kafka.cluster import free_port
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_fail, wait_for_http
 
 LEARNERS = 10

@@ -20,9 +20,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
                                    ResourcePatternType, ResourceType)
 
-from labkit import cluster as lab
-from labkit import connection, secure, topics
-from labkit.clientlog import client_config
+from labkit.kafka import cluster as lab
+from labkit.kafka import connection, secure, topics
+from labkit.kafka.clientlog import client_config
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = "authentication failed: set LABKIT_KAFKA_CONFIG={} (labkit up --secure wrote it)"

@@ -16,12 +16,16 @@ import uuid
 
 import pytest
 
-from labkit import cluster as lab
-from labkit import data, harness, protocol, scenarios, settings
-from labkit.inspect import describe_topic
+from labkit.kafka import cluster as lab
+from labkit import settings
+from labkit.experiments import scenarios
+from labkit.kafka import protocol
+from labkit.pipelines import data
+from labkit.torture import harness
+from labkit.kafka.inspect import describe_topic
 
 PYTHON_APP = [sys.executable, "examples/torture/exactly_once_app.py"]
-COPIER = [sys.executable, "-m", "labkit.harness", "copier"]
+COPIER = [sys.executable, "-m", "labkit.torture.harness", "copier"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -82,8 +86,8 @@ def test_the_inspector_reads_batches_and_markers_from_the_secure_lab(secure_lab)
 
 
 def test_a_share_groups_stored_state_on_the_secure_lab(secure_lab, monkeypatch, tmp_path):
-    from labkit.inspect.client import InspectError, Inspector
-    from labkit.inspect.share import share_state
+    from labkit.kafka.inspect.client import InspectError, Inspector
+    from labkit.kafka.inspect.share import share_state
 
     # ReadShareGroupState is ClusterAction-only: the learner is refused, the inspector asks
     # again as the secure lab's admin (found through LABKIT_HOME, the lab's home).

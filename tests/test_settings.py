@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import names, settings
+from labkit import settings
+
+from labkit.kafka import names
 
 PACKAGE = Path(settings.__file__).parent
 

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import scenarios
-from labkit.inspect import Inspector
-from labkit.inspect.share import java_string_hash, share_state
+from labkit.experiments import scenarios
+from labkit.kafka.inspect import Inspector
+from labkit.kafka.inspect.share import java_string_hash, share_state
 from labkit.pipelines import share
 
 RECORDS = 40
@@ -159,7 +159,7 @@ def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
 
 
 def test_share_state_of_a_group_that_never_read(bootstrap, topic_name):
-    from labkit import topics
+    from labkit.kafka import topics
 
     # Kafka's String.hashCode, which places a share-partition on its coordinator
     assert java_string_hash("hello") == 99162322 and java_string_hash("") == 0

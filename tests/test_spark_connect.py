@@ -17,8 +17,8 @@ from collections import Counter
 
 import pytest
 
-from labkit import data
-from labkit.cluster import free_port
+from labkit.pipelines import data
+from labkit.kafka.cluster import free_port
 from labkit.spark import check, runner
 from labkit.spark.connect import ConnectServer
 from labkit.spark.scenarios import experiment

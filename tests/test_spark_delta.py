@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.spark import delta
+from labkit.spark import delta, tables
 from labkit.spark.scenarios import experiment
 
 pytestmark = pytest.mark.spark
@@ -23,7 +23,7 @@ def _run(bootstrap, tmp_path, guarantee: str):
     assert first.crashed and first.returncode == -9 and not last.crashed
     timeline = exp.run.timeline  # from the checkpoint: batch 1's offset range ran twice
     assert list(timeline.loc[timeline["replay"], "batch_id"]) == [1]
-    records, history = delta.read_table(exp.job.sink.path)
+    records, history = tables.read_table(exp.job.sink.path)
     return exp, records, history
 
 

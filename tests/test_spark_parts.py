@@ -10,7 +10,11 @@ import uuid
 
 import pytest
 
-from labkit import audit, data, topics
+from labkit.checking import audit
+
+from labkit.kafka import topics
+
+from labkit.pipelines import data
 from labkit.spark import checkpoint as ckpt
 from labkit.spark import check
 from labkit.spark.db import Database

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import audit
+from labkit.checking import audit
 from labkit.proc import pid_alive
 from labkit.spark import check
 from labkit.spark.scenarios import experiment

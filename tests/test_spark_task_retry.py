@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import topics
+from labkit.kafka import topics
 from labkit.spark import check
 from labkit.spark.scenarios import experiment, validate
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.inspect import describe_topic
+from labkit.kafka.inspect import describe_topic
 from labkit.spark import check
 from labkit.spark.scenarios import experiment
 from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch

@@ -7,7 +7,7 @@ Kafka's default (7 days) B took A's producer id over with a new epoch, and A was
 once."""
 from __future__ import annotations
 
-from labkit import txn_id_expiry
+from labkit.experiments import txn_id_expiry
 from tests.test_failover import refused_before_any_broker, scenario_on_a_lab_of_its_own
 
 RECORDS = 10

@@ -4,7 +4,7 @@ app starts a new producer and processes the batch again. Measured on the real br
 aborted batch is in the log, a read_committed reader gets each input once."""
 from __future__ import annotations
 
-from labkit import txn_timeout
+from labkit.experiments import txn_timeout
 from tests.test_failover import refused_before_any_broker
 
 RECORDS = 30

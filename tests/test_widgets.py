@@ -12,9 +12,9 @@ from confluent_kafka import Producer
 from matplotlib.image import imread
 from matplotlib.patches import Rectangle
 
-from labkit import topics
-from labkit.audit import AuditReport
-from labkit.inspect import UnknownTopicError
+from labkit.kafka import topics
+from labkit.checking.audit import AuditReport
+from labkit.kafka.inspect import UnknownTopicError
 from labkit.widgets import STATE_STYLE, Counts, Dashboard, figure, live_frontend, log_strip
 from labkit.widgets.static import png_bytes
 from labkit.widgets.html import counters_html, offsets_html, producers_html, strip_html

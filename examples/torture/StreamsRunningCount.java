@@ -9,7 +9,7 @@
  *     java -cp '.cache/jars/streams/*' examples/torture/StreamsRunningCount.java \
  *         --guarantee exactly_once_v2
  *
- * (`labkit.harness.streams_command(guarantee)` builds that command.) It reads the
+ * (`labkit.torture.harness.streams_command(guarantee)` builds that command.) It reads the
  * environment the harness sets: LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC,
  * LABKIT_GROUP_ID (the application.id, so the consumer group whose committed offsets the
  * harness watches) and LABKIT_HISTORY (its directory holds this run's state.dir); against a
@@ -17,7 +17,7 @@
  * file (security.protocol, sasl.jaas.config, ssl.truststore.*) loaded into the app's config.
  * PROCESSING_GUARANTEE in the environment is the same as --guarantee.
  *
- * Input: the lab's JSON records, keyed by their `key` field (labkit.data.load_into_topic),
+ * Input: the lab's JSON records, keyed by their `key` field (labkit.pipelines.data.load_into_topic),
  * so the count groups by the record key with no repartition topic. Output: for every input
  * record, {"key": ..., "count": <the count so far for that key>} keyed by the same key.
  */

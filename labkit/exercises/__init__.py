@@ -51,12 +51,12 @@ def prediction_gaps(prediction: object, points: tuple[str, ...], fill_in: str) -
 
 def exercise(notebook: str, label: str = "") -> Callable:
     """Marks a notebook's check: with LABKIT_ROOM set, its verdict also goes to the room's
-    board (``labkit.board``), which never stops the check from answering."""
+    board (``labkit.room.board``), which never stops the check from answering."""
     def mark(check_fn: Callable[..., Verdict]) -> Callable[..., Verdict]:
         @functools.wraps(check_fn)
         def run(*args, **kwargs) -> Verdict:
             verdict = check_fn(*args, **kwargs)
-            from labkit import board  # only when a check runs: no Kafka client at import
+            from labkit.room import board  # only when a check runs: no Kafka client at import
 
             board.publish_verdict(notebook, label, verdict.passed, verdict.message)
             return verdict

@@ -10,7 +10,7 @@ SCENARIO, GUARANTEE, RECORDS = "consume-transform-produce", "at_least_once", 40
 def check_harmless_crash_point(bootstrap: str, crash_at: str | None) -> Verdict:
     """02: name a crash point at which the at-least-once pipeline neither loses nor
     duplicates anything. The check crashes the real pipeline there and audits the output."""
-    from labkit import scenarios
+    from labkit.experiments import scenarios
 
     valid = scenarios.crash_points(SCENARIO, GUARANTEE)
     if unanswered(crash_at):

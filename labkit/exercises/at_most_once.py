@@ -15,7 +15,7 @@ def check_mid_batch_loss(bootstrap: str, predicted_lost: int | None) -> Verdict:
     """
     if unanswered(predicted_lost):
         return check(False, "", "fill in my_lost, then run this cell again.")
-    from labkit import scenarios
+    from labkit.experiments import scenarios
 
     report = scenarios.run("consumer", "at_most_once", crash_at="mid-batch", records=RECORDS,
                            bootstrap=bootstrap)

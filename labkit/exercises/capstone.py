@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from labkit import data, scenarios
+from labkit.experiments import scenarios
+
+from labkit.pipelines import data
 from labkit.exercises import Verdict, check, exercise
 
 SCENARIO = "consume-transform-produce"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import uuid
 
-from labkit import bench
+from labkit.experiments import bench
 from labkit.exercises import Verdict, check, exercise, unanswered
-from labkit.inspect import Inspector
+from labkit.kafka.inspect import Inspector
 
 RECORDS = 1000
 RECORDS_PER_TXN = 10

@@ -16,7 +16,7 @@ def check_ctp_settings(bootstrap: str, offsets: str | None, offset_delta: int | 
     if unanswered(offsets) or unanswered(offset_delta):
         return check(False, "", "fill in my_offsets and my_offset_delta, then run this cell "
                      "again. The check crashes the pipeline at three points and audits each.")
-    from labkit import scenarios
+    from labkit.experiments import scenarios
     from labkit.pipelines.ctp import OFFSET_MODES
 
     if offsets not in OFFSET_MODES:

@@ -33,7 +33,7 @@ def check_no_acknowledged_loss(lab, min_insync: int | None) -> Verdict:
         return check(False, "", "fill in my_min_insync, then run this cell again.")
     if isinstance(min_insync, bool) or min_insync not in (1, 2, 3):
         return check(False, "", "my_min_insync must be 1, 2 or 3 (the topic has 3 replicas).")
-    from labkit import failover
+    from labkit.experiments import failover
 
     run = failover.leader_failover(lab, acks="all", min_insync=min_insync, unclean=True,
                                    records=RECORDS)

@@ -14,8 +14,8 @@ def check_idempotent_crash(bootstrap: str, producer_ids: int | None,
     duplicates the audit finds. The check runs it and reads both from the broker's log."""
     if unanswered(producer_ids) or unanswered(duplicates):
         return check(False, "", "fill in my_producer_ids and my_duplicates, then run this cell again.")
-    from labkit import scenarios
-    from labkit.inspect import describe_topic
+    from labkit.experiments import scenarios
+    from labkit.kafka.inspect import describe_topic
 
     run = scenarios.run_detailed("consume-transform-produce", "at_least_once", crash_at="mid-batch",
                                  records=RECORDS, bootstrap=bootstrap,

@@ -9,7 +9,7 @@ real broker, a real SIGKILL), reads the table's history and audits it.
 from __future__ import annotations
 
 from labkit.exercises import Verdict, check, exercise, unanswered
-from labkit.spark import delta
+from labkit.spark import tables
 from labkit.spark.scenarios import experiment
 
 SCENARIO, GUARANTEE = "spark-delta", "at_least_once"  # at_least_once: the plain append
@@ -23,7 +23,7 @@ def measure(bootstrap: str, records: int = RECORDS) -> dict[str, int]:
     duplicated rows (the run's files removed afterwards)."""
     exp = experiment(SCENARIO, bootstrap, GUARANTEE, CRASH_AT, records, spare=False)
     try:
-        _, history = delta.read_table(exp.job.sink.path)
+        _, history = tables.read_table(exp.job.sink.path)
         return {"commits": len(history), "duplicated": exp.report.duplicated}
     finally:
         exp.cleanup()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from labkit import scenarios
+from labkit.experiments import scenarios
 from labkit.exercises import Verdict, check, exercise, prediction_gaps
 
 SCENARIO = "running-count"

@@ -17,10 +17,10 @@ def produce_three_more(bootstrap: str, topic: str) -> tuple[int, int]:
     """
     from confluent_kafka import Producer
 
-    from labkit import names, topics
-    from labkit.clientlog import client_config
+    from labkit.kafka import names, topics
+    from labkit.kafka.clientlog import client_config
 
-    topic = names.topic(topic)  # the broker's name, so the copy's is too (labkit.names)
+    topic = names.topic(topic)  # the broker's name, so the copy's is too (labkit.kafka.names)
     copy = f"{topic}-check-{uuid.uuid4().hex[:6]}"
     topics.create(bootstrap, copy, partitions=len(topics.partitions_of(bootstrap, topic)))
     producer = Producer(client_config({"bootstrap.servers": bootstrap,

@@ -13,11 +13,11 @@ def run_three_transactions(bootstrap: str, topic: str) -> tuple[int, int]:
     """
     from confluent_kafka import Producer
 
-    from labkit import names, topics
-    from labkit.clientlog import client_config
-    from labkit.inspect import Inspector
+    from labkit.kafka import names, topics
+    from labkit.kafka.clientlog import client_config
+    from labkit.kafka.inspect import Inspector
 
-    topic = names.topic(topic)  # the producer below is given the broker's name (labkit.names)
+    topic = names.topic(topic)  # the producer below is given the broker's name (labkit.kafka.names)
     topics.create(bootstrap, topic)
     producer = Producer(client_config({"bootstrap.servers": bootstrap,
                                        "transactional.id": f"{topic}-txn"}))

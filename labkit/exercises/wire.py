@@ -18,8 +18,10 @@ RECORDS, TRANSACTION_SIZE = 30, 10
 def last_marker_epoch(bootstrap: str) -> int:
     """Run the Java copier (30 records, transactions of 10, a fresh transactional.id) and
     return the epoch of the last marker on its output partition."""
-    from labkit import data, harness, topics
-    from labkit.inspect import describe_topic
+    from labkit.kafka import topics
+    from labkit.pipelines import data
+    from labkit.torture import harness
+    from labkit.kafka.inspect import describe_topic
 
     name = f"wire-check-{uuid.uuid4().hex[:8]}"
     try:

@@ -12,9 +12,9 @@ def replay_takeover(bootstrap: str) -> tuple[int, int]:
     move when the check is run again."""
     import uuid
 
-    from labkit import names, topics
-    from labkit.inspect import Inspector
-    from labkit.pipelines.txn import Transactions
+    from labkit.kafka import names, topics
+    from labkit.kafka.inspect import Inspector
+    from labkit.pipelines.guarantee import transactions
 
     topic = f"zombie-check-{uuid.uuid4().hex[:8]}"
     topics.create(bootstrap, topic)
@@ -24,14 +24,14 @@ def replay_takeover(bootstrap: str) -> tuple[int, int]:
         return max(s.producer_epoch for s in inspector.producers(on_broker))
 
     try:
-        frozen = Transactions(bootstrap, app)
+        frozen = transactions(bootstrap, app)
         frozen.begin()
         frozen.produce(on_broker, "acct", {"id": "a-1", "key": "acct"})
         frozen.flush(60)
         epochs = []
         with Inspector(bootstrap) as inspector:
             for instance in ("b", "c"):  # B takes over, then the third while B is idle
-                txn = Transactions(bootstrap, app)
+                txn = transactions(bootstrap, app)
                 txn.begin()
                 txn.produce(on_broker, "acct", {"id": f"{instance}-1", "key": "acct"})
                 txn.commit()
@@ -65,7 +65,7 @@ GROUP_RECORDS, GROUP_INSTANCES, GROUP_PARTITIONS = 180, 3, 6
 def check_group_duplicates(bootstrap: str, duplicates: int | None) -> Verdict:
     """06: predict the duplicates when one of three at_least_once instances is killed at
     after-process-before-commit on its second batch. The check runs it and audits."""
-    from labkit import scenarios
+    from labkit.experiments import scenarios
 
     if unanswered(duplicates):
         return check(False, "", "fill in my_duplicates, then run this cell again.")

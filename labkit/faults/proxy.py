@@ -19,7 +19,7 @@ side is secure: each upstream connection does TLS and authenticates itself (SASL
 lab's own clients would) before it relays the client's frames. The client side stays
 plaintext on 127.0.0.1, and the proxy says so (``settings.mark_plaintext``): a lab client
 pointed at ``proxy.bootstrap``, in this process or a worker started while the proxy runs,
-gets no security settings from ``labkit.clientlog.client_config``.
+gets no security settings from ``labkit.kafka.clientlog.client_config``.
 """
 from __future__ import annotations
 
@@ -42,9 +42,11 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
-from labkit import protocol, settings
-from labkit.protocol import API_KEYS, API_NAMES, api_name
-from labkit.cluster import check_reachable
+from labkit import settings
+
+from labkit.kafka import protocol
+from labkit.kafka.protocol import API_KEYS, API_NAMES, api_name
+from labkit.kafka.cluster import check_reachable
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit import history, proc
+from labkit import proc
+
+from labkit.checking import history
 from labkit.faults import crashpoints
 from labkit.progress import status
 

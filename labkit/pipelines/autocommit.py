@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
-from labkit import names
-from labkit.clientlog import client_config
+from labkit.kafka import names
+from labkit.kafka.clientlog import client_config
 from labkit.pipelines.common import committed_offsets
 
 STORE_MODES = ("on-poll", "after-process")
@@ -51,7 +51,7 @@ def trace(bootstrap: str, topic: str, polls: int = 5, batch_size: int = 10,
     """
     if store not in STORE_MODES:
         raise ValueError(f"store must be one of {STORE_MODES}, not {store!r}")
-    topic = names.topic(topic)  # a learner's name or the broker's (labkit.names)
+    topic = names.topic(topic)  # a learner's name or the broker's (labkit.kafka.names)
     consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group_id or f"autocommit-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": True, "auto.commit.interval.ms": interval_ms,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message,
                              Producer, TopicPartition)
 
-from labkit import names, topics
+from labkit.kafka import names, topics
 from labkit.faults.crashpoints import crash_point, halves
 
 # A dropped produce ack is retried after this long; Kafka's default (30 s) would make a
@@ -59,7 +59,7 @@ class DeliveryTracker:
     def produce(self, topic: str, key: str | None, value: object) -> None:
         name = self._known_topics.get(topic)
         if name is None:
-            # A learner's name or the broker's: the broker's (labkit.names), once per topic.
+            # A learner's name or the broker's: the broker's (labkit.kafka.names), once per topic.
             name = names.topic(topic)
             # Learn the topic's leaders *before* the first record. Otherwise records wait for
             # metadata longer than linger.ms and go out as soon as it arrives, splitting what

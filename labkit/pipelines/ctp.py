@@ -16,7 +16,7 @@ also writes each payment to a SQLite ledger *outside* Kafka (like calling a card
 Kafka transaction cannot take that write back, so a crash before the commit repeats it.
 ``lookup=path`` screens each batch with the review threshold read from that table when the
 batch is processed (labkit.pipelines.lookup): a transform that is not deterministic across a
-replay when the table changes in between (labkit.nondeterminism).
+replay when the table changes in between (labkit.experiments.nondeterminism).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from contextlib import closing
 
 from confluent_kafka import Message
 
-from labkit import names
+from labkit.kafka import names
 from labkit.pipelines import consumer as ledger
 from labkit.pipelines.common import (PIPELINE_TUNING, commit, next_offsets, produce_in_halves,
                                      record_of)
@@ -63,7 +63,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
     ``max_batches`` stops after that many batches (the zombie experiment's late instance).
     """
     g = guarantee_named(guarantee, idempotent)
-    output_topic = names.topic(output_topic)  # the input's name: GroupInput (labkit.names)
+    output_topic = names.topic(output_topic)  # the input's name: GroupInput (labkit.kafka.names)
     if offsets not in OFFSET_MODES:
         raise ValueError(f"offsets must be one of {OFFSET_MODES}, not {offsets!r}")
     if fencing not in FENCING_MODES:

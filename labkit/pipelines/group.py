@@ -32,8 +32,10 @@ from confluent_kafka import (Consumer, ConsumerGroupState, KafkaError, KafkaExce
                              TopicPartition)
 from confluent_kafka.admin import AdminClient
 
-from labkit import history, names
-from labkit.clientlog import client_config
+from labkit.checking import history
+
+from labkit.kafka import names
+from labkit.kafka.clientlog import client_config
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import (IDLE_TIMEOUT_S, PipelineError, StaleGeneration,
                                      committed_offsets)
@@ -97,7 +99,7 @@ class GroupInput:
                  protocol: str = "classic", instance_id: str | None = None,
                  positions: Positions | None = None, start: Positions | None = None,
                  wait_for_members: int = 1):
-        # A learner's names or the broker's: the broker's, in the namespace (labkit.names).
+        # A learner's names or the broker's: the broker's, in the namespace (labkit.kafka.names).
         topic, group_id = names.topic(topic), names.group(group_id)
         self.topic = topic
         self.guarantee = guarantee

@@ -20,9 +20,10 @@ from typing import ClassVar
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from labkit.clientlog import client_config
+from labkit.kafka.clientlog import client_config
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import DeliveryTracker, commit
+from labkit.pipelines.txn import Transactions
 
 MAX_RETRIES = 2_147_483_647
 
@@ -141,8 +142,6 @@ class ExactlyOnce(Guarantee):
                     tuning: dict | None = None):
         """A transactional producer, initialised *before* anything is read: init_transactions()
         aborts what a crashed predecessor left open; only then are offsets and changelog final."""
-        from labkit.pipelines.txn import Transactions  # txn takes its settings from here
-
         conf = {"bootstrap.servers": bootstrap, **(tuning or {}),
                 **self.producer_settings(transactional_id)}
         return Transactions(bootstrap, transactional_id, config=conf)
@@ -179,3 +178,9 @@ def guarantee(name: str, idempotent: bool | None = None) -> Guarantee:
         raise ValueError(f"unknown processing guarantee {name!r}; choose one of "
                          f"{', '.join(GUARANTEES)}")
     return GUARANTEE_CLASSES[name](idempotent=bool(idempotent))
+
+
+def transactions(bootstrap: str, transactional_id: str, init: bool = True) -> Transactions:
+    """A transactional producer with the exactly_once guarantee's settings."""
+    return Transactions(bootstrap, transactional_id, init=init, config={
+        "bootstrap.servers": bootstrap, **ExactlyOnce().producer_settings(transactional_id)})

@@ -5,15 +5,16 @@ are written tagged with the threshold's version. The threshold lives in a one-ro
 table that risk operations edit at any time (``set_threshold``), so the same payment can be
 processed differently by two attempts: the transform is not deterministic across a replay.
 Used by labkit.spark.replay (Spark sinks) and by the consume-transform-produce pipeline
-(``ctp.run(lookup=...)``, labkit.nondeterminism).
+(``ctp.run(lookup=...)``, labkit.experiments.nondeterminism).
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 from contextlib import closing
 
 THRESHOLD_TABLE = "review_threshold"
-V1 = ("v1", 50_000)  # cents: no generated payment is above it (labkit.data: at most 50,000)
+V1 = ("v1", 50_000)  # cents: no generated payment is above it (labkit.pipelines.data: at most 50,000)
 V2 = ("v2", 25_000)  # about half of them are
 VERSION_FIELD = "threshold_version"
 
@@ -43,3 +44,15 @@ def screen(payment: dict, threshold: tuple[str, int]) -> dict | None:
 def processing(inputs: list[dict], threshold: tuple[str, int]) -> dict[str, str]:
     """What one processing of every payment under ``threshold`` writes: id -> version."""
     return {r["id"]: threshold[0] for r in inputs if screen(r, threshold) is not None}
+
+
+def apply_threshold(path: str, rows: list[dict]) -> list[dict]:
+    """The transform (Spark's driver runs it on each micro-batch: labkit.spark.child): look the threshold up now,
+    drop payments above it, tag the others' value with the threshold's version."""
+    threshold = current_threshold(path)
+    out = []
+    for r in rows:
+        screened = screen(json.loads(r["value"]), threshold)
+        if screened is not None:
+            out.append({**r, "value": json.dumps(screened)})
+    return out

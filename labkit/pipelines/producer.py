@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labkit import names, topics
+from labkit.kafka import names, topics
 from labkit.pipelines.common import PIPELINE_TUNING, produce_in_halves
 from labkit.pipelines.guarantee import guarantee as guarantee_named
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from labkit import names, topics
+from labkit.kafka import names, topics
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import PIPELINE_TUNING, next_offsets, produce_in_halves, record_of
 from labkit.pipelines.group import GroupInput, run_batches

@@ -40,8 +40,12 @@ from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsu
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    ResourceType)
 
-from labkit import history, names, settings
-from labkit.clientlog import client_config
+from labkit import settings
+
+from labkit.checking import history
+
+from labkit.kafka import names
+from labkit.kafka.clientlog import client_config
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import PIPELINE_TUNING, record_of
 from labkit.pipelines.guarantee import guarantee as guarantee_named
@@ -49,7 +53,7 @@ from labkit.pipelines.guarantee import guarantee as guarantee_named
 ACK_MODES = ("explicit", "implicit")
 POISON_ACTIONS = ("release", "reject")
 SHARE_GUARANTEES = ("at_least_once", "at_most_once")
-# The lab broker's settings (labkit.cluster): the lock and the delivery limit.
+# The lab broker's settings (labkit.kafka.cluster): the lock and the delivery limit.
 RECORD_LOCK_S = 10.0
 DELIVERY_LIMIT = 5
 # A worker stops once it has polled nothing for this long. A crashed consumer's records

@@ -4,7 +4,7 @@ librdkafka refuses a misused transactional API with terse errors ("Local: Errone
 state"); this thin wrapper lets the real client refuse, then re-raises with the rule that
 was broken. It adds no state of its own: Kafka's client decides what is allowed.
 
-    txn = Transactions(bootstrap, transactional_id="ctp-1")   # init_transactions() done
+    txn = guarantee.transactions(bootstrap, "ctp-1")   # init_transactions() done
     txn.begin()
     txn.produce("out", key, value)
     txn.send_offsets(consumer, offsets)
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from labkit import names
-from labkit.clientlog import client_config
+from labkit.kafka import names
+from labkit.kafka.clientlog import client_config
 from labkit.pipelines.common import GROUP_FENCING_ERRORS, DeliveryTracker, StaleGeneration
 
 ORDER = ("init_transactions() once, then for each batch: begin_transaction(), produce(...), "
@@ -67,14 +67,10 @@ def explain(op: str, exc: KafkaException, transactional_id: str | None = None) -
 class Transactions:
     """A real transactional confluent-kafka Producer, with explained errors."""
 
-    def __init__(self, bootstrap: str, transactional_id: str, init: bool = True,
-                 timeout_s: float = 60.0, config: dict | None = None):
-        """``config``: the full producer configuration (default: the exactly_once guarantee's)."""
-        if config is None:
-            from labkit.pipelines.guarantee import ExactlyOnce  # it builds its output from here
-
-            config = {"bootstrap.servers": bootstrap,
-                      **ExactlyOnce().producer_settings(transactional_id)}
+    def __init__(self, bootstrap: str, transactional_id: str, *, config: dict,
+                 init: bool = True, timeout_s: float = 60.0):
+        """``config``: the full producer configuration (``guarantee.transactions`` gives the
+        exactly_once guarantee's)."""
         self.transactional_id = names.transactional_id(transactional_id)  # as client_config makes it
         self.producer = Producer(client_config(config))
         self.delivery = DeliveryTracker(self.producer, strict=True)

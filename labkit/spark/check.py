@@ -2,18 +2,20 @@
 
 It reads only what is observable afterwards (the sink's table, the output topic) and the
 records that went in, never the query's checkpoint or the sink's offsets table. Record
-sinks are judged by labkit.audit.check (lost, duplicated, reordered per key, in the order
+sinks are judged by labkit.checking.audit.check (lost, duplicated, reordered per key, in the order
 the database numbered the rows); count sinks, which keep no record ids, by their totals per
-key (labkit.audit.check_counts). Both end in the lab's one verdict (labkit.checkers).
+key (labkit.checking.audit.check_counts). Both end in the lab's one verdict (labkit.checking.checkers).
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from labkit import audit, topics
-from labkit.audit import AuditReport, Delivered
+from labkit.checking import audit
+
+from labkit.kafka import topics
+from labkit.checking.audit import AuditReport, Delivered
 from labkit.spark.db import Database
-from labkit.spark.sinks import RECORD_COLUMNS, SEQUENCE_COLUMN
+from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
 
 
 def table_records(db_url: str, table: str) -> pd.DataFrame:
@@ -59,7 +61,7 @@ def aborted_rows(bootstrap: str, input_topic: str, rows: pd.DataFrame) -> list[D
 def audit_output(scenario: str, guarantee: str, crash_at: str | None, inputs: list[dict],
                  output: pd.DataFrame, state_expected: dict[str, int],
                  aborted: list[Delivered] | None = None) -> AuditReport:
-    """labkit.audit.check on a record sink's output; the state is the output's count per key.
+    """labkit.checking.audit.check on a record sink's output; the state is the output's count per key.
     ``aborted``: the output's records of aborted input transactions (``aborted_rows``)."""
     return audit.check(scenario, guarantee, inputs, delivered(output), crash_at=crash_at,
                        aborted=aborted or [], state_expected=state_expected,
@@ -69,6 +71,6 @@ def audit_output(scenario: str, guarantee: str, crash_at: str | None, inputs: li
 def audit_counts(scenario: str, guarantee: str, crash_at: str | None, produced: int,
                  state_expected: dict[str, int], state_actual: dict[str, int]) -> AuditReport:
     """For a count sink the records are gone, only totals remain: a shortfall per key counts
-    as lost, an excess as duplicated (labkit.audit.check_counts)."""
+    as lost, an excess as duplicated (labkit.checking.audit.check_counts)."""
     return audit.check_counts(scenario, guarantee, produced, state_expected, state_actual,
                               crash_at=crash_at)

@@ -24,7 +24,9 @@ import threading
 import time
 from pathlib import Path
 
-from labkit import javaconfig, names, settings
+from labkit import settings
+
+from labkit.kafka import javaconfig, names
 from labkit.faults.crashpoints import crash_point
 from labkit.spark import checkpoint as ckpt
 from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
@@ -108,7 +110,7 @@ def run_stream(spark, job: dict, send) -> dict:
     reader = (spark.readStream.format("kafka")
               .options(**javaconfig.spark_options(job["bootstrap"]))  # + LABKIT_KAFKA_CONFIG
               .option("subscribe", job["topic"])
-              # Spark's own group id prefix, in the learner's namespace (labkit.names): a
+              # Spark's own group id prefix, in the learner's namespace (labkit.kafka.names): a
               # room's prefixed group ACLs cover it; unchanged without a namespace
               .option("groupIdPrefix", names.group("spark-kafka-source"))
               .option("startingOffsets", job["starting_offsets"])
@@ -132,7 +134,7 @@ def run_stream(spark, job: dict, send) -> dict:
         order = ["key"] if stateful else ["partition", "offset"]
         rows = [r.asDict() for r in df.orderBy(*order).collect()]
         if job.get("lookup"):  # the non-deterministic transform (labkit.spark.replay)
-            from labkit.spark.replay import apply_threshold
+            from labkit.pipelines.lookup import apply_threshold
 
             rows = apply_threshold(job["lookup"], rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),

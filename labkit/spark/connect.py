@@ -31,9 +31,11 @@ from pathlib import Path
 
 import pyspark
 
-from labkit import jvm, settings
+from labkit import settings
+
+from labkit.kafka import jvm
 from labkit import proc
-from labkit.cluster import PortInUseError, port_is_free
+from labkit.kafka.cluster import PortInUseError, port_is_free
 from labkit.paths import lab_home, spark_remote
 from labkit.progress import status
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.faults.crashpoints import crash_point
-from labkit.spark.sinks import RECORD_COLUMNS
+from labkit.spark.columns import RECORD_COLUMNS
 
 COLUMNS = RECORD_COLUMNS  # the same record columns as the database sinks' tables
 SCHEMA = ("id STRING, key STRING, value STRING, topic STRING, kafka_partition INT, "
@@ -114,26 +114,3 @@ def log_entries(path: str | Path) -> pd.DataFrame:
                     "txn_version": int(txn["version"]) if txn else None,
                     "files": added})
     return pd.DataFrame(out, columns=["version", "txn_app_id", "txn_version", "files"])
-
-
-def read_table(path: str | Path, worker=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(records, history) of the Delta table at ``path``, read by a Spark worker.
-
-    ``records`` has COLUMNS plus ``delta_version`` (the commit that added the row's file),
-    in the order the table shows: by commit, then by input position within a commit (a
-    commit is atomic, so inside one there is no other order to see). ``history`` is
-    DESCRIBE HISTORY (version, operation, rows written) joined with the log's txn entries.
-    """
-    from labkit.spark.runner import shared_worker
-
-    res = (worker or shared_worker()).run({"op": "delta-read", "path": str(path)}).result
-    log = log_entries(path)
-    version_of = {Path(f).name: v for v, files in zip(log["version"], log["files"]) for f in files}
-    records = pd.DataFrame(res["rows"], columns=[*COLUMNS, "file_name"])
-    records["delta_version"] = [version_of[Path(f).name] for f in records["file_name"]]
-    records = (records.drop(columns="file_name")
-               .sort_values(["delta_version", "kafka_partition", "kafka_offset"], kind="stable")
-               .reset_index(drop=True))
-    history = pd.DataFrame(res["history"], columns=["version", "operation", "rows"]).merge(
-        log[["version", "txn_app_id", "txn_version"]], on="version", how="left")
-    return records, history

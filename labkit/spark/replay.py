@@ -13,7 +13,7 @@ it is down the threshold is lowered to ``V2``; the restart replays that batch un
 
 - the idempotent (upsert) sink keeps the first attempt's rows that ``V2`` holds back and
   overwrites the others: output of two attempts mixed, per key, matching no single processing
-  (``labkit.checkers.single_processing``: mixed keys > 0);
+  (``labkit.checking.checkers.single_processing``: mixed keys > 0);
 - the transactional sink (offsets in the database) and Delta's txnVersion skip the replay:
   the batch stays as its first attempt wrote it, one processing (mixed keys 0);
 - a plain Delta append (``delta-append``) adds the replay's rows next to the first
@@ -32,29 +32,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import checkers, data, names
-from labkit.checkers import Result
-from labkit.spark import check, delta
-from labkit.pipelines.lookup import (V1, V2, VERSION_FIELD, current_threshold, processing,
-                                     screen, set_threshold)
+from labkit.checking import checkers
+
+from labkit.kafka import names
+
+from labkit.pipelines import data
+from labkit.checking.checkers import Result
+from labkit.spark import check, tables
+from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
 from labkit.spark.db import default_url
 from labkit.spark.runner import Run, StreamJob, run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
 
 SINKS = ("idempotent", "transactional", "delta", "delta-append")
 CRASH_AT, CRASH_HIT, BATCHES, PARTITIONS = "spark-after-sink-before-commit", 2, 3, 2
-
-
-def apply_threshold(path: str, rows: list[dict]) -> list[dict]:
-    """The transform (run on the driver for each micro-batch): look the threshold up now,
-    drop payments above it, tag the others' value with the threshold's version."""
-    threshold = current_threshold(path)
-    out = []
-    for r in rows:
-        screened = screen(json.loads(r["value"]), threshold)
-        if screened is not None:
-            out.append({**r, "value": json.dumps(screened)})
-    return out
 
 
 def observed(output: pd.DataFrame) -> list[tuple[str, str]]:
@@ -131,7 +122,7 @@ def experiment(bootstrap: str, sink: str, records: int = 60, *,
                          resume="database" if sink == "transactional" else "checkpoint")
     history = None
     if sink in DELTA_KINDS:
-        output, history = delta.read_table(spec.path)
+        output, history = tables.read_table(spec.path)
     else:
         output = check.table_records(spec.db_url, spec.table)
     return ReplayExperiment(sink, audit(inputs, output), output, run, inputs, workdir, history)

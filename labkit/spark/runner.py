@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import proc, settings, topics
+from labkit import proc, settings
+
+from labkit.kafka import topics
 from labkit.faults.crashpoints import CRASH_POINTS, arm
 from labkit.paths import spark_remote
 from labkit.progress import status

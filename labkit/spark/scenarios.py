@@ -4,7 +4,7 @@ Each entry maps a scenario name to a function
 ``(bootstrap: str, guarantee: str, crash_at: str | None, records: int, keep_topics: bool = True)
 -> AuditReport`` (``keep_topics=False``: the run's topics are deleted at its end).
 
-The input is ``records`` generated records (labkit.data, seed 0) on a 2-partition topic, read
+The input is ``records`` generated records (labkit.pipelines.data, seed 0) on a 2-partition topic, read
 in 3 micro-batches (maxOffsetsPerTrigger = ceil(records / 3)); a crash point fires on its
 2nd visit, i.e. in or right after the 2nd micro-batch. The restart runs until the input is
 fully processed; then the audit compares what the sink left with the input, and the counts
@@ -50,11 +50,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import data, names, topics
-from labkit.audit import AuditReport
-from labkit.inspect import describe_topic
+from labkit.kafka import names, topics
+
+from labkit.pipelines import data
+from labkit.checking.audit import AuditReport
+from labkit.kafka.inspect import describe_topic
 from labkit.pipelines import learner
-from labkit.spark import check, delta
+from labkit.spark import check, tables
 from labkit.spark.db import default_url
 from labkit.spark.runner import SPARK_CRASH_POINTS, Run, StreamJob, recount, run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
@@ -161,7 +163,7 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"labkit-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
-    # In the learner's namespace (labkit.names): Spark's Kafka source and sink get these names.
+    # In the learner's namespace (labkit.kafka.names): Spark's Kafka source and sink get these names.
     topic, out_topic = names.topic(f"{name}-{run_id}-in"), names.topic(f"{name}-{run_id}-out")
     source_options = TXN_INPUT.get(name, {}) if source_options is None else source_options
     if name in TXN_INPUT:  # only the committed records are input; aborted ones must not show
@@ -200,7 +202,7 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
             if guarantee == "exactly_once":
                 output = check.dedupe_by_id(output)
         elif kind in DELTA_KINDS:  # read back by Spark, in the order of the table's commits
-            output, _ = delta.read_table(spec.path)
+            output, _ = tables.read_table(spec.path)
         else:
             output = check.table_records(spec.db_url, spec.table)
         aborted = check.aborted_rows(bootstrap, topic, output) if name in TXN_INPUT else None
@@ -220,11 +222,11 @@ def load_transactional(bootstrap: str, topic: str, records: list[dict],
     coordinator writes the markers after it answered, and a reader started before the last
     marker would stop short of the last committed records.
     """
-    from labkit.inspect.client import Inspector
-    from labkit.pipelines.txn import Transactions
+    from labkit.kafka.inspect.client import Inspector
+    from labkit.pipelines.guarantee import transactions
 
     topics.create(bootstrap, topic, partitions=partitions)
-    txn = Transactions(bootstrap, f"{topic}-writer")
+    txn = transactions(bootstrap, f"{topic}-writer")
     committed, aborted = [], []
     try:
         for number, start in enumerate(range(0, len(records), txn_size), start=1):

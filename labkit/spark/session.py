@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
-from labkit import jvm, settings
+from labkit import settings
+
+from labkit.kafka import jvm
 from labkit.paths import spark_remote
 from labkit.progress import status
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from labkit import javaconfig
+from labkit.kafka import javaconfig
 from labkit.faults.crashpoints import crash_point, halves, reached
+from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
 from labkit.spark.db import Database
 
 SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count",
@@ -35,9 +36,6 @@ SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", 
 DELTA_KINDS = ("delta", "delta-append")  # Delta Lake tables (labkit.spark.delta), not a database
 STATEFUL_KINDS = ("running-count",)  # the query aggregates in Spark before the sink
 OFFSETS_TABLE = "labkit_spark_offsets"
-RECORD_COLUMNS = ("id", "key", "value", "topic", "kafka_partition", "kafka_offset", "batch_id")
-# Numbered by the database as rows are inserted: the write order an audit can trust.
-SEQUENCE_COLUMN = "seq"
 
 
 @dataclass(frozen=True)
@@ -130,7 +128,7 @@ def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str,
     if spec.kind == "kafka":
         return _write_kafka(spec, df, rows, bootstrap)
     if spec.kind in DELTA_KINDS:
-        from labkit.spark.delta import write_delta  # delta reads this module's columns
+        from labkit.spark.delta import write_delta  # Delta is loaded only by its sinks
 
         return write_delta(spec.kind, spec.table, spec.path, df, rows, batch_id)
     with Database(spec.db_url) as db:

@@ -103,7 +103,7 @@ def show_live_log() -> Callable[[dict], None]:
 
     Executed notebooks (nbconvert, nbval) render no widgets: nothing is displayed there, and
     the run is shown afterwards by ``plot_run`` and the run's timeline."""
-    from labkit.widgets.live import live_frontend
+    from labkit.progress import live_frontend
 
     widget, on_event = live_log()
     if live_frontend():

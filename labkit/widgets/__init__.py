@@ -8,7 +8,7 @@ Views: "counters", "offsets", "log", "producers" (or one each with offsets_dashb
 log_strip, counters, producer_table). ``dash.static()`` / ``dash.to_png(path)`` render the
 current state; ``figure(snapshot, views)`` draws any Snapshot with matplotlib.
 ``ReplicaBoard`` shows a partition's leader, ISR and broker processes while a failure
-experiment (``labkit.failover``) kills and freezes brokers.
+experiment (``labkit.experiments.failover``) kills and freezes brokers.
 """
 from labkit.widgets.dashboard import (ALL_VIEWS, Dashboard, counters, log_strip,
                                       offsets_dashboard, producer_table)

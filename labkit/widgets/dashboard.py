@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from html import escape
 from pathlib import Path
 
-from labkit.inspect.states import IdOf, key_id
+from labkit.kafka.inspect.states import IdOf, key_id
 from labkit.widgets.html import VIEWS
 from labkit.widgets.live import MODES, Loop, LoopStats, live_frontend
 from labkit.widgets.model import Snapshot

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from labkit.inspect.states import ABORT, ABORTED, COMMIT, COMMITTED, DUPLICATE, OPEN, OffsetState
+from labkit.kafka.inspect.states import ABORT, ABORTED, COMMIT, COMMITTED, DUPLICATE, OPEN, OffsetState
 
 # state -> (legend label, colour); the live and the static picture use the same ones.
 STATE_STYLE: dict[str, tuple[str, str]] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from html import escape
 
-from labkit.inspect import ReplicaMoment
+from labkit.kafka.inspect import ReplicaMoment
 
 FONT = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px;"
 # what a replica is to the partition -> (label, colour)

@@ -1,14 +1,14 @@
 """A share-partition as a picture: one cell per offset, coloured by its state in the share
 group (done, acknowledged, archived, available again, not recorded), each with its
-delivery count. Drawn from what the share coordinator stores (``labkit.inspect.share``),
+delivery count. Drawn from what the share coordinator stores (``labkit.kafka.inspect.share``),
 once (``share_picture``) or live while a share-group run goes on (``LiveShareState``)."""
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from labkit.inspect import Inspector
-from labkit.inspect.share import NOT_RECORDED, ShareState, share_state
+from labkit.kafka.inspect import Inspector
+from labkit.kafka.inspect.share import NOT_RECORDED, ShareState, share_state
 from labkit.widgets.live import Loop, live_frontend
 from labkit.widgets.static import StaticPicture, png_bytes
 

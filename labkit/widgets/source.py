@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from labkit.inspect import Batch, Inspector, offset_states
-from labkit.inspect.states import IdOf, key_id
+from labkit.kafka.inspect import Batch, Inspector, offset_states
+from labkit.kafka.inspect.states import IdOf, key_id
 from labkit.widgets.model import Counts, ProducerRow, Snapshot, Track
 
 class Source:

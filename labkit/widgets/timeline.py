@@ -1,5 +1,5 @@
 """The group's timeline as a picture: which instance owned which partition, over time, and
-where an instance was killed. Drawn from a run's history (``labkit.timeline``), once at the
+where an instance was killed. Drawn from a run's history (``labkit.checking.timeline``), once at the
 end (``ownership_picture``) or live while the run goes on (``LiveOwnership``)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from labkit import history, timeline
+from labkit.checking import history, timeline
 from labkit.widgets.live import Loop, live_frontend
 from labkit.widgets.static import StaticPicture, png_bytes
 
@@ -78,7 +78,7 @@ class LiveOwnership:
 
 
 def torture_picture(events: list[dict], title: str = "the app under torture") -> StaticPicture:
-    """A tortured run from its history (labkit.harness): the input offsets the app's group
+    """A tortured run from its history (labkit.torture.harness): the input offsets the app's group
     committed and the records in its output over time, a red line at each kill, a grey one
     at each start. Output rising past the input's end is replayed work (duplicates, or
     aborted transactions); a kill with committed offsets ahead of the output is loss."""

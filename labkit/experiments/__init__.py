@@ -1,0 +1,1 @@
+"""The experiments: each combines a pipeline, faults and the audit into one run."""

@@ -1,0 +1,142 @@
+"""A batch slower than transaction.timeout.ms: the coordinator aborts its transaction, and
+the app learns it only at its next write or commit, as an error it cannot recover from.
+
+    run = txn_timeout(lab.bootstrap)            # -> TimeoutRun
+    run.errors                                  # ['_FENCED (fatal)'], as librdkafka reports it
+    run.report.lost, run.report.duplicated      # 0, 0 (read_committed)
+    run.report.aborted_in_log                   # 10: the slow batch, aborted by the coordinator
+
+The app is notebook 05b's loop (``coordinator_failover.copy_fees``): commit errors handled
+as the client classifies them. Its transaction coordinator aborts any transaction open longer
+than the producer's ``transaction.timeout.ms`` and bumps the producer's epoch, so to
+librdkafka the producer is fenced, as by a newer instance (the error says so): fatal. The app
+does what a fatal error asks: a new producer with the same transactional.id, the consumer
+back at its committed offsets, the batch processed again. The slow processing is the lab's
+fault: batch 2 waits until the coordinator's ABORT marker is in the output (its last stable
+offset back at the high watermark), so the run lasts as long as the broker takes, no more.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer
+
+from labkit.checking import audit
+
+from labkit.kafka import names, topics
+
+from labkit.pipelines import data
+from labkit.checking.audit import AuditReport
+from labkit.kafka.clientlog import client_config
+from labkit.experiments.coordinator_failover import BATCH, classified, copy_fees, markers_written, rewind
+from labkit.experiments.failover import wait_until
+from labkit.progress import status
+
+SCENARIO = "txn-timeout"
+TIMEOUT_MS = 3000  # the producer's transaction.timeout.ms: short, so the lesson waits seconds
+SLOW_BATCH = 2  # the batch (from 1) whose processing outlasts it
+# The coordinator looks for expired transactions every
+# transaction.abort.timed.out.transaction.cleanup.interval.ms (Kafka's default 10 s; the
+# lab's broker 1 s): the slow batch waits up to this long for the abort.
+ABORT_WAIT_S = 60
+
+
+@dataclass
+class TimeoutRun:
+    report: AuditReport
+    errors: list[str]  # what the app's calls raised, as the client classified them
+    slow_s: float  # how long the slow batch's processing took: until the coordinator aborted
+    producers: int  # producer instances the app used (a fatal error ends one)
+    steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> str:
+        return json.dumps({**json.loads(self.report.to_json()), "errors": self.errors,
+                           "slow_s": round(self.slow_s, 1), "producers": self.producers})
+
+    def timeline(self) -> str:
+        return "\n".join(f"{t:5.1f} s  {what}" for t, what in self.steps)
+
+
+def check_records(records: int) -> None:
+    """A ValueError that says what to use, before anything is written."""
+    if records < BATCH * (SLOW_BATCH + 1):
+        raise ValueError(f"records must be {BATCH * (SLOW_BATCH + 1)} or more (batches of "
+                         f"{BATCH}, batch {SLOW_BATCH} the slow one, one after it)")
+
+
+def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = copy_fees,
+                timeout_ms: int = TIMEOUT_MS) -> TimeoutRun:
+    """Run the exactly-once loop over ``records`` inputs with batch 2 slower than
+    ``timeout_ms``; restart its producer after the fatal error; audit the output."""
+    check_records(records)
+    base = names.topic(f"txn-timeout-{time.monotonic_ns() % 10**9}")
+    source, output = f"{base}-in", f"{base}-out"
+    inputs = data.generate(records, prefix="t")
+    data.load_into_topic(bootstrap, source, inputs)
+    topics.create(bootstrap, output)
+    start = time.monotonic()
+    steps: list[tuple[float, str]] = []
+    errors: list[str] = []
+    slow: list[float] = []
+
+    def step(what: str) -> None:
+        steps.append((round(time.monotonic() - start, 1), what))
+        say(what)
+
+    # batches counted over the whole run (the loop counts from 1 again with a new producer)
+    counted = {"before": 0, "last": 0}
+
+    def before_commit(loop_batch: int) -> None:
+        batch_no = counted["last"] = counted["before"] + loop_batch
+        if batch_no == SLOW_BATCH and not slow:
+            producer.flush(30)  # its records are in the log, its transaction open
+            began = time.monotonic()
+            step(f"batch {batch_no}: processing takes longer than transaction.timeout.ms "
+                 f"({timeout_ms} ms)")
+            wait_until(lambda: markers_written(bootstrap, output),
+                       "the coordinator to abort the slow batch's transaction", ABORT_WAIT_S)
+            slow.append(time.monotonic() - began)
+            step(f"batch {batch_no}: the coordinator aborted its transaction (an ABORT marker "
+                 "in the output); the app now calls commit_transaction")
+
+    def after_end(loop_batch: int, committed: bool) -> None:
+        batch_no = counted["before"] + loop_batch
+        step(f"batch {batch_no}: {'committed' if committed else 'aborted, to be read again'}")
+
+    consumer = Consumer(client_config({
+        "bootstrap.servers": bootstrap, "group.id": base, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed"}))
+    consumer.subscribe([source])
+    producers = 0
+    try:
+        with status("A batch slower than transaction.timeout.ms") as say:
+            while True:
+                producer = Producer(client_config({
+                    "bootstrap.servers": bootstrap, "transactional.id": base,
+                    "transaction.timeout.ms": timeout_ms}))
+                producer.init_transactions(60)  # a new epoch: the app's previous producer is fenced
+                producers += 1
+                try:
+                    loop(consumer, producer, names.topic(output), records, before_commit,
+                         after_end, errors)
+                    break
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if not err.fatal() or producers > 1:
+                        raise
+                    if not errors or errors[-1] != classified(err):
+                        errors.append(classified(err))  # raised outside commit
+                    step(f"{classified(err)}: a new producer with the same transactional.id, "
+                         "the consumer back at its committed offsets")
+                    rewind(consumer)
+                    counted["before"] = counted["last"]
+            step("every input batch committed")
+    finally:
+        consumer.close()
+    report = audit.audit_topic(bootstrap, output, inputs, SCENARIO, "exactly_once",
+                               fault=f"batch {SLOW_BATCH} slower than transaction.timeout.ms")
+    topics.delete(bootstrap, source, output)
+    return TimeoutRun(report, errors, slow[0] if slow else 0.0, producers, steps)

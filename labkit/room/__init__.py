@@ -1,0 +1,1 @@
+"""The room: a workshop's shared secure cluster, its live board and the preflight doctor."""

@@ -1,0 +1,1 @@
+"""Torture: any app under kills and faults, judged by the one audit."""
