@@ -21,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -79,10 +80,11 @@ class Tally:
                 f"| {top:.0f} |")
 
 
-def run_once(experiment: Experiment, limit_s: float) -> tuple[str, float, str]:
+def run_once(experiment: Experiment, limit_s: float, env: dict[str, str]
+             ) -> tuple[str, float, str]:
     """("ok" | "failed" | "hung", seconds, the output when not ok)."""
     started = time.monotonic()
-    child = subprocess.Popen(experiment.command, stdout=subprocess.PIPE,
+    child = subprocess.Popen(experiment.command, stdout=subprocess.PIPE, env=env,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = child.communicate(timeout=limit_s)
@@ -113,6 +115,14 @@ def load(processes: int) -> Iterator[None]:
             p.wait()
 
 
+@contextlib.contextmanager
+def _lab_stopped(env: dict[str, str]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        subprocess.run([LABKIT, "down"], env=env, capture_output=True, timeout=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -125,11 +135,15 @@ def main() -> None:
     print(f"{args.runs} runs each, {args.load} busy processes beside them, a run still going "
           f"after {args.hang_after:.0f} s counts as a hang", flush=True)
     rows = []
-    with load(args.load):
+    # The experiments on the lab cluster start one (`labkit up`'s) if none runs: a home of
+    # their own, stopped at the end, so no broker outlives the benchmark.
+    home = tempfile.mkdtemp(prefix="labkit-stress-")
+    env = {**os.environ, "LABKIT_HOME": home}
+    with load(args.load), _lab_stopped(env):
         for experiment in chosen:
             tally = Tally()
             for i in range(args.runs):
-                outcome, took, out = run_once(experiment, args.hang_after)
+                outcome, took, out = run_once(experiment, args.hang_after, env)
                 print(f"{experiment.name} run {i + 1}/{args.runs}: {outcome} in {took:.0f} s",
                       file=sys.stderr, flush=True)
                 if outcome == "ok":

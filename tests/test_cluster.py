@@ -149,7 +149,7 @@ def test_two_processes_starting_the_lab_at_once_share_one_broker(tmp_path):
     # Two kernels run cluster.ensure() at the same moment on a fresh lab home: one starts
     # the broker, the other waits for it and attaches (before the lock both started one in
     # the same directory).
-    code = ("import sys; from labkit import cluster; c = cluster.ensure(); "
+    code = ("import sys; from labkit.kafka import cluster; c = cluster.ensure(); "
             "print(c.bootstrap, c.brokers[0].pid, flush=True); sys.stdin.read()")
     env = {k: v for k, v in os.environ.items() if k != "LABKIT_BOOTSTRAP"}
     env["LABKIT_HOME"] = str(tmp_path)

@@ -36,8 +36,8 @@ def test_a_killed_kernels_directory_goes_with_the_next_one(tmp_path, monkeypatch
 
 
 def test_the_verdict_lines_name_a_stall_only_in_a_run_that_had_one():
-    from labkit import harness
-    from labkit.audit import AuditReport
+    from labkit.torture import harness
+    from labkit.checking.audit import AuditReport
     from labkit.exercises import own_pipeline
 
     report = AuditReport("torture", "unknown", produced=200, delivered_unique=200,

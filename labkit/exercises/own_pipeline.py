@@ -13,7 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from labkit import harness, proc
+from labkit import proc
+
+from labkit.torture import harness
 from labkit.exercises import Verdict, check, exercise, unanswered
 
 # The same torture for the notebook's runs and for the check. 600 records at the apps'
