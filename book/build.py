@@ -19,6 +19,8 @@ NOTEBOOKS = ROOT / "notebooks"
 
 
 START_HERE = ["docs/workshop", "docs/architecture"]  # the docs pages that are not measurements
+MANUAL = ["docs/notebooks", "docs/audit", "docs/cli", "docs/torture", "docs/clusters", "docs/room",
+          "docs/spark-connect"]  # the manual, moved out of the README
 
 
 def index(tracks: dict, solutions: list[str], docs: list[str]) -> str:
@@ -32,7 +34,8 @@ def index(tracks: dict, solutions: list[str], docs: list[str]) -> str:
     for track in tracks["track"]:
         parts.append(toctree(f"{track['name']}: {track['about']}",
                              [f"notebooks/{n}" for n in track["notebooks"]]))
-    parts.append(toctree("Measurements", [d for d in docs if d not in START_HERE]))
+    parts.append(toctree("Manual", MANUAL))
+    parts.append(toctree("Measurements", [d for d in docs if d not in START_HERE + MANUAL]))
     parts.append(toctree(None, solutions, hidden=True))  # the lessons link them
     return "\n\n".join(parts) + "\n"
 

@@ -5,7 +5,7 @@ Strict: sphinx-build -W, so a broken link between pages or a missing image fails
 as in test_browser.py): the first page lists every track's notebooks in the order of
 notebooks/tracks.toml, every lesson page loads with its title, shows rendered outputs and
 pictures, fetches nothing from the network and logs no error, and a lesson's link to the
-README's glossary lands on that section.
+audit's glossary (docs/audit.md) lands on that section.
 """
 from __future__ import annotations
 
@@ -88,13 +88,13 @@ def test_every_lesson_page_loads_with_its_outputs_and_no_error_in_chromium(site)
                     ".cell_output img", "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
                 if outputs == 0 or not all(pictures):
                     problems.append(f"{name}: {outputs} outputs, pictures loaded {pictures}")
-            # a lesson's glossary link lands on the README's section
-            current["name"] = "00_tour -> README"
+            # a lesson's glossary link lands on the audit page's section
+            current["name"] = "00_tour -> docs/audit"
             page.goto((site / "notebooks" / "00_tour.html").as_uri())
             page.locator('a[href$="#reading-the-audit"]').first.click()
             page.wait_for_load_state("load")
-            assert page.url.endswith("README.html#reading-the-audit")
-            assert page.locator("#reading-the-audit h2").inner_text().startswith("Reading the audit")
+            assert page.url.endswith("docs/audit.html#reading-the-audit")
+            assert page.locator("#reading-the-audit h1").inner_text().startswith("Reading the audit")
         finally:
             browser.close()
     assert problems == []

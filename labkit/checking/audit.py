@@ -94,7 +94,7 @@ class AuditReport:
 
     def summary(self) -> str:
         """A short, stable text for notebooks: a sentence a beginner reads, the counts, and
-        the verdict. Every word is defined in README.md, "Reading the audit"."""
+        the verdict. Every word is defined in docs/audit.md, "Reading the audit"."""
         state = ""
         if self.state_expected is not None:
             state = f"  state: {'matches' if self.state_matches else 'DRIFTED'}"

@@ -7,7 +7,7 @@ the output, and judges the app only by what is observable in Kafka afterwards.
     result.verdict        # 'exactly once'
     result.to_json()      # the audit keys of `labkit scenario --json`, kills, restarts, ...
 
-The contract with the app (README, "Torture any app"): the lab creates an input topic of
+The contract with the app (docs/torture.md, "Torture any app"): the lab creates an input topic of
 ``input`` JSON records, each with a unique ``id`` and a ``key`` (labkit.pipelines.data.generate), and
 an empty output topic, and passes their names in the environment (``ENV_*`` below). The
 app reads the input and writes output records that keep the input's ``id`` (or, with
