@@ -10,14 +10,15 @@ only (a room reaches it through whatever the instructor puts in front, e.g. the 
 network); its Spark UI, on a port of its own, lists every learner's queries.
 
 What runs where (see docs/spark-connect.md, "A shared Spark for a room"): with
-LABKIT_SPARK_REMOTE set, ``labkit.spark.session()`` returns a Connect session, so batch work
-(reading Kafka, the audit's recount) runs on the server. A crash experiment does not: it
-SIGKILLs the driver, and a shared driver is not the learner's to kill; besides, Connect runs
-a ``foreachBatch`` function in a Python process the *server* starts, on the server's
-machine, without the learner's environment (so crash points armed there never fire) and
-against the server's files (not the learner's checkpoint or SQLite file). Those experiments
-keep a local driver (``labkit.spark.runner``) and say so. """ from __future__ import
-annotations
+LABKIT_SPARK_REMOTE set, ``labkit.spark.session()`` returns a Connect session, so batch
+work (reading Kafka, the audit's recount) runs on the server. A crash experiment does not: it SIGKILLs the
+driver, and a shared driver is not the learner's to kill; besides, Connect runs a
+``foreachBatch`` function in a Python process the *server* starts, on the server's machine,
+without the learner's environment (so crash points armed there never fire) and against
+the server's files (not the learner's checkpoint or SQLite file). Those experiments keep a
+local driver (``labkit.spark.runner``) and say so.
+"""
+from __future__ import annotations
 
 import os
 import signal
