@@ -73,7 +73,8 @@ class Watchdog:
                 outcome["error"] = exc
 
         worker = threading.Thread(target=target, name=f"{self.experiment}-body", daemon=True)
-        self.progress("started", "its first step")
+        with self._lock:  # the clock starts now; the last step and its wait stay as they were
+            self._last = (self._clock(), *self._last[1:])
         worker.start()
         while True:
             worker.join(POLL_S)
