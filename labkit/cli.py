@@ -230,6 +230,8 @@ def scenario(
 
     if name != REORDER and idempotent is not None:
         _fail(f"--idempotent/--no-idempotent apply to {REORDER} only")
+    if name != COORDINATOR_FAILOVER and stall_after is not None:
+        _fail(f"--stall-after applies to {COORDINATOR_FAILOVER} only")
     if name not in (PRODUCER_EXPIRY, TXN_ID_EXPIRY) and expiration_ms is not None:
         _fail(f"--expiration-ms applies to {PRODUCER_EXPIRY} and {TXN_ID_EXPIRY} only")
     if name in (PRODUCER_EXPIRY, TXN_ID_EXPIRY):
@@ -255,8 +257,6 @@ def scenario(
     if name == LEADER_FAILOVER:
         _leader_failover(acks, min_insync, unclean, out_of_sync, records, as_json)
         return
-    if name != COORDINATOR_FAILOVER and stall_after is not None:
-        _fail(f"--stall-after applies to {COORDINATOR_FAILOVER} only")
     if name == COORDINATOR_FAILOVER:
         _coordinator_failover(records, as_json, stall_after)
         return

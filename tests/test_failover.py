@@ -213,3 +213,15 @@ def test_coordinator_failover_refuses_too_few_records_before_any_broker_starts(t
     out = CliRunner().invoke(app, ["scenario", "coordinator-failover", "--records", "20"])
     assert out.exit_code == 2 and "records must be 50 or more" in out.stderr, out.output
     assert "starts a Kafka of its own" not in out.stderr
+
+
+def test_stall_after_is_refused_where_there_is_no_watchdog_to_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    out = CliRunner().invoke(app, ["scenario", "leader-failover", "--acks", "1",
+                                   "--stall-after", "30"])
+    assert out.exit_code == 2 and "--stall-after applies to coordinator-failover only" \
+        in out.stderr, out.output
+    assert "starts a Kafka of its own" not in out.stderr
+    help_text = CliRunner().invoke(app, ["scenario", "--help"], env={"COLUMNS": "200"}).output
+    words = " ".join(help_text.replace("│", " ").split())  # rich wraps the help in a box
+    assert "--stall-after" in words and "naming its last step (default 120)" in words, words
