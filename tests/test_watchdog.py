@@ -35,11 +35,11 @@ def test_a_body_without_progress_is_stopped_with_its_last_step_named():
 
 
 def test_a_body_that_keeps_making_progress_is_left_to_finish():
-    watchdog = Watchdog("demo", stall_s=0.5)
+    watchdog = Watchdog("demo", stall_s=3)
 
     def body() -> int:
-        for n in range(8):  # 1.6 s in all, never 0.5 s without progress
-            time.sleep(0.2)
+        for n in range(8):  # 8 s in all, longer than stall_s, never 3 s without progress
+            time.sleep(1)  # (a 1 s sleep that a loaded machine stretches past 3 s: a stall)
             watchdog.progress(f"step {n}")
         return 42
 
