@@ -108,7 +108,7 @@ def three_brokers(tmp_path_factory: pytest.TempPathFactory):
 def failure_lab():
     """A failure lab of the module's own (labkit.experiments.failover): a controller and brokers 1-3 to
     freeze and kill; stopped and removed after the module."""
-    from labkit.experiments.failover import failure_lab as private_lab
+    from labkit.kafka.failure_lab import failure_lab as private_lab
 
     with private_lab() as cluster:
         yield cluster

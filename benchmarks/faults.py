@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import sys
 
+from labkit import experiments
 from labkit.experiments import scenarios
 
 RECORDS = 50
@@ -40,7 +41,8 @@ def main() -> None:
     for name in scenarios.SCENARIOS:
         for guarantee in scenarios.GUARANTEES:
             point = point_for(name, guarantee)
-            runs = [scenarios.run_detailed(name, guarantee, point, records=RECORDS, hit=batches).run
+            runs = [experiments.run(name, guarantee=guarantee, crash_at=point,
+                                    records=RECORDS, hit=batches).run
                     for _ in range(REPEATS)]
             assert all(r.crashed for r in runs)
             med = lambda xs: statistics.median(xs)  # noqa: E731

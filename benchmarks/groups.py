@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from labkit.experiments import scenarios
+from labkit import experiments
 
 CTP = "consume-transform-produce"
 PAUSE_REPEATS = 5
@@ -30,9 +30,10 @@ THROUGHPUT_REPEATS = 3
 def pauses(protocol: str) -> list[float]:
     out = []
     for _ in range(PAUSE_REPEATS):
-        run = scenarios.run_detailed(CTP, "exactly_once", "after-send-offsets-before-commit",
-                                     records=180, instances=3, partitions=6,
-                                     group_protocol=protocol)
+        run = experiments.run(CTP, guarantee="exactly_once",
+                              crash_at="after-send-offsets-before-commit",
+                              records=180, instances=3, partitions=6,
+                              group_protocol=protocol)
         assert run.report.exactly_once and run.run.crashed
         out.append(run.rebalance_pause())
     return out
@@ -41,8 +42,9 @@ def pauses(protocol: str) -> list[float]:
 def throughput(instances: int) -> list[float]:
     out = []
     for _ in range(THROUGHPUT_REPEATS):
-        run = scenarios.run_detailed(CTP, "exactly_once", records=THROUGHPUT_RECORDS,
-                                     instances=instances, partitions=6)
+        run = experiments.run(CTP, guarantee="exactly_once",
+                              records=THROUGHPUT_RECORDS,
+                              instances=instances, partitions=6)
         assert run.report.exactly_once
         out.append(THROUGHPUT_RECORDS / run.run.total_s)
     return out

@@ -67,6 +67,7 @@ def learner(index: int, records: int) -> dict:
 
     from labkit import settings
 
+    from labkit import experiments
     from labkit.experiments import scenarios
 
     from labkit.kafka import names, topics
@@ -79,8 +80,8 @@ def learner(index: int, records: int) -> dict:
         points = scenarios.crash_points(name, GUARANTEE)
         crash_at = points[index % len(points)]
         started = time.monotonic()
-        run = scenarios.run_detailed(name, GUARANTEE, crash_at=crash_at, records=records,
-                                     keep_workdir=True)
+        run = experiments.run(name, guarantee=GUARANTEE, crash_at=crash_at,
+                              records=records, keep_workdir=True)
         seconds = time.monotonic() - started
         workdir = Path(run.workdir)
         # Everything the workers wrote (stdout and stderr of each start) and their history.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -56,10 +57,82 @@ def status(message: str) -> Iterator[Callable[[str], None]]:
         live = console.status(message)
         live.start()
     except LiveError:  # another step shows its line already (experiments run side by side)
-        yield lambda text: None
+        yield lambda text: beat()
         return
+
+    def update(text: str) -> None:
+        live.update(text)
+        beat()  # a changed progress line is progress
+
     try:
-        yield lambda text: live.update(text)
+        yield update
     finally:
         live.stop()
     console.print(f"[green]✓[/green] {message}")
+
+
+# --------------------------------------------------------------------------- steps
+# An experiment's steps, as they happen: the watchdog (labkit.faults.watchdog) counts them as
+# progress and the CLI prints the named ones. Listeners are process-wide, not per thread,
+# because an experiment's code runs in a thread of its own (the watchdog's) and its hooks in
+# others (a live view's poller).
+_listeners: list[Callable[[str | None, str | None], None]] = []
+_listeners_lock = threading.Lock()
+
+
+def step(what: str, waiting_for: str = "its next step") -> None:
+    """An experiment did ``what`` (a line of its timeline) and now waits for ``waiting_for``."""
+    with _listeners_lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        listener(what, waiting_for)
+
+
+def beat(waiting_for: str | None = None) -> None:
+    """Progress with no line of its own (a worker logged a batch, a micro-batch ended);
+    ``waiting_for`` None keeps what the last step said it waits for."""
+    with _listeners_lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        listener(None, waiting_for)
+
+
+class Stopped(RuntimeError):
+    """The experiment was stopped from outside (its watchdog): it must not go on."""
+
+
+class Listening:
+    """A listener's registration; ``stop()`` makes every ``check()`` meanwhile raise Stopped."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+_stops: list[Listening] = []
+
+
+@contextmanager
+def listening(listener: Callable[[str | None, str | None], None]) -> Iterator[Listening]:
+    """Hand every ``step`` and ``beat`` to ``listener(what or None, waiting_for)`` meanwhile."""
+    handle = Listening()
+    with _listeners_lock:
+        _listeners.append(listener)
+        _stops.append(handle)
+    try:
+        yield handle
+    finally:
+        with _listeners_lock:
+            _listeners.remove(listener)
+            _stops.remove(handle)
+
+
+def check() -> None:
+    """Raise Stopped if the experiment running now was stopped: called before anything that
+    would start a process again (a restart after a kill), so a stopped run stays stopped."""
+    with _listeners_lock:
+        stopped = any(h.stopped.is_set() for h in _stops)
+    if stopped:
+        raise Stopped("the experiment was stopped by its watchdog")

@@ -13,6 +13,7 @@ import psutil
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
+from labkit import experiments
 from labkit.experiments import coordinator_failover, failover
 
 from labkit.kafka import names, topics
@@ -28,7 +29,7 @@ RECORDS = 60
 
 
 def test_an_exactly_once_loop_survives_its_coordinator_dying_twice(failure_lab):
-    run = coordinator_failover.coordinator_failover(failure_lab, records=RECORDS)
+    run = experiments.run("coordinator-failover", cluster=failure_lab, records=RECORDS)
     report = run.report
     assert (report.produced, report.delivered_unique, report.lost, report.duplicated,
             report.aborted_visible) == (RECORDS, RECORDS, 0, 0, 0), run.timeline()
@@ -174,8 +175,9 @@ def test_a_stalled_experiment_stops_with_its_last_step_and_leaves_no_broker(fail
     started = time.monotonic()
     try:
         with pytest.raises(ExperimentStalled) as stalled:
-            coordinator_failover.coordinator_failover(failure_lab, records=RECORDS,
-                                                      loop=stalls_after_one_batch, stall_s=8)
+            experiments.run("coordinator-failover", cluster=failure_lab,
+                            records=RECORDS,
+                            pipeline=stalls_after_one_batch, stall_after=8)
         took = time.monotonic() - started
         message = str(stalled.value)
         assert "no progress for 8 s" in message, message

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from confluent_kafka import Producer
 
-from labkit.experiments import scenarios
+from labkit import experiments
 
 from labkit.kafka import topics
 from labkit.exercises.at_least_once import check_harmless_crash_point
@@ -57,16 +57,17 @@ def test_watch_sees_existing_topics_while_the_worker_runs(bootstrap: str) -> Non
         yield
         seen["after"] = describe_topic(bootstrap, names["output"]).partition(0).high_watermark
 
-    run = scenarios.run_detailed("consume-transform-produce", "at_least_once", records=20,
-                                 bootstrap=bootstrap, watch=watch)
+    run = experiments.run("consume-transform-produce", guarantee="at_least_once",
+                          records=20, cluster=bootstrap, watch=watch)
     assert {k: seen["names"][k] for k in run.topics} == run.topics
     assert seen["names"]["history"].endswith("history.jsonl")  # for a live view of the workers
     assert (seen["before"], seen["after"]) == (20, 20)
 
 
 def test_records_frame_numbers_each_record_of_an_idempotent_producer(bootstrap: str) -> None:
-    run = scenarios.run_detailed("producer", "at_least_once", fault="drop-ack:produce:1",
-                                 records=20, bootstrap=bootstrap, options={"idempotent": True})
+    run = experiments.run("producer", guarantee="at_least_once",
+                          fault="drop-ack:produce:1", records=20,
+                          cluster=bootstrap, options={"idempotent": True})
     frame = describe_topic(bootstrap, run.topics["output"]).records_frame(
         lambda v: topics.decode(v)["id"])
     assert run.fault_stats["responses_dropped"] == 1

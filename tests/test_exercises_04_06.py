@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from labkit.checking import audit
 
+from labkit import experiments
 from labkit.experiments import scenarios
 from labkit.exercises.ctp import check_ctp_settings
 from labkit.exercises.transactions import check_transactions
@@ -40,9 +41,10 @@ def test_zombie_check_measures_the_next_epoch_and_the_answer_stays(bootstrap):
 
 def test_a_side_effect_outside_the_transaction_repeats_after_a_crash(bootstrap, tmp_path):
     ledger = str(tmp_path / "ledger.db")
-    run = scenarios.run_detailed(CTP, "exactly_once", "after-send-offsets-before-commit",
-                                 records=40, bootstrap=bootstrap,
-                                 options={"side_effect_db": ledger})
+    run = experiments.run(CTP, guarantee="exactly_once",
+                          crash_at="after-send-offsets-before-commit",
+                          records=40, cluster=bootstrap,
+                          options={"side_effect_db": ledger})
     assert run.report.exactly_once  # the Kafka output is exactly once ...
     side = audit.audit_table(ledger, consumer.SINK_TABLE, run.inputs, "ledger", "exactly_once")
     assert (side.lost, side.duplicated) == (0, scenarios.batch_size(40))  # ... the ledger is not

@@ -9,7 +9,7 @@ import pytest
 from labkit.exercises.spark import (check_naive_duplicates, check_source_options,
                                     exercise_points, judge, measure_duplicates)
 from labkit.spark import runner
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 from tests.solution_code import solution_scope
 
 
@@ -54,9 +54,11 @@ def test_transactional_sink_restarted_from_the_checkpoint_skips_the_replay(boots
         watched.append(names)
         yield
 
-    exp = experiment("spark-transactional", bootstrap, "exactly_once",
-                     "spark-after-sink-before-commit", 60, workdir=tmp_path,
-                     resume="checkpoint", on_event=events.append, watch=watch, spare=False)
+    exp = experiments.run("spark-transactional", cluster=bootstrap,
+                          guarantee="exactly_once",
+                          crash_at="spark-after-sink-before-commit",
+                          records=60, workdir=tmp_path, resume="checkpoint",
+                          on_event=events.append, watch=watch, spare=False)
     assert watched == [{"input": exp.job.topic}]
     assert {e["attempt"] for e in events} == {1, 2}
     assert [e["event"] for e in events if e["attempt"] == 1][-1] == "crashed"

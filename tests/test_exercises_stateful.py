@@ -1,6 +1,7 @@
 """07 · stateful exactly-once: the exercise check and the restore-isolation knob, on real runs."""
 from __future__ import annotations
 
+from labkit import experiments
 from labkit.experiments import scenarios
 from labkit.exercises.stateful import check_drift, exercise_points
 from tests.solution_code import solution_scope
@@ -36,9 +37,9 @@ def test_unanswered_and_unknown_points_get_a_hint_without_running():
 
 def test_restoring_the_changelog_read_uncommitted_brings_back_aborted_counts(bootstrap):
     kw = dict(crash_at="in-transaction-before-commit", records=40, bootstrap=bootstrap)
-    right = scenarios.run("running-count", "exactly_once", **kw)
-    wrong = scenarios.run_detailed("running-count", "exactly_once", **kw,
-                                   options={"restore_isolation": "read_uncommitted"}).report
+    right = experiments.run("running-count", guarantee="exactly_once", **kw).report
+    wrong = experiments.run("running-count", guarantee="exactly_once", **kw,
+                            options={"restore_isolation": "read_uncommitted"}).report
     assert right.exactly_once and right.state_matches
     assert wrong.duplicated == 0 and not wrong.state_matches
     over = sum(wrong.state_actual[k] - n for k, n in wrong.state_expected.items())

@@ -18,9 +18,11 @@ import pytest
 
 from typer.testing import CliRunner
 
+from labkit import experiments
 from labkit.experiments import failover
 
 from labkit.kafka import topics
+from labkit.kafka.failure_lab import failure_lab
 from labkit.cli import app
 from labkit.exercises.failover import check_no_acknowledged_loss
 from labkit.widgets.replicas import board_html
@@ -32,8 +34,10 @@ LABKIT = Path(sys.executable).with_name("labkit")
 
 def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(failure_lab):
     seen: list = []  # the second run is watched, as notebook 03b's replica board does
-    runs = [failover.leader_failover(failure_lab, acks="1", records=RECORDS),
-            failover.leader_failover(failure_lab, acks="1", records=RECORDS, watch=seen.append)]
+    runs = [experiments.run("leader-failover", cluster=failure_lab, acks="1",
+                            records=RECORDS),
+            experiments.run("leader-failover", cluster=failure_lab, acks="1",
+                            records=RECORDS, watch=seen.append)]
     for run in runs:
         assert run.acknowledged == RECORDS, run.summary()
         assert (run.lost_acknowledged, run.in_log) == (DURING_FREEZE, RECORDS - DURING_FREEZE), run.summary()
@@ -56,7 +60,8 @@ def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(f
 
 
 def test_acks_all_with_min_insync_2_loses_nothing_acknowledged(failure_lab):
-    run = failover.leader_failover(failure_lab, acks="all", min_insync=2, records=RECORDS)
+    run = experiments.run("leader-failover", cluster=failure_lab, acks="all",
+                          min_insync=2, records=RECORDS)
     # the producer was told nothing while the in-sync followers were frozen; its retries
     # went to the new leader, so every record is both acknowledged and there
     assert (run.acknowledged, run.in_log, run.lost_acknowledged, run.duplicated) == \
@@ -84,8 +89,9 @@ def test_without_unclean_election_the_partition_waits_for_its_old_leader_and_los
     """No replica of the ISR left (min.insync.replicas 1, followers out of sync): a clean
     election has nobody to choose, so the partition stays offline until broker 1 is back."""
     seen: list = []
-    run = failover.leader_failover(failure_lab, acks="all", min_insync=1, out_of_sync=True,
-                                   records=RECORDS, watch=seen.append)
+    run = experiments.run("leader-failover", cluster=failure_lab, acks="all",
+                          min_insync=1, out_of_sync=True, records=RECORDS,
+                          watch=seen.append)
     assert run.election.startswith("none") and run.new_leader == failover.LEADER, run.timeline()
     # watched live: the ISR shrank to the leader while the followers were frozen, then the
     # partition had no leader while broker 1 was down
@@ -149,12 +155,13 @@ def test_the_cli_runs_on_a_lab_of_its_own_and_leaves_no_jvm(tmp_path):
 def test_a_run_that_fails_half_way_thaws_and_stops_every_broker(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
     with pytest.raises(RuntimeError, match="broker kill failed"):
-        with failover.failure_lab() as cluster:
+        with failure_lab() as cluster:
             def broken_kill(node_id=None):
                 raise RuntimeError("broker kill failed")
             monkeypatch.setattr(cluster, "kill", broken_kill)
             try:
-                failover.leader_failover(cluster, acks="1", records=10)
+                experiments.run("leader-failover", cluster=cluster, acks="1",
+                                records=10)
             finally:
                 # thawed on the way out: no broker is left stopped (SIGSTOP) while it runs
                 assert not any(psutil.Process(b.pid).status() == psutil.STATUS_STOPPED
@@ -215,13 +222,19 @@ def test_coordinator_failover_refuses_too_few_records_before_any_broker_starts(t
     assert "starts a Kafka of its own" not in out.stderr
 
 
-def test_stall_after_is_refused_where_there_is_no_watchdog_to_set(tmp_path, monkeypatch):
+def test_every_experiment_shows_its_watchdog_limit_and_refuses_a_bad_one(tmp_path, monkeypatch):
+    """--stall-after is every experiment's, with the experiment's own default in its help
+    (read from the registry); a limit below 1 s is refused before any broker starts."""
+    from labkit.experiments import catalog
+
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    for name, experiment in catalog().items():
+        help_text = CliRunner().invoke(app, ["scenario", name, "--help"],
+                                       env={"COLUMNS": "200"}).output
+        words = " ".join(help_text.replace("│", " ").split())  # rich wraps the help in a box
+        assert f"naming its last step (default {experiment.stall_s:g})" in words, (name, words)
+    assert catalog()["spark-naive"].stall_s > catalog()["leader-failover"].stall_s
     out = CliRunner().invoke(app, ["scenario", "leader-failover", "--acks", "1",
-                                   "--stall-after", "30"])
-    assert out.exit_code == 2 and "--stall-after applies to coordinator-failover only" \
-        in out.stderr, out.output
+                                   "--stall-after", "0"])
+    assert out.exit_code == 2 and "--stall-after" in out.stderr, out.output
     assert "starts a Kafka of its own" not in out.stderr
-    help_text = CliRunner().invoke(app, ["scenario", "--help"], env={"COLUMNS": "200"}).output
-    words = " ".join(help_text.replace("│", " ").split())  # rich wraps the help in a box
-    assert "--stall-after" in words and "naming its last step (default 120)" in words, words

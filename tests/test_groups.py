@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit import experiments
 from labkit.experiments import scenarios
 from labkit.faults.crashpoints import CRASH_EXIT_CODE
 from tests.test_pipelines_matrix import DUPLICATED, LOST
@@ -38,9 +39,11 @@ assert BATCH == 10  # the LOST / DUPLICATED tables are for batches of 10
 def run_cells(bootstrap: str, cells: list[tuple], **kw) -> list[scenarios.ScenarioRun]:
     def one(cell):
         name, guarantee, point, protocol = cell
-        return scenarios.run_detailed(name, guarantee, point, records=RECORDS, bootstrap=bootstrap,
-                                      instances=INSTANCES, partitions=PARTITIONS,
-                                      group_protocol=protocol, **kw)
+        return experiments.run(name, guarantee=guarantee, crash_at=point,
+                               records=RECORDS, cluster=bootstrap,
+                               instances=INSTANCES,
+                               partitions=PARTITIONS,
+                               group_protocol=protocol, **kw)
 
     with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
         return list(pool.map(one, cells))
@@ -94,8 +97,9 @@ def test_a_database_sink_group_keeps_its_offsets_in_the_table_exactly(bootstrap)
 
 def test_a_rebalance_under_load_loses_nothing_acknowledged(bootstrap):
     """20,000 records, 3 instances; instance 0 SIGKILLed 5 times at seeded random times."""
-    run = scenarios.run_detailed(CTP, "exactly_once", records=20_000, bootstrap=bootstrap,
-                                 instances=INSTANCES, partitions=PARTITIONS, kills=5, seed=1)
+    run = experiments.run(CTP, guarantee="exactly_once", records=20_000,
+                          cluster=bootstrap, instances=INSTANCES,
+                          partitions=PARTITIONS, kills=5, seed=1)
     assert run.run.kills == 5 and run.run.exit_codes.count(CRASH_EXIT_CODE) == 5
     r = run.report
     assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (20_000, 20_000, 0, 0), r.summary()
@@ -126,7 +130,8 @@ BATCH_40 = scenarios.batch_size(40)
 
 
 def test_the_zombie_is_told_why_it_was_refused(bootstrap):
-    z = scenarios.zombie_rebalance(fencing="group", records=40, bootstrap=bootstrap)
+    z = experiments.run("zombie-rebalance", fencing="group", records=40,
+                        cluster=bootstrap)
     assert z.zombie_error is not None and "UNKNOWN_MEMBER_ID" in z.zombie_error, z.zombie_error
     kinds = [(e["instance"], e["kind"]) for e in z.history]
     # the successor owned the partition while the zombie was frozen; then the zombie was fenced

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from labkit import experiments
 from labkit.experiments import scenarios
 from labkit.faults.crashpoints import CRASH_EXIT_CODE
 
@@ -64,7 +65,8 @@ def fault_cells():
 
 @pytest.mark.parametrize("name,guarantee,crash_at", list(crash_cells()))
 def test_crash_matrix(bootstrap, name, guarantee, crash_at):
-    run = scenarios.run_detailed(name, guarantee, crash_at, records=RECORDS, bootstrap=bootstrap)
+    run = experiments.run(name, guarantee=guarantee, crash_at=crash_at,
+                          records=RECORDS, cluster=bootstrap)
     report = run.report
     if crash_at:
         assert run.run.crashed and run.run.exit_codes == [CRASH_EXIT_CODE, 0]
@@ -94,7 +96,8 @@ def test_crash_matrix(bootstrap, name, guarantee, crash_at):
 
 @pytest.mark.parametrize("name,guarantee", list(fault_cells()))
 def test_lost_ack_matrix(bootstrap, name, guarantee):
-    run = scenarios.run_detailed(name, guarantee, fault=LOST_ACK, records=RECORDS, bootstrap=bootstrap)
+    run = experiments.run(name, guarantee=guarantee, fault=LOST_ACK, records=RECORDS,
+                          cluster=bootstrap)
     report = run.report
     assert run.fault_stats["requests"]["Produce"] >= 1
     assert (report.aborted_in_log, report.aborted_visible) == (0, 0), report.to_dict()

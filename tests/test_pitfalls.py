@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from labkit import experiments
 from labkit.experiments import scenarios
 
 from labkit.pipelines import data
@@ -16,8 +17,8 @@ BATCH = scenarios.batch_size(RECORDS)
 
 
 def run(bootstrap, guarantee, crash_at, **kw):
-    return scenarios.run_detailed(CTP, guarantee, crash_at, records=RECORDS, bootstrap=bootstrap,
-                                  **kw).report
+    return experiments.run(CTP, guarantee=guarantee, crash_at=crash_at,
+                           records=RECORDS, cluster=bootstrap, **kw).report
 
 
 def test_idempotent_producer_alone_still_duplicates_after_a_consumer_crash(bootstrap):

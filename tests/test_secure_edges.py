@@ -18,6 +18,7 @@ import pytest
 
 from labkit.kafka import cluster as lab
 from labkit import settings
+from labkit import experiments
 from labkit.experiments import scenarios
 from labkit.kafka import protocol
 from labkit.pipelines import data
@@ -92,8 +93,9 @@ def test_a_share_groups_stored_state_on_the_secure_lab(secure_lab, monkeypatch, 
     # ReadShareGroupState is ClusterAction-only: the learner is refused, the inspector asks
     # again as the secure lab's admin (found through LABKIT_HOME, the lab's home).
     monkeypatch.setenv("LABKIT_HOME", str(secure_lab.home))
-    run = scenarios.share_group("at_least_once", "after-process-before-ack", records=10,
-                                bootstrap=secure_lab.bootstrap)
+    run = experiments.run("share-group", guarantee="at_least_once",
+                          crash_at="after-process-before-ack", records=10,
+                          cluster=secure_lab.bootstrap)
     assert (run.report.lost, run.report.duplicated) == (0, 1)
     state = run.share_state
     # Read from the broker: the group's start offset has moved into the input, and nothing
@@ -117,16 +119,17 @@ def test_a_fault_through_the_proxy_audits_the_same_on_the_secure_lab(secure_lab,
                                                                       monkeypatch):
     # The proxy's clients (the scenario's worker processes) speak plaintext to it; it does
     # TLS and SCRAM upstream. The 1st Produce's ack is dropped: at_least_once retries it.
-    secure = scenarios.run_detailed("producer", "at_least_once", fault="drop-ack:produce:1",
-                                    records=40, bootstrap=secure_lab.bootstrap)
+    secure = experiments.run("producer", guarantee="at_least_once",
+                             fault="drop-ack:produce:1", records=40,
+                             cluster=secure_lab.bootstrap)
     assert secure.fault_stats["responses_dropped"] == 1
     assert secure.fault_stats["protocol_errors"] == 0
     assert settings.current().plaintext == frozenset()  # the stopped proxy unmarked its ports
     with monkeypatch.context() as plain_env:
         plain_env.delenv(settings.KAFKA_CONFIG)
-        plain = scenarios.run_detailed("producer", "at_least_once",
-                                       fault="drop-ack:produce:1", records=40,
-                                       bootstrap=bootstrap)
+        plain = experiments.run("producer", guarantee="at_least_once",
+                                fault="drop-ack:produce:1", records=40,
+                                cluster=bootstrap)
     assert _audit(secure) == _audit(plain)
     assert secure.report.lost == 0 and secure.report.duplicated > 0
 
@@ -151,10 +154,11 @@ def test_torture_apps_on_the_secure_lab(secure_lab):
 @pytest.mark.spark
 def test_a_spark_experiment_on_the_secure_lab(secure_lab):
     # Spark's Kafka source and recount (Java clients) get the kafka.-prefixed translation.
-    from labkit.spark.scenarios import experiment
 
-    run = experiment("spark-txn-input", secure_lab.bootstrap, "exactly_once",
-                     "spark-after-sink-before-commit", records=20, spare=False)
+    run = experiments.run("spark-txn-input", cluster=secure_lab.bootstrap,
+                          guarantee="exactly_once",
+                          crash_at="spark-after-sink-before-commit",
+                          records=20, spare=False)
     try:
         r = run.report
         assert run.run.crashed

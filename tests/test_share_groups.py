@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.experiments import scenarios
+from labkit import experiments
+from labkit.experiments import share_group
 from labkit.kafka.inspect import Inspector
 from labkit.kafka.inspect.share import java_string_hash, share_state
 from labkit.pipelines import share
@@ -51,19 +52,29 @@ def _cli_share(bootstrap: str, *args: str) -> dict:
 
 def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
     runs = {
-        "before-ack": lambda: scenarios.share_group("at_least_once", "after-process-before-ack",
-                                                    records=RECORDS, bootstrap=bootstrap),
+        "before-ack": lambda: experiments.run("share-group", guarantee="at_least_once",
+                                              crash_at="after-process-before-ack",
+                                              records=RECORDS,
+                                              cluster=bootstrap),
         "after-ack": lambda: _cli_share(bootstrap, "--guarantee", "at_least_once",
                                         "--crash-at", "after-ack"),
-        "release": lambda: scenarios.share_group("at_least_once", records=RECORDS,
-                                                 bootstrap=bootstrap, poison="release"),
-        "reject": lambda: scenarios.share_group("at_least_once", records=RECORDS,
-                                                bootstrap=bootstrap, poison="reject"),
-        "ack-first": lambda: scenarios.share_group("at_most_once", "after-ack", records=RECORDS,
-                                                   bootstrap=bootstrap),
-        "frozen": lambda: scenarios.share_group("at_least_once", "after-process-before-ack",
-                                                records=FROZEN_RECORDS, bootstrap=bootstrap,
-                                                freeze=True),
+        "release": lambda: experiments.run("share-group", guarantee="at_least_once",
+                                           records=RECORDS,
+                                           cluster=bootstrap,
+                                           poison="release"),
+        "reject": lambda: experiments.run("share-group", guarantee="at_least_once",
+                                          records=RECORDS,
+                                          cluster=bootstrap,
+                                          poison="reject"),
+        "ack-first": lambda: experiments.run("share-group", guarantee="at_most_once",
+                                             crash_at="after-ack",
+                                             records=RECORDS,
+                                             cluster=bootstrap),
+        "frozen": lambda: experiments.run("share-group", guarantee="at_least_once",
+                                          crash_at="after-process-before-ack",
+                                          records=FROZEN_RECORDS,
+                                          cluster=bootstrap,
+                                          freeze=True),
     }
     with ThreadPoolExecutor(len(runs)) as pool:
         futures = {name: pool.submit(fn) for name, fn in runs.items()}
@@ -122,7 +133,7 @@ def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
     # and it gets the record again (delivery count 2): processed twice, by the same consumer
     frozen = done["frozen"]
     assert not frozen.run.crashed and frozen.run.exit_codes == [0]
-    assert frozen.frozen_s >= scenarios.FREEZE_LOCK_MS / 1000
+    assert frozen.frozen_s >= share_group.FREEZE_LOCK_MS / 1000
     assert (frozen.report.lost, frozen.report.duplicated, frozen.archived) == (0, 1, 0)
     twice = [a for a in frozen.attempts if a.id == frozen.report.examples["duplicated"][0]]
     assert [(a.consumer, a.delivery_count) for a in twice] == [("0", 1), ("0", 2)]
@@ -136,23 +147,27 @@ def test_crash_before_and_after_ack_and_a_poison_record(bootstrap):
 
 def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match="no exactly_once.*transaction"):
-        scenarios.share_group("exactly_once", bootstrap="127.0.0.1:1")
+        experiments.run("share-group", guarantee="exactly_once", cluster="127.0.0.1:1")
     with pytest.raises(ValueError, match="not on the path of share-group.*after-process-before-ack"):
-        scenarios.share_group("at_least_once", "after-process-before-commit", bootstrap="127.0.0.1:1")
+        experiments.run("share-group", guarantee="at_least_once",
+                        crash_at="after-process-before-commit",
+                        cluster="127.0.0.1:1")
     with pytest.raises(ValueError, match="ack_mode='explicit'"):
-        scenarios.share_group("at_least_once", poison="release", ack_mode="implicit",
-                              bootstrap="127.0.0.1:1")
+        experiments.run("share-group", guarantee="at_least_once", poison="release",
+                        ack_mode="implicit", cluster="127.0.0.1:1")
     with pytest.raises(ValueError, match="--freeze stalls instance 0 at its --crash-at"):
-        scenarios.share_group("at_least_once", freeze=True, bootstrap="127.0.0.1:1")
+        experiments.run("share-group", guarantee="at_least_once", freeze=True,
+                        cluster="127.0.0.1:1")
     out = subprocess.run([str(LABKIT), "scenario", "share-group", "--guarantee", "at_least_once",
                           "--freeze", "--instances", "2", "--crash-at", "after-ack"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "--freeze stalls instance 0" in out.stderr
-    with pytest.raises(ValueError, match="takes --crash-at, not --fault"):
-        scenarios.run("share-group", "at_least_once", fault="drop-ack:produce:1")
-    assert scenarios.crash_points("share-group", "at_most_once") == (
+    with pytest.raises(ValueError, match="share-group takes no option fault"):
+        experiments.run("share-group", guarantee="at_least_once",
+                        fault="drop-ack:produce:1").report
+    assert experiments.crash_points("share-group", "at_most_once") == (
         "after-acquire-before-process", "after-ack")
-    assert "share-group" in scenarios.names()
+    assert "share-group" in experiments.catalog()
     out = subprocess.run([str(LABKIT), "scenario", "consumer", "--guarantee", "at_least_once",
                           "--poison", "reject"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "apply to share-group only" in out.stderr

@@ -21,7 +21,7 @@ from labkit.pipelines import data
 from labkit.kafka.cluster import free_port
 from labkit.spark import check, runner
 from labkit.spark.connect import ConnectServer
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 from labkit.spark.session import stop_remote
 from tests.test_setup_errors import run_cli
 
@@ -73,9 +73,13 @@ def test_notebook_08_experiments_against_the_server(remote, bootstrap, capsys):
     audit's numbers are the lesson's: 20 duplicated, none lost; 0 after a dedupe by id."""
     exps = []
     try:
-        exps.append(experiment("spark-naive", bootstrap, "at_least_once", CRASH_AT, 60))
-        exps.append(experiment("spark-kafka-sink", bootstrap, "at_least_once", CRASH_AT, 60,
-                               spare=False))
+        exps.append(experiments.run("spark-naive", cluster=bootstrap,
+                                    guarantee="at_least_once",
+                                    crash_at=CRASH_AT, records=60))
+        exps.append(experiments.run("spark-kafka-sink", cluster=bootstrap,
+                                    guarantee="at_least_once",
+                                    crash_at=CRASH_AT, records=60,
+                                    spare=False))
         for exp in exps:
             first = exp.run.attempts[0]
             assert first.crashed and first.returncode == -signal.SIGKILL

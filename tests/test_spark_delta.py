@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.spark import delta, tables
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 
 pytestmark = pytest.mark.spark
 
@@ -18,7 +18,8 @@ POINT = "spark-after-sink-before-commit"
 
 
 def _run(bootstrap, tmp_path, guarantee: str):
-    exp = experiment("spark-delta", bootstrap, guarantee, POINT, RECORDS, workdir=tmp_path)
+    exp = experiments.run("spark-delta", cluster=bootstrap, guarantee=guarantee,
+                          crash_at=POINT, records=RECORDS, workdir=tmp_path)
     first, last = exp.run.attempts[0], exp.run.attempts[-1]
     assert first.crashed and first.returncode == -9 and not last.crashed
     timeline = exp.run.timeline  # from the checkpoint: batch 1's offset range ran twice

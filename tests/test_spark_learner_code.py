@@ -16,7 +16,7 @@ import pytest
 
 from tests.notebook_cells import compared_text, read
 from labkit.pipelines.learner import definitions
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 
 pytestmark = pytest.mark.spark
 
@@ -56,8 +56,10 @@ def test_08a_a_naive_sink_that_drops_half_of_each_batch_loses_it(bootstrap, tmp_
     assert "duplicated=20" in shown_audit(notebook, "print(naive.report.summary())")
     source = edited(sink_cell(notebook, "naive_sink"), "            db.executemany(INSERT.format(table=table), rows[half:])",
                     "            pass  # the second half is never written")
-    exp = experiment("spark-naive", bootstrap, "at_least_once", CRASH_AT, 60,
-                     workdir=tmp_path / "run", sink=load(source, "naive_sink"))
+    exp = experiments.run("spark-naive", cluster=bootstrap, guarantee="at_least_once",
+                          crash_at=CRASH_AT, records=60,
+                          workdir=tmp_path / "run",
+                          pipeline=load(source, "naive_sink"))
     r = exp.report
     # every batch of 20 keeps 10; the replayed batch 1 writes its first 10 again
     assert (r.produced, r.lost, r.duplicated) == (60, 30, 10), r.summary()
@@ -68,8 +70,10 @@ def test_08b_a_kafka_sink_that_writes_one_partition_loses_the_other(bootstrap, t
     assert "lost=0 duplicated=20" in shown_audit(notebook, 'kafka = experiment(')
     source = edited(sink_cell(notebook, "kafka_sink"), '(batch_df.select(',
                     '(batch_df.where("partition = 0").select(')
-    exp = experiment("spark-kafka-sink", bootstrap, "at_least_once", CRASH_AT, 60,
-                     workdir=tmp_path / "run", sink=load(source, "kafka_sink"))
+    exp = experiments.run("spark-kafka-sink", cluster=bootstrap,
+                          guarantee="at_least_once", crash_at=CRASH_AT,
+                          records=60, workdir=tmp_path / "run",
+                          pipeline=load(source, "kafka_sink"))
     on_partition_1 = sum(1 for r in exp.inputs if r["id"] not in set(exp.output["id"]))
     assert exp.report.lost == on_partition_1 > 0, exp.report.summary()
     exp.delete_topics()
@@ -82,8 +86,10 @@ def test_08c_a_delta_sink_without_txn_options_appends_the_replay(bootstrap, tmp_
     for line in ('     .option("txnAppId", app_id)      # this query\'s id\n',
                  '     .option("txnVersion", batch_id)  # Spark\'s micro-batch id: the same on a replay\n'):
         source = edited(source, line, "")
-    exp = experiment("spark-delta", bootstrap, "exactly_once", CRASH_AT, 30,
-                     workdir=tmp_path / "run", sink=load(source, "delta_sink"), spare=False)
+    exp = experiments.run("spark-delta", cluster=bootstrap, guarantee="exactly_once",
+                          crash_at=CRASH_AT, records=30,
+                          workdir=tmp_path / "run",
+                          pipeline=load(source, "delta_sink"), spare=False)
     # batch 1 (10 payments) committed before the crash, and again by the replay
     assert (exp.report.lost, exp.report.duplicated) == (0, 10), exp.report.summary()
 

@@ -19,7 +19,7 @@ from labkit.spark import checkpoint as ckpt
 from labkit.spark import check
 from labkit.spark.db import Database
 from labkit.spark.runner import SparkWorker, StreamJob, run_until_done
-from labkit.spark.scenarios import SPARK_SCENARIOS, validate
+from labkit.spark.scenarios import PIPELINES, validate
 from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch
 from labkit.spark.view import batch_spans, live_log, plot_run
 
@@ -148,7 +148,7 @@ def test_sink_spec_rejects_bad_input():
 
 
 def test_scenario_registry_and_validation():
-    assert set(SPARK_SCENARIOS) >= {"spark-naive", "spark-idempotent", "spark-transactional",
+    assert set(PIPELINES) >= {"spark-naive", "spark-idempotent", "spark-transactional",
                                     "spark-kafka-sink", "spark-running-count",
                                     "spark-txn-input", "spark-txn-input-default"}
     assert validate("spark-kafka-sink", "exactly_once", None, 60) == "kafka"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from labkit.spark.db import ENV_DSN, Database
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pg-local.sh"
@@ -73,8 +73,9 @@ def test_record_tables_are_read_in_the_databases_own_order_on_postgres(pg_dsn):
 def test_spark_sinks_on_postgres(bootstrap, tmp_path, monkeypatch, pg_dsn, name, guarantee,
                                  duplicated):
     monkeypatch.setenv(ENV_DSN, pg_dsn)
-    exp = experiment(name, bootstrap, guarantee, "spark-after-sink-before-commit", 60,
-                     workdir=tmp_path)
+    exp = experiments.run(name, cluster=bootstrap, guarantee=guarantee,
+                          crash_at="spark-after-sink-before-commit",
+                          records=60, workdir=tmp_path)
     assert exp.job.sink.db_url == pg_dsn
     r = exp.report
     assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (60, 60, 0, duplicated)

@@ -11,7 +11,7 @@ import pytest
 from labkit.checking import audit
 from labkit.proc import pid_alive
 from labkit.spark import check
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 
 pytestmark = pytest.mark.spark
 
@@ -26,7 +26,8 @@ REPLAYED = {"spark-mid-sink": BATCH // 2, "spark-after-sink-before-commit": BATC
 
 def _crashed_and_finished(bootstrap, tmp_path, name: str, guarantee: str, point: str):
     """Run the scenario; check the crash really killed driver and JVM and the restart finished."""
-    exp = experiment(name, bootstrap, guarantee, point, RECORDS, workdir=tmp_path)
+    exp = experiments.run(name, cluster=bootstrap, guarantee=guarantee, crash_at=point,
+                          records=RECORDS, workdir=tmp_path)
     first, last = exp.run.attempts[0], exp.run.attempts[-1]
     assert first.crashed and first.crash_at == point and first.returncode == -9
     # The JVM died with its driver (the gateway pipe closed); no orphan left behind.
@@ -106,8 +107,10 @@ def test_running_count_in_state_store_matches_batch_recount(bootstrap, tmp_path,
 
 
 def test_increment_count_over_counts_after_replay(bootstrap, tmp_path):
-    exp = experiment("spark-running-count", bootstrap, "at_least_once",
-                     "spark-after-sink-before-commit", RECORDS, workdir=tmp_path)
+    exp = experiments.run("spark-running-count", cluster=bootstrap,
+                          guarantee="at_least_once",
+                          crash_at="spark-after-sink-before-commit",
+                          records=RECORDS, workdir=tmp_path)
     r = exp.report
     # Batch 2's per-key counts were added twice: exactly one batch worth of over-count.
     assert (r.lost, r.duplicated) == (0, BATCH) and not r.state_matches

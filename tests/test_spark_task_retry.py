@@ -12,7 +12,8 @@ import pytest
 
 from labkit.kafka import topics
 from labkit.spark import check
-from labkit.spark.scenarios import experiment, validate
+from labkit import experiments
+from labkit.spark.scenarios import validate
 
 RECORDS = 60
 POINT = "spark-task-first-attempt"
@@ -26,8 +27,9 @@ def test_the_task_failure_point_belongs_to_the_kafka_sink_only():
 
 @pytest.mark.spark
 def test_a_retried_task_duplicates_its_partition_and_dedupe_removes_it(bootstrap, tmp_path):
-    exp = experiment("spark-kafka-sink", bootstrap, "at_least_once", POINT, RECORDS,
-                     workdir=tmp_path, spare=False)
+    exp = experiments.run("spark-kafka-sink", cluster=bootstrap,
+                          guarantee="at_least_once", crash_at=POINT,
+                          records=RECORDS, workdir=tmp_path, spare=False)
     # The driver never died: one attempt, every batch committed once, no batch replayed.
     (attempt,) = exp.run.attempts
     assert not attempt.crashed and attempt.checkpoint["committed"].all()

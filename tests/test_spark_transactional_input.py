@@ -14,7 +14,7 @@ import pytest
 
 from labkit.kafka.inspect import describe_topic
 from labkit.spark import check
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch
 
 RECORDS = 60  # 12 transactions of 5: 8 committed (40 records), 4 aborted (20)
@@ -55,8 +55,9 @@ def test_transactional_sink_stores_sparks_range_ends_across_gaps(tmp_path):
 
 @pytest.mark.spark
 def test_default_isolation_reads_aborted_records_read_committed_is_exact(bootstrap, tmp_path):
-    trap = experiment("spark-txn-input-default", bootstrap, "exactly_once", None, RECORDS,
-                      workdir=tmp_path / "default")
+    trap = experiments.run("spark-txn-input-default", cluster=bootstrap,
+                           guarantee="exactly_once", crash_at=None,
+                           records=RECORDS, workdir=tmp_path / "default")
     r = trap.report
     # Every aborted record reached the table: the rows whose input position a read_committed
     # reader never gets (the input log read both ways, not the producer's own list).
@@ -64,9 +65,11 @@ def test_default_isolation_reads_aborted_records_read_committed_is_exact(bootstr
     assert (r.lost, r.duplicated) == (0, 0) and len(trap.output) == RECORDS
     assert r.verdict == "incorrect" and "aborted-read" in r.anomalies
 
-    exact = experiment("spark-txn-input", bootstrap, "exactly_once",
-                       "spark-after-sink-before-commit", RECORDS, workdir=tmp_path / "committed",
-                       spare=False)
+    exact = experiments.run("spark-txn-input", cluster=bootstrap,
+                            guarantee="exactly_once",
+                            crash_at="spark-after-sink-before-commit",
+                            records=RECORDS,
+                            workdir=tmp_path / "committed", spare=False)
     r = exact.report
     first, second = exact.run.attempts
     assert first.crashed and first.returncode == -9 and not second.crashed

@@ -1,7 +1,8 @@
-"""The experiment watchdog on its own (no broker): a body that stops making progress ends
+"""The experiment watchdog: on its own (no broker), a body that stops making progress ends
 with ExperimentStalled naming its last step and what it waited for, after on_stall ran; a
-body that finishes or fails is handed back as it is. The real run under it:
-tests/test_coordinator_failover.py (a loop stalled on purpose, its brokers stopped)."""
+body that finishes or fails is handed back as it is. Around every experiment: a real worker
+that hangs is stopped (below), and tests/test_coordinator_failover.py stalls a loop on
+purpose under broker kills."""
 from __future__ import annotations
 
 import threading
@@ -51,3 +52,48 @@ def test_a_body_that_fails_fails_as_it_is():
         Watchdog("demo", stall_s=5).run(lambda: 1 / 0, on_stall=lambda: None)
     with pytest.raises(ValueError, match="positive"):
         Watchdog("demo", stall_s=0)
+
+
+HANGS = '''import time
+
+
+def hangs_after_it_started(bootstrap, input_topic, group_id):
+    time.sleep(600)  # never consumes: a loop stuck in a call, as far as anyone can see
+'''
+
+
+def test_every_experiment_runs_watched_a_hung_pipeline_is_stopped_and_named(bootstrap,
+                                                                            tmp_path):
+    """The watchdog is the experiment API's, not one experiment's: a learner's pipeline that
+    hangs in a real worker process makes `experiments.run` stop after `stall_after`, with an
+    error naming the last step it logged, and the worker it started is killed, not left."""
+    import importlib.util
+
+    import psutil
+
+    from labkit import experiments
+
+    (tmp_path / "hang.py").write_text(HANGS)
+    spec = importlib.util.spec_from_file_location("hang", tmp_path / "hang.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    started = time.monotonic()
+    with pytest.raises(ExperimentStalled) as stalled:
+        experiments.run("consume-transform-produce", cluster=bootstrap, guarantee="exactly_once",
+                        records=20, pipeline=module.hangs_after_it_started, stall_after=6)
+    took = time.monotonic() - started
+    message = str(stalled.value)
+    assert "consume-transform-produce made no progress for 6 s" in message, message
+    assert "instance 0 started (attempt 1)" in message, message  # its last step, named
+    assert "instance 0 to process its input" in message, message  # what it waited for
+    assert took < 60, f"the watchdog took {took:.0f} s"
+
+    def left() -> list:
+        return [p for p in psutil.Process().children(recursive=True)
+                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+
+    deadline = time.monotonic() + 10
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left() == [], [p.cmdline() for p in left()]

@@ -256,3 +256,14 @@ def audit_table(db_path: str, table: str, inputs: list[dict], scenario: str, gua
     """Audit a database sink table (SQLite): what rows ended up there."""
     return check(scenario, guarantee, inputs, read_table(db_path, table), crash_at=crash_at,
                  fault=fault)
+
+
+def mixed_report(scenario: str, guarantee: str, crash_at: str | None, produced: int,
+                 delivered_ids: set[str], mixed: Result) -> AuditReport:
+    """The audit of a replay whose lookup changed while it was down: a key whose output
+    matches no single processing of its records (``checkers.single_processing``) is a
+    drifted key of the computed state, so the one verdict calls it incorrect."""
+    return AuditReport(scenario, guarantee, crash_at, produced=produced,
+                       delivered_unique=len(delivered_ids), state_expected={},
+                       state_actual={key: "mixed" for key in mixed.examples},
+                       examples={"state_drift": list(mixed.examples)})

@@ -140,3 +140,19 @@ def torture_story(events: list[dict]) -> TortureStory:
                         end=int(last["end"]) if last is not None else 0,
                         commits_seen=moves,
                         output=int(last["output"]) if last is not None else 0)
+
+
+def text(events: list[dict]) -> str:
+    """A run's history as its timeline: one line per event, seconds since the first event,
+    who (an instance, or the supervisor), what, and the event's details."""
+    if not events:
+        return ""
+    start = events[0]["t"]
+    lines = []
+    for event in events:
+        who = f"instance {event['instance']}" if event.get("instance") is not None else "supervisor"
+        details = ", ".join(f"{k}={v}" for k, v in event.items()
+                            if k not in ("t", "kind", "instance", "pid"))
+        lines.append(f"{event['t'] - start:5.1f} s  {who:<11} {event['kind']}"
+                     + (f" ({details})" if details else ""))
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ SCENARIO, GUARANTEE, RECORDS = "consume-transform-produce", "at_least_once", 40
 def check_harmless_crash_point(bootstrap: str, crash_at: str | None) -> Verdict:
     """02: name a crash point at which the at-least-once pipeline neither loses nor
     duplicates anything. The check crashes the real pipeline there and audits the output."""
+    from labkit import experiments
     from labkit.experiments import scenarios
 
     valid = scenarios.crash_points(SCENARIO, GUARANTEE)
@@ -18,8 +19,8 @@ def check_harmless_crash_point(bootstrap: str, crash_at: str | None) -> Verdict:
     if crash_at not in valid:
         return check(False, "", f"{crash_at!r} is not on this pipeline's path; choose one of: "
                      + ", ".join(valid) + ".")
-    report = scenarios.run(SCENARIO, GUARANTEE, crash_at=crash_at, records=RECORDS,
-                           bootstrap=bootstrap)
+    report = experiments.run(SCENARIO, guarantee=GUARANTEE, crash_at=crash_at,
+                             records=RECORDS, cluster=bootstrap).report
     return check(report.lost == 0 and report.duplicated == 0,
                  f"a crash at {crash_at} lost 0 and duplicated 0: at that moment the output "
                  "written and the committed offsets agree, so the restart repeats nothing.",

@@ -15,10 +15,11 @@ def check_mid_batch_loss(bootstrap: str, predicted_lost: int | None) -> Verdict:
     """
     if unanswered(predicted_lost):
         return check(False, "", "fill in my_lost, then run this cell again.")
-    from labkit.experiments import scenarios
+    from labkit import experiments
 
-    report = scenarios.run("consumer", "at_most_once", crash_at="mid-batch", records=RECORDS,
-                           bootstrap=bootstrap)
+    report = experiments.run("consumer", guarantee="at_most_once",
+                             crash_at="mid-batch", records=RECORDS,
+                             cluster=bootstrap).report
     return check(predicted_lost == report.lost,
                  f"the audit counted {report.lost} lost. The offsets of the whole batch were "
                  "committed first, only half of it reached the table, and the restarted consumer "

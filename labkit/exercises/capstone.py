@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from labkit.experiments import scenarios
+from labkit.experiments import registry, scenarios
 
 from labkit.pipelines import data
 from labkit.exercises import Verdict, check, exercise
@@ -70,10 +70,10 @@ def run_one(settings: dict, crash_at: str | None = None, fault: str | None = Non
     validate(settings)
     options = {"idempotent": settings["enable_idempotence"], "offsets": settings["offsets"],
                "offset_delta": 1 if settings["committed_offset"] == "next-to-read" else 0}
-    return scenarios.run_detailed(SCENARIO, settings["processing_guarantee"], crash_at, fault,
-                                  bootstrap=bootstrap, inputs=data.load_csv("payments")[:payments],
-                                  options=options, isolation=settings["downstream_isolation"],
-                                  watch=watch)
+    return registry.run(SCENARIO, guarantee=settings["processing_guarantee"],
+                        crash_at=crash_at, fault=fault, cluster=bootstrap,
+                        inputs=data.load_csv("payments")[:payments], options=options,
+                        isolation=settings["downstream_isolation"], watch=watch)
 
 
 def run_capstone(settings: dict, bootstrap: str | None = None, payments: int = PAYMENTS,

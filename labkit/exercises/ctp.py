@@ -16,16 +16,16 @@ def check_ctp_settings(bootstrap: str, offsets: str | None, offset_delta: int | 
     if unanswered(offsets) or unanswered(offset_delta):
         return check(False, "", "fill in my_offsets and my_offset_delta, then run this cell "
                      "again. The check crashes the pipeline at three points and audits each.")
-    from labkit.experiments import scenarios
+    from labkit import experiments
     from labkit.pipelines.ctp import OFFSET_MODES
 
     if offsets not in OFFSET_MODES:
         return check(False, "", f"my_offsets must be one of {', '.join(OFFSET_MODES)}.")
     failed = []
     for point in PROBES:
-        report = scenarios.run(CTP, "exactly_once", crash_at=point, records=RECORDS,
-                               bootstrap=bootstrap,
-                               options={"offsets": offsets, "offset_delta": offset_delta})
+        report = experiments.run(CTP, guarantee="exactly_once", crash_at=point,
+                                 records=RECORDS, cluster=bootstrap,
+                                 options={"offsets": offsets, "offset_delta": offset_delta}).report
         if not report.exactly_once:
             failed.append(f"{point}: lost={report.lost} duplicated={report.duplicated}")
     return check(not failed,

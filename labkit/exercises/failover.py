@@ -28,13 +28,14 @@ def judge(min_insync: int, lost_acknowledged: int, election: str) -> Verdict:
 @exercise("03b_when_the_broker_fails")
 def check_no_acknowledged_loss(lab, min_insync: int | None) -> Verdict:
     """03b: acks=all with unclean election on; the learner's min.insync.replicas must lose
-    nothing acknowledged. ``lab``: the notebook's failure lab (``failover.failure_lab``)."""
+    nothing acknowledged. ``lab``: the notebook's failure lab (``labkit.kafka.failure_lab``)."""
     if unanswered(min_insync):
         return check(False, "", "fill in my_min_insync, then run this cell again.")
     if isinstance(min_insync, bool) or min_insync not in (1, 2, 3):
         return check(False, "", "my_min_insync must be 1, 2 or 3 (the topic has 3 replicas).")
-    from labkit.experiments import failover
+    from labkit import experiments
 
-    run = failover.leader_failover(lab, acks="all", min_insync=min_insync, unclean=True,
-                                   records=RECORDS)
+    run = experiments.run("leader-failover", cluster=lab, acks="all",
+                          min_insync=min_insync, unclean=True,
+                          records=RECORDS)
     return judge(min_insync, run.lost_acknowledged, run.election)

@@ -14,12 +14,12 @@ def check_idempotent_crash(bootstrap: str, producer_ids: int | None,
     duplicates the audit finds. The check runs it and reads both from the broker's log."""
     if unanswered(producer_ids) or unanswered(duplicates):
         return check(False, "", "fill in my_producer_ids and my_duplicates, then run this cell again.")
-    from labkit.experiments import scenarios
+    from labkit import experiments
     from labkit.kafka.inspect import describe_topic
 
-    run = scenarios.run_detailed("consume-transform-produce", "at_least_once", crash_at="mid-batch",
-                                 records=RECORDS, bootstrap=bootstrap,
-                                 options={"idempotent": True})
+    run = experiments.run("consume-transform-produce", guarantee="at_least_once",
+                          crash_at="mid-batch", records=RECORDS,
+                          cluster=bootstrap, options={"idempotent": True})
     view = describe_topic(bootstrap, run.topics["output"])
     got_ids = len({b.producer_id for b in view.batches if not b.is_control})
     got_dups = run.report.duplicated

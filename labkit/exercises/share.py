@@ -18,9 +18,10 @@ CHOICES = ("release", "reject")
 
 def _poison_deliveries(bootstrap: str, poison: str) -> tuple[list[int], int]:
     """The poison record's delivery counts, attempt by attempt, and how many were archived."""
-    from labkit.experiments import scenarios
+    from labkit import experiments
 
-    run = scenarios.share_group(GUARANTEE, records=RECORDS, bootstrap=bootstrap, poison=poison)
+    run = experiments.run("share-group", guarantee=GUARANTEE, records=RECORDS,
+                          cluster=bootstrap, poison=poison)
     return [a.delivery_count for a in run.attempts if a.outcome != "processed"], run.archived
 
 

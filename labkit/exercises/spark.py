@@ -24,7 +24,8 @@ import pandas as pd
 from labkit.exercises import Verdict, check, exercise, prediction_gaps, unanswered
 from labkit.pipelines.learner import LearnerCodeError, code_of
 from labkit.spark.runner import SPARK_CRASH_POINTS
-from labkit.spark.scenarios import TASK_FAILURE, experiment
+from labkit import experiments
+from labkit.spark.scenarios import TASK_FAILURE
 
 SCENARIO = "spark-naive"
 GUARANTEE = "at_least_once"
@@ -43,8 +44,9 @@ def measure_duplicates(points: tuple[str, ...], bootstrap: str,
     """Crash the naive sink's query at each point, restart it, audit the table: one row each."""
     rows = []
     for i, point in enumerate(points):
-        exp = experiment(SCENARIO, bootstrap, GUARANTEE, point, records,
-                         spare=i < len(points) - 1)  # no spare worker after the last crash
+        exp = experiments.run(SCENARIO, cluster=bootstrap, guarantee=GUARANTEE,
+                              crash_at=point, records=records,
+                              spare=i < len(points) - 1)  # no spare worker after the last crash
         try:
             timeline = exp.run.timeline
             rows.append({"crash_at": point, "duplicated": exp.report.duplicated,
@@ -97,8 +99,10 @@ def check_source_options(options: dict[str, str] | None, bootstrap: str) -> Verd
         return check(False, "", "my_options must be a dict of option name -> value, both "
                                 "strings, as .option(name, value) takes them.")
     try:
-        exp = experiment(TXN_SCENARIO, bootstrap, "exactly_once", None, RECORDS,
-                         spare=False, source_options=options)
+        exp = experiments.run(TXN_SCENARIO, cluster=bootstrap,
+                              guarantee="exactly_once", crash_at=None,
+                              records=RECORDS, spare=False,
+                              source_options=options)
     except Exception as exc:  # Spark refuses some Kafka options outright: say which
         return check(False, "", f"Spark refused these options: {str(exc).splitlines()[0][:300]}")
     try:
@@ -159,8 +163,10 @@ def check_my_sink(sink, bootstrap: str) -> Verdict:
                                 "writes, then run this cell again: the check then crashes "
                                 "your sink.")
     try:
-        exp = experiment(IDEMPOTENT_SCENARIO, bootstrap, "exactly_once", SHOWN, RECORDS,
-                         spare=False, sink=sink)
+        exp = experiments.run(IDEMPOTENT_SCENARIO, cluster=bootstrap,
+                              guarantee="exactly_once", crash_at=SHOWN,
+                              records=RECORDS, spare=False,
+                              pipeline=sink)
     except Exception as exc:  # the learner's code, run by Spark: say what it did, briefly
         return check(False, "", f"{_refusal(exc)}. Make the write of a row whose payment id "
                                 "is already there replace it (or leave it), not fail.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from labkit.exercises import Verdict, check, exercise, unanswered
 from labkit.spark import tables
-from labkit.spark.scenarios import experiment
+from labkit import experiments
 
 SCENARIO, GUARANTEE = "spark-delta", "at_least_once"  # at_least_once: the plain append
 CRASH_AT = "spark-mid-sink"
@@ -21,7 +21,8 @@ ANSWERS = ("commits", "duplicated")
 def measure(bootstrap: str, records: int = RECORDS) -> dict[str, int]:
     """The plain append killed at spark-mid-sink: its table's commits and the audit's
     duplicated rows (the run's files removed afterwards)."""
-    exp = experiment(SCENARIO, bootstrap, GUARANTEE, CRASH_AT, records, spare=False)
+    exp = experiments.run(SCENARIO, cluster=bootstrap, guarantee=GUARANTEE,
+                          crash_at=CRASH_AT, records=records, spare=False)
     try:
         _, history = tables.read_table(exp.job.sink.path)
         return {"commits": len(history), "duplicated": exp.report.duplicated}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from labkit import experiments
 from labkit.experiments import scenarios
 from labkit.exercises import Verdict, check, exercise, prediction_gaps
 
@@ -27,8 +28,9 @@ def measure_drift(points: tuple[str, ...], bootstrap: str | None = None,
     """Run the running count under at_least_once, crashed at each point; one audited row each."""
     rows = []
     for point in points:
-        report = scenarios.run(SCENARIO, GUARANTEE, crash_at=point, records=records,
-                               bootstrap=bootstrap)
+        report = experiments.run(SCENARIO, guarantee=GUARANTEE, crash_at=point,
+                                 records=records,
+                                 cluster=bootstrap).report
         over = sum(max(0, report.state_actual.get(k, 0) - n)
                    for k, n in report.state_expected.items())
         rows.append({"crash_at": point, "duplicated": report.duplicated,

@@ -65,16 +65,17 @@ GROUP_RECORDS, GROUP_INSTANCES, GROUP_PARTITIONS = 180, 3, 6
 def check_group_duplicates(bootstrap: str, duplicates: int | None) -> Verdict:
     """06: predict the duplicates when one of three at_least_once instances is killed at
     after-process-before-commit on its second batch. The check runs it and audits."""
-    from labkit.experiments import scenarios
+    from labkit import experiments
 
     if unanswered(duplicates):
         return check(False, "", "fill in my_duplicates, then run this cell again.")
     if isinstance(duplicates, bool) or not isinstance(duplicates, int):
         return check(False, "", "my_duplicates must be a whole number of payments.")
-    run = scenarios.run_detailed("consume-transform-produce", "at_least_once",
-                                 crash_at="after-process-before-commit",
-                                 records=GROUP_RECORDS, bootstrap=bootstrap,
-                                 instances=GROUP_INSTANCES, partitions=GROUP_PARTITIONS)
+    run = experiments.run("consume-transform-produce", guarantee="at_least_once",
+                          crash_at="after-process-before-commit",
+                          records=GROUP_RECORDS, cluster=bootstrap,
+                          instances=GROUP_INSTANCES,
+                          partitions=GROUP_PARTITIONS)
     got = run.report.duplicated
     return check(duplicates == got,
                  f"the audit counts {got} duplicates: the batch instance 0 had written but "

@@ -1,1 +1,12 @@
-"""The experiments: each combines a pipeline, faults and the audit into one run."""
+"""The experiments: each combines a pipeline, faults and the audit into one run.
+
+    from labkit import experiments
+    run = experiments.run("consume-transform-produce", guarantee="exactly_once",
+                          crash_at="after-commit")
+    experiments.catalog()            # every experiment, by name (labkit scenario lists them)
+
+One module per experiment, each registering itself (``registry.register``); see registry.
+"""
+from labkit.experiments.registry import catalog, crash_points, run
+
+__all__ = ["catalog", "crash_points", "run"]

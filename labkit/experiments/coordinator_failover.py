@@ -44,9 +44,10 @@ from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.cluster import LocalCluster
 from labkit.experiments.failover import BROKERS, wait_until
-from labkit.faults.watchdog import Watchdog
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaState, UnknownTopicError
 from labkit.pipelines.ctp import transform
+from labkit import progress
+from labkit.experiments.registry import FAILURE_LAB, Experiment, Option, RunBasics, register
 from labkit.progress import status
 
 BATCH = 10
@@ -61,18 +62,14 @@ CONSUMER_OFFSETS = "__consumer_offsets"
 
 
 @dataclass
-class CoordinatorRun:
+class CoordinatorRun(RunBasics):
     report: AuditReport
     coordinators: list[int]  # the coordinator's broker: at the start, after each kill
     errors: list[str]  # what commit_transaction raised, as the client classified it
     steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
-
     def to_json(self) -> str:
         return json.dumps({**json.loads(self.report.to_json()),
                            "coordinators": self.coordinators, "errors": self.errors})
-
-    def timeline(self) -> str:
-        return "\n".join(f"{t:5.1f} s  {what}" for t, what in self.steps)
 
 
 def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
@@ -169,16 +166,12 @@ def rewind(consumer: Consumer) -> None:
 
 
 def coordinator_failover(lab: LocalCluster, records: int = 60,
-                         loop: Callable[..., None] = copy_fees,
-                         on_step: Callable[[str], None] | None = None,
-                         stall_s: float = STALL_S) -> CoordinatorRun:
+                         loop: Callable[..., None] = copy_fees) -> CoordinatorRun:
     """Kill the transaction coordinator mid-transaction, then between EndTxn and the markers.
     ``loop``: the app, called as ``copy_fees`` is (a learner's version of it, notebook 05b).
-    ``on_step``: called with each line of the timeline as it happens (the CLI prints them).
-    ``stall_s``: no batch sent or ended for this long kills the lab's brokers and raises
-    ``ExperimentStalled`` naming the last step (``labkit.faults.watchdog``)."""
+    Each step goes to ``labkit.progress.step``: the watchdog that ``experiments.run`` puts
+    around it counts them, and the CLI prints them as they happen."""
     check_records(records)
-    watchdog = Watchdog(SCENARIO, stall_s)
     lab.restart()  # every broker up, whatever a previous run left
     base = names.topic(f"coordinator-{time.monotonic_ns() % 10**9}")
     source, output = f"{base}-in", f"{base}-out"
@@ -189,11 +182,10 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
     waiting = ["batch 1: consume, produce, send_offsets_to_transaction()"]
 
     def step(what: str) -> None:
+        progress.check()  # stopped by its watchdog: no broker is restarted after that
         steps.append((round(time.monotonic() - start, 1), what))
-        watchdog.progress(what, waiting[0])
+        progress.step(what, waiting[0])
         say(what)
-        if on_step:
-            on_step(f"{steps[-1][0]:5.1f} s  {what}")
 
     producer = Producer(client_config({
         "bootstrap.servers": lab.bootstrap, "transactional.id": base,
@@ -226,7 +218,7 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
 
         def before_commit(batch_no: int) -> None:
             waiting[0] = f"commit_transaction() of batch {batch_no}"
-            watchdog.progress(f"batch {batch_no}: records and offsets sent", waiting[0])
+            progress.step(f"batch {batch_no}: records and offsets sent", waiting[0])
             if batch_no == KILL_MID_TRANSACTION:
                 lab.kill(coordinators[-1])
                 step(f"batch {batch_no}: records and offsets sent; coordinator "
@@ -246,8 +238,8 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
             nonlocal second_kill_done
             waiting[0] = (f"batch {batch_no + 1}: consume, produce, "
                           "send_offsets_to_transaction()")
-            watchdog.progress(f"batch {batch_no}: {'committed' if committed else 'aborted'}",
-                              waiting[0])
+            progress.step(f"batch {batch_no}: {'committed' if committed else 'aborted'}",
+                          waiting[0])
             if batch_no == KILL_MID_TRANSACTION:
                 killed = coordinators[-1]
                 coordinators.append(transaction_coordinator(lab, base, not_on=killed))
@@ -281,24 +273,12 @@ def coordinator_failover(lab: LocalCluster, records: int = 60,
             else:
                 step(f"batch {batch_no}: {'committed' if committed else 'aborted'}")
 
-        stalled = False
-
-        def stop_brokers() -> None:
-            nonlocal stalled
-            stalled = True
-            freeze.end()
-            lab.kill()  # the next run (lab.restart) starts them again
-
         try:
-            watchdog.run(lambda: loop(consumer, producer, names.topic(output), records,
-                                      before_commit, after_end, errors),
-                         on_stall=stop_brokers,
-                         stopped="the failure lab's brokers were killed; the next run "
-                                 "starts them again")
+            loop(consumer, producer, names.topic(output), records, before_commit, after_end,
+                 errors)
         finally:
             freeze.end()
-            if not stalled:  # a stalled loop's thread still holds the consumer
-                consumer.close()
+            consumer.close()
         step("every input batch committed")
         lab.restart(wait=True)  # back to three brokers for the next run
         report = audit.audit_topic(lab.broker(leader).address, output, inputs, SCENARIO,
@@ -496,3 +476,15 @@ def transaction_coordinator(lab: LocalCluster, transactional_id: str,
 
     wait_until(located, f"the coordinator of {transactional_id}", 30)
     return found[0]
+
+
+def _run(context, *, records: int) -> CoordinatorRun:
+    return coordinator_failover(context.cluster, records, loop=context.pipeline or copy_fees)
+
+
+register(Experiment(
+    SCENARIO, "the transaction coordinator SIGKILLed twice under an exactly-once loop",
+    _run, where=FAILURE_LAB, stall_s=STALL_S, pipeline="the loop (as copy_fees)",
+    check=lambda records: check_records(records), text=lambda run: run.report.summary(),
+    options=(Option("records", 60, "how many input records (50 or more)", kind=int,
+                    short="-n"),)))

@@ -1,7 +1,7 @@
 """When a broker fails: what acks, min.insync.replicas and unclean election keep.
 
-    with failure_lab() as lab:                       # a controller and 3 brokers of its own
-        run = leader_failover(lab, acks="1")         # -> FailoverRun
+    run = experiments.run("leader-failover", acks="1")   # on a failure lab of its own
+    run = leader_failover(lab, acks="1")          # on a failure lab you hold (-> FailoverRun)
         run.lost_acknowledged                        # acknowledged to the producer, then gone
 
 The experiment, every step done to a real broker process:
@@ -20,8 +20,7 @@ The experiment, every step done to a real broker process:
 7. The audit reads the partition from the start: an id the producer was told was written
    (its delivery report had no error) and that is not there is ``lost_acknowledged``.
 
-A failure lab is always local and private (``failure_lab``): killing brokers of a shared
-cluster would break everybody's lessons, so LABKIT_BOOTSTRAP does not apply here.
+It runs on a failure lab (``labkit.kafka.failure_lab``), always local and private.
 """
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from confluent_kafka import Producer
@@ -39,8 +38,11 @@ from labkit.kafka import names, topics
 
 from labkit.pipelines import data
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import FAILURE_LAB_PROPERTIES, LocalCluster, private_cluster
+from labkit.kafka.cluster import FAILURE_LAB_PROPERTIES, LocalCluster
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
+from labkit import progress
+from labkit.checking.audit import AuditReport
+from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
 from labkit.progress import status
 
 ACKS = ("0", "1", "all")
@@ -62,17 +64,6 @@ RUN_KEYS = ("scenario", "acks", "min_insync", "unclean", "out_of_sync", "produce
             "election", "new_leader")
 
 
-@contextlib.contextmanager
-def failure_lab(announce: Callable[[str], None] = print) -> Iterator[LocalCluster]:
-    """A private lab to break: one KRaft controller and brokers 1-3, stopped on every way out.
-
-    It runs beside whatever cluster the other lessons use (a shared one included)."""
-    announce("This experiment kills brokers, so it starts a Kafka of its own on this machine "
-             "(a controller and brokers 1-3), whatever cluster your other lessons use.")
-    with private_cluster("failure-lab-", brokers=3, controller="dedicated") as lab:
-        yield lab
-
-
 @dataclass
 class FailoverRun:
     acks: str
@@ -87,6 +78,8 @@ class FailoverRun:
     duplicated: int = 0
     election: str = ""  # clean | eligible (ELR) | unclean | none
     new_leader: int | None = None
+    topic: str = ""  # the partition's topic (deleted with the failure lab)
+    history: list[dict] = field(default_factory=list, repr=False)  # no workers: no events
     # (seconds since the start, what happened, the partition's state then)
     steps: list[tuple[float, str, str]] = field(default_factory=list, repr=False)
 
@@ -110,6 +103,19 @@ class FailoverRun:
     def timeline(self) -> str:
         return "\n".join(f"{t:5.1f} s  {what:<44} {state}" for t, what, state in self.steps)
 
+    @property
+    def report(self) -> AuditReport:
+        """The one audit over what the producer was told was written: an acknowledged
+        record missing from the log is lost, one there twice is duplicated."""
+        return AuditReport(self.scenario, f"acks={self.acks}", fault="leader SIGKILLed",
+                           produced=self.acknowledged,
+                           delivered_unique=self.acknowledged - self.lost_acknowledged,
+                           lost=self.lost_acknowledged, duplicated=self.duplicated)
+
+    @property
+    def topics(self) -> dict[str, str]:
+        return {"output": self.topic} if self.topic else {}
+
 
 def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
                     unclean: bool = False, out_of_sync: bool | None = None,
@@ -123,9 +129,9 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
     handed each change of the partition's leader, ISR and broker processes while it runs."""
     check_settings(acks, min_insync, records)
     out_of_sync = unclean if out_of_sync is None else out_of_sync
-    run = FailoverRun(acks, min_insync, unclean, out_of_sync)
     lab.restart()  # every broker up: the previous run's old leader may still be starting
     topic = names.topic(f"failover-{time.monotonic_ns() % 10**9}")
+    run = FailoverRun(acks, min_insync, unclean, out_of_sync, topic=topic)
     topics.create(lab.bootstrap, topic, replica_assignment=[[LEADER, *FOLLOWERS]], config={
         "min.insync.replicas": str(min_insync),
         "unclean.leader.election.enable": str(unclean).lower()})
@@ -154,6 +160,7 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
         def record(what: str, state: ReplicaState) -> ReplicaState:
             run.steps.append((round(time.monotonic() - start, 1), what, state.text()))
             say(what)
+            progress.step(what)
             watcher.mark(what, state)
             return state
 
@@ -344,3 +351,27 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float) -> No
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
         time.sleep(0.1)
+
+
+def _run(context, *, acks: str, min_insync: int, unclean: bool, out_of_sync: bool,
+         records: int) -> FailoverRun:
+    # without a live view (the CLI), each change of the partition is a line of the timeline
+    watch = context.watch or (lambda moment: progress.step(moment.text()))
+    return leader_failover(context.cluster, acks, min_insync, unclean, out_of_sync or None,
+                           records, watch=watch)
+
+
+register(Experiment(
+    "leader-failover", "the partition's leader SIGKILLed after acknowledging records its "
+    "followers never copied: what acks and min.insync.replicas keep",
+    _run, where=FAILURE_LAB, check=lambda acks, min_insync, records, **_: check_settings(
+        acks, min_insync, records),
+    text=lambda run: f"{run.summary()}\n{run.timeline()}", options=(
+        Option("acks", REQUIRED, "the producer's acks", ACKS),
+        Option("min_insync", 1, "the topic's min.insync.replicas", kind=int),
+        Option("unclean", False, "unclean.leader.election.enable=true (the followers are "
+               "left out of the ISR first)", kind=bool),
+        Option("out_of_sync", False, "freeze the followers until they leave the ISR "
+               "(implied by --unclean)", kind=bool),
+        Option("records", 100, "how many records (half before the fault)", kind=int, short="-n"),
+    )))

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.checking import checkers
@@ -27,7 +28,9 @@ from labkit.checking import checkers
 from labkit.kafka import topics
 
 from labkit.pipelines import data
+from labkit.checking.audit import AuditReport, mixed_report
 from labkit.checking.checkers import Result
+from labkit.experiments.registry import REQUIRED, Experiment, Option, RunBasics, register
 from labkit.faults.runner import run_worker
 from labkit.pipelines import ctp
 from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
@@ -39,12 +42,23 @@ CRASH_HIT, BATCH = 2, 10
 
 
 @dataclass
-class KafkaReplay:
+class KafkaReplay(RunBasics):
     guarantee: str
     crash_at: str
     mixed: Result
     committed: list[tuple[str, str]]  # (id, threshold version) a read_committed reader gets
     aborted_in_log: int  # records in the output log that read_committed does not return
+    produced: int = 0
+    history: list[dict] = field(default_factory=list, repr=False)  # one worker: no events
+
+    @property
+    def report(self) -> AuditReport:
+        return mixed_report("kafka-replay", self.guarantee, self.crash_at, self.produced,
+                            {i for i, _ in self.committed}, self.mixed)
+
+    def to_json(self) -> str:
+        return json.dumps({**self.report.to_dict(), "mixed_keys": self.mixed.count,
+                           "aborted_in_log": self.aborted_in_log})
 
     def summary(self) -> str:
         """Stable text for notebooks and docs."""
@@ -79,4 +93,14 @@ def kafka_experiment(bootstrap: str, guarantee: str, records: int = 30) -> Kafka
     mixed = checkers.single_processing([(r["id"], r["key"]) for r in inputs], seen,
                                        [processing(inputs, V1), processing(inputs, V2)])
     topics.delete(bootstrap, in_topic, out_topic)
-    return KafkaReplay(guarantee, CRASH_AT[guarantee], mixed, seen, len(everything) - len(committed))
+    return KafkaReplay(guarantee, CRASH_AT[guarantee], mixed, seen,
+                       len(everything) - len(committed), len(inputs))
+
+
+register(Experiment(
+    "kafka-replay", "consume-transform-produce crashed in its 2nd batch while its lookup "
+    "changes: does the output match one processing?",
+    lambda context, guarantee, records: kafka_experiment(context.bootstrap, guarantee, records),
+    options=(Option("guarantee", REQUIRED, "exactly_once | at_least_once", tuple(CRASH_AT),
+                    short="-g"),
+             Option("records", 30, "how many input records", kind=int, short="-n"))))

@@ -36,6 +36,7 @@ from labkit.kafka.clientlog import client_config
 from labkit.experiments.coordinator_failover import BATCH, classified, copy_fees
 from labkit.pipelines.ctp import transform
 from labkit.pipelines.group import bare_group_metadata
+from labkit.experiments.registry import Experiment, Option, RunBasics, register
 from labkit.progress import status
 
 SCENARIO = "poll-interval-zombie"
@@ -48,7 +49,7 @@ FIRST_BATCH_WAIT_S = 60  # how long A waits for its first batch (group join, fet
 
 
 @dataclass
-class PollZombieRun:
+class PollZombieRun(RunBasics):
     report: AuditReport
     fencing: str
     zombie_error: str | None  # what A's send_offsets_to_transaction/commit raised, classified
@@ -161,3 +162,18 @@ def poll_interval_zombie(bootstrap: str, fencing: str = "group",
                                fault=f"a batch slower than max.poll.interval.ms ({fencing})")
     topics.delete(bootstrap, source, output)
     return PollZombieRun(report, fencing, zombie_error, slow_s, poll_after)
+
+
+def _text(run: PollZombieRun) -> str:
+    told = run.zombie_error or "nothing: its commit went through"
+    return f"{run.report.summary()}\nzombie told: {told}; its next poll: {run.poll_after}"
+
+
+register(Experiment(
+    SCENARIO, "a member slower than max.poll.interval.ms over one batch commits late",
+    lambda context, fencing, records: poll_interval_zombie(context.bootstrap, fencing, records),
+    check=check_settings, text=_text,
+    stall_s=DONE_WAIT_S + 60,  # its slow batch waits up to DONE_WAIT_S without a step
+    options=(Option("fencing", "group", "A's offsets carry its group metadata (KIP-447) or "
+                    "the group id only", FENCING),
+             Option("records", 20, "how many input records", kind=int, short="-n"))))

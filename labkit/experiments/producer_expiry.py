@@ -35,6 +35,7 @@ from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.cluster import private_cluster
 from labkit.faults.proxy import FaultProxy
+from labkit.experiments.registry import OWN_BROKER, Experiment, Option, RunBasics, register
 from labkit.progress import status
 
 SCENARIO = "producer-expiry"
@@ -46,7 +47,7 @@ FAULT = "drop-ack:produce:1"  # the first batch is written, its answer never arr
 
 
 @dataclass
-class ExpiryRun:
+class ExpiryRun(RunBasics):
     report: AuditReport
     expiration_ms: int
     acknowledged: int  # delivery reports without an error
@@ -125,3 +126,14 @@ def producer_expiry(expiration_ms: int = EXPIRATION_MS, records: int = 10,
     return ExpiryRun(report, expiration_ms, len(offsets),
                      (min(offsets, default=-1), max(offsets, default=-1)),
                      stats["requests"].get("Produce", 0), errors)
+
+
+register(Experiment(
+    "producer-expiry", "one idempotent batch, its answer lost and its retry held back, on a "
+    "broker that forgets a producer after --expiration-ms",
+    lambda context, expiration_ms, records: producer_expiry(
+        expiration_ms, records, announce=context.announce, send=context.pipeline or send_batch),
+    pipeline="the producer (as send_batch)", where=OWN_BROKER, check=check_settings, options=(
+        Option("expiration_ms", EXPIRATION_MS, "the broker's producer.id.expiration.ms "
+               f"(Kafka's: {KAFKA_DEFAULT_MS})", kind=int),
+        Option("records", 10, "how many records (one batch)", kind=int, short="-n"))))

@@ -30,6 +30,7 @@ from labkit.kafka import names, protocol, topics
 from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
+from labkit.experiments.registry import REQUIRED, Experiment, Option, RunBasics, register
 from labkit.faults.proxy import FaultProxy
 
 SCENARIO = "reorder"
@@ -39,7 +40,7 @@ ACCOUNT = "acct-01"  # one key: its payments' order is the order that matters
 
 
 @dataclass
-class ReorderRun:
+class ReorderRun(RunBasics):
     report: AuditReport
     idempotent: bool
     produce_requests: int  # Produce requests the proxy saw (the failed one and its retry included)
@@ -89,3 +90,13 @@ def reorder(bootstrap: str, idempotent: bool, records: int = 20,
     topics.delete(bootstrap, topic)
     return ReorderRun(report, idempotent, stats["requests"].get("Produce", 0),
                       stats["requests_failed"], errors)
+
+
+register(Experiment(
+    "reorder", "one account's payments, the 3rd Produce failing behind the 4th: does a retry "
+    "reorder them?",
+    lambda context, idempotent, records: reorder(context.bootstrap, idempotent, records,
+                                                 send=context.pipeline or send_payments),
+    pipeline="the producer (as send_payments)", check=lambda idempotent, records: check_records(records), options=(
+        Option("idempotent", REQUIRED, "the producer's enable.idempotence", kind=bool),
+        Option("records", 20, "how many payments", kind=int, short="-n"))))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
-import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -35,11 +34,11 @@ from labkit.pipelines import data
 from labkit.kafka import names as namespace
 from labkit.checking.audit import AuditReport
 from labkit.faults import crashpoints
-from labkit.faults.runner import RunResult, run_frozen, run_workers, run_zombie
-from labkit.faults.runner import target_name as runner_target
+from labkit.experiments.registry import REQUIRED, Experiment, Option, register
+from labkit.faults.runner import RunResult, run_workers
 from labkit.paths import lab_home
-from labkit.pipelines import consumer, ctp, learner, producer, running_count, share
-from labkit.pipelines.group import check_group_protocol
+from labkit.pipelines import consumer, ctp, learner, producer, running_count
+from labkit.pipelines.group import GROUP_PROTOCOLS, check_group_protocol
 from labkit.pipelines.guarantee import GUARANTEES
 from labkit.kafka.topics import ISOLATION_LEVELS
 
@@ -100,15 +99,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                       "after-send-offsets-before-commit", "after-commit"),
              }, stateful=True, scales=False),
 ]}
-# The zombie experiment (``zombie_rebalance``): not a pipeline of its own but ctp's exactly_once
-# under a stall and a rebalance, so it is listed with the scenarios and dispatched apart.
-ZOMBIE = "zombie-rebalance"
-# Share groups (KIP-932): N consumers take records from one partition, acknowledge each;
-# its own runner and audit (a queue: no offsets, records may be archived), see share_group.
-SHARE = "share-group"
-SHARE_CRASH_POINTS = {ALO: ("after-acquire-before-process", "after-process-before-ack", "after-ack"),
-                      AMO: ("after-acquire-before-process", "after-ack")}
-FENCING_MODES = ctp.FENCING_MODES
 
 
 @dataclass
@@ -123,6 +113,16 @@ class ScenarioRun:
     inputs: list[dict] = field(default_factory=list, repr=False)
     history: list[dict] = field(default_factory=list, repr=False)  # the workers' events
 
+    def summary(self) -> str:
+        return self.report.summary()
+
+    def to_json(self) -> str:
+        return self.report.to_json()
+
+    def timeline(self) -> str:
+        """The workers' history, one line per event (``labkit.checking.timeline.text``)."""
+        return timeline.text(self.history)
+
     def ownership(self) -> pd.DataFrame:
         """Which instance owned which partition, when (see ``labkit.checking.timeline.ownership``)."""
         return timeline.ownership(self.history)
@@ -136,27 +136,11 @@ class ScenarioRun:
         return timeline.takeover(self.history)
 
 
-def _spark_scenarios() -> dict[str, Callable[..., AuditReport]]:
-    from labkit.spark.scenarios import SPARK_SCENARIOS
-
-    return SPARK_SCENARIOS
-
-
-def names() -> list[str]:
-    return [*SCENARIOS, ZOMBIE, SHARE, *_spark_scenarios()]
-
-
 def crash_points(name: str, guarantee: str | None = None) -> tuple[str, ...]:
     """The crash points a scenario's code passes (for one guarantee, or for any)."""
-    if name == ZOMBIE:
-        return ()  # it stalls at one fixed point instead of crashing
-    if name == SHARE:
-        if guarantee is not None:
-            return SHARE_CRASH_POINTS.get(_guarantee(guarantee), ())
-        return tuple(dict.fromkeys(p for pts in SHARE_CRASH_POINTS.values() for p in pts))
     scenario = _scenario(name)
     if guarantee is not None:
-        return scenario.crash_points[_guarantee(guarantee)]
+        return scenario.crash_points[check_guarantee(guarantee)]
     return tuple(p for p in crashpoints.CRASH_POINTS
                  if any(p in pts for pts in scenario.crash_points.values()))
 
@@ -166,43 +150,8 @@ def batch_size(records: int) -> int:
     return min(BATCH_SIZE, max(1, records // 4))
 
 
-def run(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
-        records: int = 200, bootstrap: str | None = None, keep_topics: bool = True,
-        **options) -> AuditReport:
-    """Run scenario ``name`` under ``guarantee`` and return its audit (see ``run_detailed``;
-    ``keep_topics=False`` deletes the run's topics at its end, as ``labkit scenario`` does)."""
-    if name == ZOMBIE:
-        if crash_at or fault:
-            raise ValueError(f"{ZOMBIE} stalls one instance at a fixed point; it takes no "
-                             "--crash-at or --fault (choose --fencing group | none)")
-        return zombie_rebalance(guarantee, records=records, bootstrap=bootstrap,
-                                keep_topics=keep_topics, **options).report
-    if name == SHARE:
-        if fault:
-            raise ValueError(f"{SHARE} takes --crash-at, not --fault")
-        return share_group(guarantee, crash_at, records=records, bootstrap=bootstrap,
-                           keep_topics=keep_topics, **options).report
-    if name in _spark_scenarios() and name not in SCENARIOS:
-        if fault:
-            raise ValueError(f"network faults are not available for the Spark scenario {name!r}; "
-                             "use --crash-at")
-        if options.get("trace"):
-            raise ValueError(f"--trace records Kafka scenarios' workers; the Spark scenario "
-                             f"{name!r} talks to Kafka from its JVM")
-        if options.get("instances", 1) != 1 or options.get("partitions", 1) != 1:
-            raise ValueError(f"the Spark scenario {name!r} runs one query over one partition; "
-                             "--instances and --partitions apply to the Kafka scenarios")
-        crashpoints.validate(crash_at)
-        _guarantee(guarantee)
-        _records(records)
-        return _spark_scenarios()[name](bootstrap or _ensure_bootstrap(), guarantee, crash_at,
-                                        records, keep_topics=keep_topics)
-    return run_detailed(name, guarantee, crash_at, fault, records, bootstrap,
-                        keep_topics=keep_topics, **options).report
-
-
-def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: str | None = None,
-                 records: int = 200, bootstrap: str | None = None, *, seed: int = 0,
+def run_detailed(name: str, bootstrap: str, guarantee: str, crash_at: str | None = None,
+                 fault: str | None = None, records: int = 200, *, seed: int = 0,
                  hit: int = CRASH_HIT, isolation: str = "read_committed", keep_workdir: bool = False,
                  options: dict | None = None,
                  watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
@@ -241,18 +190,17 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
     scenario = _scenario(name)
     if code is not None and not scenario.reads_input:
         raise ValueError(f"code= replaces a pipeline that reads an input topic, not {name!r}")
-    _guarantee(guarantee)
+    check_guarantee(guarantee)
     _instances(scenario, instances, partitions, crash_instance)
     check_group_protocol(group_protocol)
     if inputs is not None:
         records = len(inputs)
-    _records(records)
+    check_records(records)
     _crash_point(scenario, guarantee, crash_at)
     spec = _fault(fault)
     if isolation not in ISOLATION_LEVELS:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
     options = _options(scenario, options or {})
-    bootstrap = bootstrap or _ensure_bootstrap()
 
     run_id = uuid.uuid4().hex[:8]
     # One stem for the run's topics, group id and transactional ids, put in the learner's
@@ -300,250 +248,6 @@ def run_detailed(name: str, guarantee: str, crash_at: str | None = None, fault: 
             topics.delete(bootstrap, *names_.values())
     return ScenarioRun(report, result, used, stats, str(workdir) if keep_workdir else None, inputs,
                        events)
-
-
-@dataclass
-class ZombieRun:
-    """The zombie-after-rebalance experiment: the audit, and what the zombie was told."""
-
-    report: AuditReport
-    fencing: str
-    zombie_error: str | None  # the group coordinator's refusal, None if the commit went through
-    stalled_s: float
-    history: list[dict] = field(default_factory=list, repr=False)
-
-
-def zombie_rebalance(guarantee: str = "exactly_once", fencing: str = "group", records: int = 40,
-                     bootstrap: str | None = None, group_protocol: str = "classic",
-                     keep_topics: bool = True) -> ZombieRun:
-    """Instance A reads a batch and writes its output inside a transaction, then freezes
-    (SIGSTOP) before sending its offsets. B joins; once A's session times out the group gives
-    B the partition, and B processes everything, A's batch included. Then A wakes up and
-    tries to commit its transaction.
-
-    ``fencing="group"``: A's offsets carry its group generation; the broker refuses them
-    (KIP-447), A aborts, nothing is duplicated. ``fencing="none"``: the offsets carry the
-    group id only (the pre-KIP-447 pattern); A's commit succeeds and its batch is duplicated.
-    ``keep_topics`` as in ``run_detailed``.
-    """
-    if guarantee != "exactly_once":
-        raise ValueError(f"{ZOMBIE} is an exactly_once experiment (zombie fencing); "
-                         f"not {guarantee!r}")
-    if fencing not in FENCING_MODES:
-        raise ValueError(f"unknown fencing {fencing!r}; choose one of {', '.join(FENCING_MODES)}")
-    check_group_protocol(group_protocol)
-    _records(records)
-    bootstrap = bootstrap or _ensure_bootstrap()
-    base = namespace.qualify(f"zombie-{fencing}-{uuid.uuid4().hex[:8]}")  # as in run_detailed
-    names_ = {"input": f"{base}-in", "output": f"{base}-out"}
-    workdir = lab_home() / "runs" / base
-    workdir.mkdir(parents=True, exist_ok=True)
-    inputs = data.generate(records)
-    common = {"bootstrap": bootstrap, "input_topic": names_["input"],
-              "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
-              "batch_size": batch_size(records), "fencing": fencing,
-              "group_protocol": group_protocol}
-    history_file = workdir / "history.jsonl"
-    try:
-        data.load_into_topic(bootstrap, names_["input"], inputs)
-        topics.create(bootstrap, names_["output"])
-        # A stops after its one late batch: the audit then counts what that commit adds.
-        outcome = run_zombie(ctp.run, {**common, "transactional_id": f"{base}-a", "max_batches": 1},
-                             {**common, "transactional_id": f"{base}-b"},
-                             stall_at="in-transaction-before-commit", label=f"{ZOMBIE} [{fencing}]",
-                             history_file=str(history_file))
-        report = audit.audit_topic(bootstrap, names_["output"], inputs, ZOMBIE, guarantee,
-                                   crash_at=None, fault="zombie")  # A stalled, then woke
-        events = history.read(history_file)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        if not keep_topics:
-            topics.delete(bootstrap, *names_.values())
-    errors = [e["error"] for e in events if e["kind"] == "fenced" and e["instance"] == "0"]
-    return ZombieRun(report, fencing, errors[0] if errors else None, outcome.stalled_s, events)
-
-
-@dataclass
-class ShareRun:
-    """A share-group run: the audit (lost, duplicated = processed twice), what the broker
-    archived, the delivery counts and each consumer's order, and the share coordinator's
-    stored state of the partition at the end (``labkit.kafka.inspect.share``)."""
-
-    report: AuditReport
-    run: RunResult
-    topics: dict[str, str]
-    group: str
-    archived: int
-    delivery_counts: dict[int, int]  # highest delivery count -> records (1: delivered once)
-    processed_by: dict[str, int]  # consumer -> records it processed
-    out_of_order: dict[str, int]  # consumer -> records it processed after a later one
-    share_state: object  # labkit.kafka.inspect.share.ShareState
-    attempts: list = field(default_factory=list, repr=False)  # checkers.Attempt, log order
-    # The acknowledgements the broker refused, as the consumers' commit_sync reported them:
-    # {"consumer", "offsets" (the acknowledged record's), "error"} (a frozen run's late ACCEPT).
-    refused_acks: list[dict] = field(default_factory=list)
-    frozen_s: float | None = None  # freeze=True: how long instance 0 stayed frozen
-
-    def to_dict(self) -> dict:
-        """``labkit scenario --json``'s keys, then the queue's own (appended)."""
-        return {**self.report.to_dict(), "archived": self.archived,
-                "delivery_counts": {str(k): v for k, v in self.delivery_counts.items()},
-                "processed_by": self.processed_by, "out_of_order": self.out_of_order,
-                "share_state": self.share_state.counts(), "seconds": self.run.total_s,
-                "refused_acks": self.refused_acks, "frozen_s": self.frozen_s}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    def summary(self) -> str:
-        """The audit's summary plus one stable line for the queue (nbval compares both)."""
-        text = (f"{self.report.summary()}\n  archived={self.archived} delivery counts "
-                f"(highest per record -> records): {self.delivery_counts}")
-        if self.refused_acks:  # only when the broker refused one (a lock that expired)
-            errors = sorted({a["error"].split(",")[0].removeprefix("KafkaError{code=")
-                             for a in self.refused_acks})
-            text += f"\n  acknowledgements refused: {len(self.refused_acks)} ({', '.join(errors)})"
-        return text
-
-
-def share_group(guarantee: str = "at_least_once", crash_at: str | None = None, records: int = 40,
-                bootstrap: str | None = None, *, instances: int = 1, partitions: int = 1,
-                ack_mode: str = "explicit", poison: str | None = None, hit: int | None = None,
-                seed: int = 0, group_protocol: str | None = None, trace=None,
-                record_lock_ms: int | None = None, freeze: bool = False,
-                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
-                keep_topics: bool = True) -> ShareRun:
-    """``instances`` share consumers (processes) take ``records`` records from one partition;
-    instance 0 is SIGKILLed at ``crash_at`` on its ``hit``-th visit and restarted (default:
-    the 2nd record with explicit acknowledgement; the 1st poll with implicit, because the
-    ShareConsumer of confluent-kafka 2.16.1 ignores max.poll.records and one poll returns
-    every record the broker handed over).
-
-    ``poison="release"|"reject"`` makes the input's third record fail every time it is
-    processed: released (redelivered until the broker archives it at its delivery limit)
-    or rejected (archived at once). ``watch(topics)`` as in ``run_detailed`` (its dict also
-    has "group", the share group's id, for a live view of its state). ``record_lock_ms``
-    sets this group's record lock (the broker's: 10 s).
-
-    ``freeze=True``: the consumer is *frozen* (SIGSTOP) at ``crash_at`` instead of killed,
-    for its records' lock (this group's: ``record_lock_ms``, default ``FREEZE_LOCK_MS``) plus
-    ``FREEZE_MARGIN_S``. Its connection stays open, so only the lock expiring frees its
-    records. Thawed (SIGCONT), its late acknowledgement is refused (``refused_acks``), it
-    drops the rest of that stale poll, polls again and gets the records once more
-    (delivery count 2): the one it had processed is processed twice.
-
-    ``keep_topics`` as in ``run_detailed``."""
-    from labkit.checking.checkers import Attempt
-    from labkit.kafka.inspect import Inspector
-    from labkit.kafka.inspect.share import share_state
-
-    if guarantee == "exactly_once":
-        raise ValueError(share.NO_EXACTLY_ONCE)
-    _guarantee(guarantee)
-    if partitions != 1 or trace or group_protocol not in (None, "classic"):
-        raise ValueError(f"{SHARE} runs its consumers on one partition, with their own "
-                         "protocol (ShareGroupHeartbeat): drop --partitions, --group-protocol "
-                         "and --trace")
-    if not isinstance(instances, int) or instances < 1:
-        raise ValueError(f"instances must be a positive whole number, not {instances!r}")
-    _records(records)
-    crashpoints.validate(crash_at)
-    if crash_at is not None and crash_at not in SHARE_CRASH_POINTS[guarantee]:
-        raise ValueError(f"crash point {crash_at!r} is not on the path of {SHARE} [{guarantee}]. "
-                         f"Valid crash points here: {', '.join(SHARE_CRASH_POINTS[guarantee])}")
-    if freeze:
-        if crash_at is None or instances != 1:
-            raise ValueError("--freeze stalls instance 0 at its --crash-at point past its record "
-                             "lock, then thaws it: give --crash-at, and no --instances")
-        record_lock_ms = record_lock_ms or FREEZE_LOCK_MS
-    hit = hit or (CRASH_HIT if ack_mode == "explicit" else 1)
-    inputs = data.generate(records, seed=seed)
-    poison_ids = [inputs[min(2, records - 1)]["id"]] if poison else []
-    share.check_options(guarantee, ack_mode, poison or "release", poison_ids)
-    bootstrap = bootstrap or _ensure_bootstrap()
-    base = namespace.qualify(f"share-{guarantee}-{uuid.uuid4().hex[:8]}".replace("_", "-"))
-    names_ = {"input": f"{base}-in", "output": f"{base}-out"}
-    with _deleted_after(bootstrap, names_, keep_topics):  # as in run_detailed
-        data.load_into_topic(bootstrap, names_["input"], inputs)
-        topics.create(bootstrap, names_["output"])
-        share.prepare_group(bootstrap, base, record_lock_ms)
-        member = {"bootstrap": bootstrap, "input_topic": names_["input"],
-                  "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
-                  "batch_size": batch_size(records), "ack_mode": ack_mode,
-                  "poison_ids": poison_ids, "poison": poison or "release"}
-        workdir = lab_home() / "runs" / base
-        workdir.mkdir(parents=True, exist_ok=True)
-        frozen_s = None
-        try:
-            with watch({**names_, "group": base}) if watch else nullcontext():
-                if freeze:
-                    result, frozen_s = _share_frozen(member, crash_at, hit, guarantee,
-                                                     record_lock_ms, str(workdir / "history.jsonl"))
-                else:
-                    result = run_workers(share.run, [dict(member) for _ in range(instances)],
-                                         crash_at=crash_at, hit=hit, label=f"{SHARE} [{guarantee}]",
-                                         history_file=str(workdir / "history.jsonl"), seed=seed)
-            events = history.read(workdir / "history.jsonl")
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        log = topics.read(bootstrap, names_["output"])
-        attempts = [Attempt(str(r.value["id"]), str(r.value["consumer"]), r.value["delivery_count"],
-                            r.value["outcome"]) for r in log]
-        with Inspector(bootstrap) as inspector:
-            state = share_state(inspector, base, names_["input"])
-    run = _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state)
-    run.refused_acks = [{"consumer": e["instance"], "offsets": e.get("offsets"), "error": err}
-                        for e in events if e["kind"] == "ack-refused"
-                        for err in e["errors"].values()]
-    run.frozen_s = frozen_s
-    return run
-
-
-# A frozen consumer's records wait for their lock: this group's lock for that lesson. Long
-# enough that the consumer, thawed, ACCEPTs the records it then gets again before *their*
-# locks expire on a loaded machine (it works through them one by one); short enough to wait.
-FREEZE_LOCK_MS = 3000
-# How long past its lock the consumer stays frozen: the lock surely expired (it started at
-# the fetch, before the freeze) whatever the machine's load.
-FREEZE_MARGIN_S = 2.0
-
-
-def _share_frozen(member: dict, crash_at: str, hit: int, guarantee: str, lock_ms: int,
-                  history_file: str) -> tuple[RunResult, float]:
-    """``share_group(freeze=True)``: the consumer frozen (SIGSTOP) past its records' lock,
-    thawed (SIGCONT), run to its end; as a RunResult (nothing crashed, one attempt)."""
-    started = time.monotonic()
-    frozen_s = run_frozen(share.run, dict(member), stall_at=crash_at,
-                          frozen_s=lock_ms / 1000 + FREEZE_MARGIN_S, hit=hit,
-                          label=f"{SHARE} [{guarantee}] frozen at {crash_at}",
-                          history_file=history_file)
-    result = RunResult(target=runner_target(share.run), crash_at=crash_at, hit=hit, attempts=1,
-                       exit_codes=[0], total_s=round(time.monotonic() - started, 3))
-    return result, frozen_s
-
-
-def _audit_share(guarantee: str, crash_at: str | None, inputs: list[dict], attempts: list,
-                 result: RunResult, names_: dict[str, str], group: str, state) -> ShareRun:
-    """The queue's audit: duplicated = processed more than once, lost = never processed and
-    not archived by the broker, archived = given up on (rejected, or the delivery limit)."""
-    from labkit.checking import checkers
-
-    ids = [r["id"] for r in inputs]
-    archived_ids = set(checkers.archived_ids(ids, attempts, share.DELIVERY_LIMIT))
-    processed = [a.id for a in attempts if a.outcome == "processed"]
-    lost = checkers.lost_write([i for i in ids if i not in archived_ids], processed)
-    dup = checkers.duplicate(ids, processed)
-    report = audit.report_of(SHARE, guarantee, [lost, dup], produced=len(ids),
-                             delivered_unique=len(set(ids) & set(processed)), crash_at=crash_at)
-    order = checkers.order_per_consumer(ids, attempts)
-    by: dict[str, int] = {}
-    for a in attempts:
-        if a.outcome == "processed":
-            by[a.consumer] = by.get(a.consumer, 0) + 1
-    return ShareRun(report, result, names_, group, len(archived_ids),
-                    checkers.delivery_counts(attempts),
-                    dict(sorted(by.items())), {c: r.count for c, r in order.items()}, state,
-                    attempts)
 
 
 # --------------------------------------------------------------------------- internals
@@ -605,7 +309,7 @@ def _audit(scenario: Scenario, bootstrap: str, t: dict[str, str], workdir: Path,
 
 
 @contextmanager
-def _deleted_after(bootstrap: str, names_: dict[str, str], keep: bool):
+def deleted_after(bootstrap: str, names_: dict[str, str], keep: bool):
     """Delete a run's topics when the block ends, also after a failure (unless ``keep``)."""
     try:
         yield
@@ -632,20 +336,13 @@ def _tracer(path: str | Path | None):
         yield lambda entry: out.write(json.dumps(entry) + "\n")
 
 
-def _ensure_bootstrap() -> str:
-    from labkit.kafka import cluster
-
-    namespace.namespace()  # a bad LABKIT_NAMESPACE fails here, before a broker is started
-    return cluster.ensure().bootstrap
-
-
 def _scenario(name: str) -> Scenario:
     if name not in SCENARIOS:
-        raise ValueError(f"unknown scenario {name!r}. Valid scenarios: {', '.join(names())}")
+        raise ValueError(f"unknown scenario {name!r}. Valid scenarios: {', '.join(SCENARIOS)}")
     return SCENARIOS[name]
 
 
-def _guarantee(guarantee: str) -> str:
+def check_guarantee(guarantee: str) -> str:
     if guarantee not in GUARANTEES:
         raise ValueError(f"unknown guarantee {guarantee!r}. Valid guarantees: {', '.join(GUARANTEES)}")
     return guarantee
@@ -663,7 +360,7 @@ def _instances(scenario: Scenario, instances: int, partitions: int, crash_instan
         raise ValueError(f"crash_instance must be between 0 and {instances - 1}, not {crash_instance}")
 
 
-def _records(records: int) -> int:
+def check_records(records: int) -> int:
     if not isinstance(records, int) or records < 1:
         raise ValueError(f"records must be a positive whole number, not {records!r}")
     return records
@@ -695,3 +392,57 @@ def _options(scenario: Scenario, options: dict) -> dict:
         raise ValueError(f"unknown option(s) {bad} for {scenario.name}; valid options: "
                          f"{', '.join(allowed) or 'none'}")
     return options
+
+
+# --------------------------------------------------------------------------- the registry
+
+OPTIONS = (
+    Option("guarantee", REQUIRED, "at_most_once | at_least_once | exactly_once", GUARANTEES,
+           short="-g"),
+    Option("crash_at", None, "a crash point (see `labkit crash-points`)"),
+    Option("fault", None, "a network fault, e.g. drop-ack:produce:1"),
+    Option("records", 200, "how many input records", kind=int, short="-n"),
+    Option("instances", 1, "worker processes in one consumer group", kind=int),
+    Option("partitions", 1, "partitions of the input topic", kind=int),
+    Option("group_protocol", "classic", "classic | consumer (KIP-848)", GROUP_PROTOCOLS),
+    Option("kills", 0, "SIGKILL the crashing instance this many more times, at random times",
+           kind=int),
+    Option("trace", None, "write the workers' Kafka requests to this file (JSON lines)"),
+    Option("isolation", "read_committed", "how the audit reads the output",
+           tuple(ISOLATION_LEVELS)),
+    Option("keep_topics", True, "keep the run's topics", kind=bool, cli_default=False),
+    Option("seed", 0, "the input's seed and the kills' times", kind=int, cli=False),
+    Option("hit", CRASH_HIT, "crash on this visit of the point", kind=int, cli=False),
+    Option("crash_instance", 0, "the instance that crashes", kind=int, cli=False),
+    Option("inputs", None, "records to use instead of generated ones", kind=list, cli=False),
+    Option("options", None, "settings for the pipeline, e.g. {'offset_delta': 0}", kind=dict,
+           cli=False),
+    Option("keep_workdir", False, "keep the run's directory", kind=bool, cli=False),
+)
+
+
+def _registered(scenario: Scenario) -> Experiment:
+    def body(context, **options) -> ScenarioRun:
+        if options["instances"] > options["partitions"]:
+            context.announce(f"note: {options['instances']} instances share "
+                             f"{options['partitions']} partition(s): "
+                             f"{options['instances'] - options['partitions']} instance(s) "
+                             "will stay idle")
+        return run_detailed(scenario.name, context.bootstrap, code=context.pipeline,
+                            watch=context.watch, **options)
+
+    def check(guarantee, crash_at, fault, records, instances, partitions, group_protocol,
+              crash_instance, **_) -> None:  # before any broker starts
+        _instances(scenario, instances, partitions, crash_instance)
+        check_group_protocol(group_protocol)
+        check_records(records)
+        _crash_point(scenario, guarantee, crash_at)
+        _fault(fault)
+
+    return Experiment(scenario.name, scenario.description, body, OPTIONS, check=check,
+                      pipeline="the worker's function" if scenario.reads_input else "",
+                      crash_points=lambda guarantee=None: crash_points(scenario.name, guarantee))
+
+
+for _scenario_ in SCENARIOS.values():
+    register(_registered(_scenario_))

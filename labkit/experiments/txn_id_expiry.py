@@ -38,6 +38,7 @@ from labkit.experiments.coordinator_failover import classified
 from labkit.kafka.inspect import describe_topic
 from labkit.experiments.poll_zombie import fee_service
 from labkit.experiments.producer_expiry import check_expiration
+from labkit.experiments.registry import OWN_BROKER, Experiment, Option, RunBasics, register
 from labkit.progress import status
 
 SCENARIO = "txn-id-expiry"
@@ -48,7 +49,7 @@ ATTEMPTS = 3  # the zombie's tries: an abortable error lets it try again
 
 
 @dataclass
-class TxnIdExpiryRun:
+class TxnIdExpiryRun(RunBasics):
     report: AuditReport
     expiration_ms: int
     idle_s: float  # how long A stayed idle before B started
@@ -137,3 +138,14 @@ def txn_id_expiry(expiration_ms: int = EXPIRATION_MS, records: int = 10,
         batches = describe_topic(lab.bootstrap, topic).batches
         producer_ids = len({b.producer_id for b in batches if not b.is_control})
     return TxnIdExpiryRun(report, expiration_ms, idle_s, errors, committed, producer_ids)
+
+
+register(Experiment(
+    "txn-id-expiry", "A idles past transactional.id.expiration.ms, B takes its id, A wakes up",
+    lambda context, expiration_ms, records: txn_id_expiry(expiration_ms, records,
+                                                          announce=context.announce),
+    where=OWN_BROKER, check=check_settings, options=(
+        Option("expiration_ms", EXPIRATION_MS, "the broker's transactional.id.expiration.ms "
+               f"(Kafka's: {KAFKA_DEFAULT_MS})", kind=int),
+        Option("records", 10, "how many records (even: A commits the first half)", kind=int,
+               short="-n"))))

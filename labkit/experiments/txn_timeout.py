@@ -33,6 +33,8 @@ from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
 from labkit.experiments.coordinator_failover import BATCH, classified, copy_fees, markers_written, rewind
 from labkit.experiments.failover import wait_until
+from labkit import progress
+from labkit.experiments.registry import Experiment, Option, RunBasics, register
 from labkit.progress import status
 
 SCENARIO = "txn-timeout"
@@ -45,7 +47,7 @@ ABORT_WAIT_S = 60
 
 
 @dataclass
-class TimeoutRun:
+class TimeoutRun(RunBasics):
     report: AuditReport
     errors: list[str]  # what the app's calls raised, as the client classified them
     slow_s: float  # how long the slow batch's processing took: until the coordinator aborted
@@ -55,9 +57,6 @@ class TimeoutRun:
     def to_json(self) -> str:
         return json.dumps({**json.loads(self.report.to_json()), "errors": self.errors,
                            "slow_s": round(self.slow_s, 1), "producers": self.producers})
-
-    def timeline(self) -> str:
-        return "\n".join(f"{t:5.1f} s  {what}" for t, what in self.steps)
 
 
 def check_records(records: int) -> None:
@@ -84,6 +83,7 @@ def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = c
 
     def step(what: str) -> None:
         steps.append((round(time.monotonic() - start, 1), what))
+        progress.step(what)
         say(what)
 
     # batches counted over the whole run (the loop counts from 1 again with a new producer)
@@ -140,3 +140,15 @@ def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = c
                                fault=f"batch {SLOW_BATCH} slower than transaction.timeout.ms")
     topics.delete(bootstrap, source, output)
     return TimeoutRun(report, errors, slow[0] if slow else 0.0, producers, steps)
+
+
+def _run(context, *, records: int) -> TimeoutRun:
+    return txn_timeout(context.bootstrap, records, loop=context.pipeline or copy_fees)
+
+
+register(Experiment(
+    "txn-timeout", "an exactly-once loop whose batch 2 outlasts transaction.timeout.ms",
+    _run, pipeline="the loop (as copy_fees)", check=lambda records: check_records(records),
+    text=lambda run: f"{run.report.summary()}\nerrors: {', '.join(run.errors)}\n{run.timeline()}",
+    options=(Option("records", 30, "how many input records (30 or more)", kind=int,
+                    short="-n"),)))

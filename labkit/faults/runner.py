@@ -28,7 +28,7 @@ from labkit import proc
 
 from labkit.checking import history
 from labkit.faults import crashpoints
-from labkit.progress import status
+from labkit.progress import beat, check, status, step
 
 LOG_TAIL_LINES = 25
 
@@ -127,6 +127,7 @@ def run_workers(worker: Callable | str, instances: list[dict], crash_at: str | N
             _Children() as children:
         def start(i: int) -> None:
             nonlocal kill_due
+            check()  # a run its watchdog stopped restarts nothing
             attempts[i] += 1
             result.attempts += 1
             if i == crash_instance and result.kills < kills:
@@ -134,6 +135,10 @@ def run_workers(worker: Callable | str, instances: list[dict], crash_at: str | N
             armed = crash_env if attempts[i] == 1 and i == crash_instance else {}
             children.start(i, target, payloads[i], Path(logs) / f"instance-{i}-attempt-{attempts[i]}.log",
                            _child_env(armed, i, history_file, attempts[i]))
+            step(f"{label}: instance {i} started (attempt {attempts[i]})",
+                 f"instance {i} to process its input")
+
+        logged = _Growth(history_file)
 
         for i in range(len(instances)):
             start(i)
@@ -145,7 +150,10 @@ def run_workers(worker: Callable | str, instances: list[dict], crash_at: str | N
                 kill_due = None
                 if children.kill(crash_instance):
                     result.kills += 1
+            if logged.grew():  # a worker logged a batch: progress, for the watchdog
+                beat("the workers' next batch")
             for i, code, seconds, log in children.reap():
+                step(f"{label}: instance {i} exited with code {code}", "the other instances")
                 result.exit_codes.append(code)
                 result.durations_s.append(seconds)
                 if history_file:
@@ -342,3 +350,20 @@ def _main(target: str) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1])
+
+
+class _Growth:
+    """Whether a file grew since the last look (a missing file has size 0)."""
+
+    def __init__(self, path: str | None):
+        self.path, self.size = path, 0
+
+    def grew(self) -> bool:
+        if self.path is None:
+            return False
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return False
+        grew, self.size = size > self.size, size
+        return grew

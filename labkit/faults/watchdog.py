@@ -14,10 +14,14 @@ raises ExperimentStalled naming the last step and what the experiment was waitin
 """
 from __future__ import annotations
 
+import contextvars
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from labkit import proc, progress
 
 T = TypeVar("T")
 POLL_S = 0.2
@@ -33,9 +37,9 @@ class ExperimentStalled(RuntimeError):
         super().__init__(
             f"{experiment} made no progress for {stall_s:.0f} s, so it was stopped "
             f"({stopped}). Last step, at {last_step_s:.1f} s: {last_step}. It was waiting for "
-            f"{waiting_for}. A client call that blocks past its own timeout is a known "
-            "librdkafka bug after a broker leaves the cluster (librdkafka issues 5511 and "
-            "5456); run the experiment again, and see the lab's measurements for how often.")
+            f"{waiting_for}. One known cause: a client call that blocks past its own timeout "
+            "after a broker left the cluster (librdkafka issues 5511 and 5456). Run the "
+            "experiment again; if it stalls at the same step, report it with this message.")
 
 
 class Watchdog:
@@ -50,10 +54,12 @@ class Watchdog:
         self._lock = threading.Lock()
         self._last = (self._started, "started", "its first step")
 
-    def progress(self, step: str, waiting_for: str = "its next step") -> None:
-        """The experiment did something (``step``) and now waits for ``waiting_for``."""
+    def progress(self, step: str | None, waiting_for: str | None = "its next step") -> None:
+        """The experiment did something (``step``; None: progress with no step of its own,
+        the last step stays the one named) and now waits for ``waiting_for`` (None: what it
+        waited for before)."""
         with self._lock:
-            self._last = (self._clock(), step, waiting_for)
+            self._last = (self._clock(), step or self._last[1], waiting_for or self._last[2])
 
     def stalled_for(self) -> float:
         """Seconds since the last progress."""
@@ -72,7 +78,10 @@ class Watchdog:
             except BaseException as exc:  # handed to the watching thread, raised there
                 outcome["error"] = exc
 
-        worker = threading.Thread(target=target, name=f"{self.experiment}-body", daemon=True)
+        # In the caller's context: a notebook's output from the body lands in the running cell.
+        context = contextvars.copy_context()
+        worker = threading.Thread(target=context.run, args=(target,),
+                                  name=f"{self.experiment}-body", daemon=True)
         with self._lock:  # the clock starts now; the last step and its wait stay as they were
             self._last = (self._clock(), *self._last[1:])
         worker.start()
@@ -88,3 +97,27 @@ class Watchdog:
                 on_stall()
                 raise ExperimentStalled(self.experiment, self.stall_s, step,
                                         at - self._started, waiting_for, stopped)
+
+
+def watched(experiment: str, stall_s: float, body: Callable[[], T],
+            stop: Callable[[], None] | None = None) -> T:
+    """``body()`` under a watchdog fed by the experiment's steps (``labkit.progress.step``
+    and ``beat``, from whichever thread). No progress for ``stall_s``: ``stop()`` runs, every
+    process started since the call is SIGKILLed (workers, brokers, Spark drivers), and
+    ExperimentStalled names the last step. A Ctrl-C while it waits stops them the same way."""
+    watchdog = Watchdog(experiment, stall_s)
+    before = {p.pid for p in proc.descendants(os.getpid())}
+
+    def stop_everything() -> None:
+        listening.stop()  # first: nothing it runs may start a process again
+        if stop is not None:
+            stop()
+        proc.kill([p for p in proc.descendants(os.getpid()) if p.pid not in before])
+
+    with progress.listening(watchdog.progress) as listening:
+        try:
+            return watchdog.run(body, on_stall=stop_everything,
+                                stopped="every process it had started was killed")
+        except KeyboardInterrupt:
+            stop_everything()
+            raise

@@ -37,6 +37,7 @@ from labkit.checking import checkers
 from labkit.kafka import names
 
 from labkit.pipelines import data
+from labkit.checking.audit import AuditReport, mixed_report
 from labkit.checking.checkers import Result
 from labkit.spark import check, tables
 from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
@@ -83,6 +84,23 @@ class ReplayExperiment:
         """Stable text for notebooks: the sink, its row count and the mixed keys."""
         return (f"{self.sink}: {len(self.output)} rows, {self.mixed.count} mixed keys"
                 f" -> {'matches ONE processing' if self.mixed.valid else 'matches NO single processing'}")
+
+    @property
+    def report(self) -> AuditReport:
+        """The one audit: a mixed key is a drifted key of the computed state."""
+        guarantee = "at_least_once" if self.sink == "delta-append" else "exactly_once"
+        return mixed_report(f"spark-replay [{self.sink}]", guarantee, CRASH_AT,
+                            len(self.inputs), {i for i, _ in observed(self.output)}, self.mixed)
+
+    @property
+    def topics(self) -> dict[str, str]:
+        return {"input": self.run.job.topic}
+
+    def to_json(self) -> str:
+        return json.dumps({**self.report.to_dict(), "mixed_keys": self.mixed.count})
+
+    def timeline(self) -> str:
+        return self.run.timeline.to_string(index=False)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit import proc, settings
+from labkit import proc, progress, settings
 
 from labkit.kafka import topics
 from labkit.faults.crashpoints import CRASH_POINTS, arm
@@ -292,6 +292,7 @@ class SparkWorker:
             if event["event"] == "error":
                 raise SparkJobError(f"{event['type']}: {event['message']}")
             events.append(event)
+            progress.beat(f"the query's next event after {event['event']}")  # the watchdog's
             if on_event is not None:
                 on_event(event)
 
@@ -474,6 +475,7 @@ def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
     _say_local_driver()
     attempts: list[Attempt] = []
     for number in range(1, max_attempts + 1):
+        progress.check()  # a run its watchdog stopped starts no next attempt
         current = job
         if resume == "database":
             current = replace(job, checkpoint=str(Path(job.checkpoint) / f"attempt-{number}"),

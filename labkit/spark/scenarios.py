@@ -1,8 +1,5 @@
-"""Spark scenarios for `labkit scenario spark-...`: one streaming query, one crash, one audit.
-
-Each entry maps a scenario name to a function
-``(bootstrap: str, guarantee: str, crash_at: str | None, records: int, keep_topics: bool = True)
--> AuditReport`` (``keep_topics=False``: the run's topics are deleted at its end).
+"""Spark scenarios (``labkit.experiments.spark`` registers them as experiments): one streaming
+query, one crash, one audit.
 
 The input is ``records`` generated records (labkit.pipelines.data, seed 0) on a 2-partition topic, read
 in 3 micro-batches (maxOffsetsPerTrigger = ceil(records / 3)); a crash point fires on its
@@ -94,6 +91,27 @@ class SparkExperiment:
     workdir: Path
     inputs: list[dict]  # the generated input records, in order
     output: pd.DataFrame  # the audited view: rows, topic records or counts per key
+
+    @property
+    def topics(self) -> dict[str, str]:
+        """The run's topics by role, the broker's names (the learner's namespace included)."""
+        return {"input": self.job.topic,
+                **({"output": self.job.sink.output_topic} if self.job.sink.output_topic else {})}
+
+    @property
+    def history(self) -> list[dict]:
+        """Every attempt's batch events, in order (``attempt`` says whose)."""
+        return [{**e, "attempt": a.number} for a in self.run.attempts for e in a.events]
+
+    def summary(self) -> str:
+        return self.report.summary()
+
+    def to_json(self) -> str:
+        return self.report.to_json()
+
+    def timeline(self) -> str:
+        """One line per micro-batch per attempt: its rows, outcome and whether it replayed."""
+        return self.run.timeline.to_string(index=False)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -246,20 +264,3 @@ def load_transactional(bootstrap: str, topic: str, records: list[dict],
     with Inspector(bootstrap) as inspector:
         inspector.settled_offsets(topic)
     return committed, aborted
-
-
-def _scenario(name: str) -> Callable[..., AuditReport]:
-    def run(bootstrap: str, guarantee: str, crash_at: str | None, records: int,
-            keep_topics: bool = True) -> AuditReport:
-        exp = experiment(name, bootstrap, guarantee, crash_at, records)
-        exp.cleanup()
-        if not keep_topics:
-            exp.delete_topics()
-        return exp.report
-
-    run.__name__ = name.replace("-", "_")
-    run.__doc__ = f"Scenario {name}: guarantees {', '.join(PIPELINES[name])}."
-    return run
-
-
-SPARK_SCENARIOS: dict[str, Callable[..., AuditReport]] = {name: _scenario(name) for name in PIPELINES}

@@ -1,0 +1,4 @@
+"""`python -m labkit.cli`: the `labkit` command."""
+from labkit.cli import main
+
+main()
