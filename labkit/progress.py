@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -136,3 +137,12 @@ def check() -> None:
         stopped = any(h.stopped.is_set() for h in _stops)
     if stopped:
         raise Stopped("the experiment was stopped by its watchdog")
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
+    """Poll ``condition`` every 0.1 s; TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
+        time.sleep(0.1)

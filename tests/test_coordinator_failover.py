@@ -16,13 +16,14 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from labkit import experiments
 from labkit.experiments import coordinator_failover, failover
 
-from labkit.kafka import names, topics
+from labkit.kafka import coordinators, names, topics
 
 from labkit.pipelines import data
 from labkit.kafka.clientlog import client_config
 from labkit.experiments.coordinator_failover import errors_by_class
 from labkit.exercises.coordinator import check_next_coordinator, judge
 from labkit.faults.watchdog import ExperimentStalled
+from labkit.progress import wait_until
 from tests.test_failover import scenario_on_a_lab_of_its_own
 
 RECORDS = 60
@@ -49,8 +50,8 @@ def test_a_freeze_the_commit_outlasts_is_lifted_by_its_timer(failure_lab, monkey
     process = psutil.Process(failure_lab.broker(2).pid)
     window.start()
     frozen_at = time.monotonic()
-    failover.wait_until(lambda: process.status() == psutil.STATUS_STOPPED, "the freeze", 2)
-    failover.wait_until(lambda: process.status() != psutil.STATUS_STOPPED, "the timer's thaw", 10)
+    wait_until(lambda: process.status() == psutil.STATUS_STOPPED, "the freeze", 2)
+    wait_until(lambda: process.status() != psutil.STATUS_STOPPED, "the timer's thaw", 10)
     assert time.monotonic() - frozen_at >= 3
     assert window.stop_timer() is True
     window.end()  # the timer thawed it already: nothing left to do, no error
@@ -70,9 +71,9 @@ def test_the_next_coordinator_is_the_first_in_sync_replica_in_replica_order(fail
     tid = "fee-service-rule"
     Producer(client_config({"bootstrap.servers": failure_lab.bootstrap, "transactional.id": tid,
                             "log_level": 2})).init_transactions(60)
-    _, state = coordinator_failover.transaction_state_partition(failure_lab, tid)
+    _, state = coordinators.transaction_state_partition(failure_lab, tid)
     predicted = next(r for r in state.replicas if r != state.leader and r in state.isr)
-    before, after = coordinator_failover.kill_coordinator(failure_lab, tid)
+    before, after = coordinators.kill_coordinator(failure_lab, tid)
     assert (before, after) == (state.leader, predicted), state
     wrong = next(b for b in failover.BROKERS if b not in (before, after))
     hint = judge(wrong, before, after)
@@ -104,7 +105,7 @@ def test_send_offsets_returns_after_its_group_coordinator_left_the_cluster(failu
     source, output = f"{base}-in", f"{base}-out"
     topics.create(failure_lab.bootstrap, source, output, replica_assignment=[[leader, 2, 3]])
     data.load_into_topic(failure_lab.bootstrap, source, data.generate(30, prefix="s"))
-    group = coordinator_failover.group_coordinated_by(failure_lab, group_broker, base)
+    group = coordinators.group_coordinated_by(failure_lab, group_broker, base)
     producer = Producer(client_config({"bootstrap.servers": failure_lab.bootstrap,
                                        "transactional.id": base, "log_level": 2}))
     consumer = Consumer(client_config({
@@ -147,9 +148,9 @@ def test_send_offsets_returns_after_its_group_coordinator_left_the_cluster(failu
     try:
         assert one_transaction() < 10
         with failure_lab.frozen(group_broker):
-            failover.wait_until(lambda: in_metadata() is False,
+            wait_until(lambda: in_metadata() is False,
                                 "the frozen group coordinator fenced, gone from metadata", 30)
-        failover.wait_until(lambda: in_metadata() is True,
+        wait_until(lambda: in_metadata() is True,
                             "the thawed broker back in the metadata", 60)
         assert one_transaction() < 30
     finally:

@@ -23,6 +23,7 @@ from labkit.experiments import failover
 
 from labkit.kafka import topics
 from labkit.kafka.failure_lab import failure_lab
+from labkit.progress import wait_until
 from labkit.cli import app
 from labkit.exercises.failover import check_no_acknowledged_loss
 from labkit.widgets.replicas import board_html
@@ -181,7 +182,7 @@ def test_labkit_inspect_shows_the_isr_shrink_and_the_eligible_leader_replica(fai
     shown = lambda: json.loads(CliRunner().invoke(app, ["inspect", topic, "--replicas", "--json"]).stdout)[0]
     assert (shown()["leader"], shown()["isr"]) == (1, [1, 2, 3])
     with failure_lab.frozen(*failover.FOLLOWERS):
-        failover.wait_until(lambda: shown()["isr"] == [1], "the ISR to shrink to the leader", 15)
+        wait_until(lambda: shown()["isr"] == [1], "the ISR to shrink to the leader", 15)
         state = shown()
     # both followers, or the last to leave if they left one at a time
     assert state["elr"] and set(state["elr"]) <= {2, 3}, state

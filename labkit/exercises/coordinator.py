@@ -28,7 +28,7 @@ def check_next_coordinator(lab, transactional_id: str, guess: int | None) -> Ver
         return check(False, "", "fill in my_next_coordinator, then run this cell again.")
     if isinstance(guess, bool) or guess not in BROKERS:
         return check(False, "", "my_next_coordinator must be a broker id: 1, 2 or 3.")
-    from labkit.experiments.coordinator_failover import kill_coordinator
+    from labkit.kafka.coordinators import kill_coordinator
 
     before, after = kill_coordinator(lab, transactional_id)
     if guess == before:

@@ -23,7 +23,6 @@ read_uncommitted: lost, duplicated, aborted records visible.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -31,9 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
-from confluent_kafka import (Consumer, ElectionType, KafkaError, KafkaException, Producer,
-                             TopicPartition)
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from labkit.checking import audit
 
@@ -43,22 +40,22 @@ from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.cluster import LocalCluster
-from labkit.experiments.failover import BROKERS, wait_until
-from labkit.kafka.inspect import InspectError, Inspector, ReplicaState, UnknownTopicError
+from labkit.experiments.failover import BROKERS
+from labkit.kafka.coordinators import (group_coordinated_by, next_coordinator,
+                                       transaction_coordinator, transaction_state_partition)
+from labkit.kafka.inspect import InspectError, Inspector
 from labkit.pipelines.ctp import transform
 from labkit import progress
 from labkit.experiments.registry import FAILURE_LAB, Experiment, Option, RunBasics, register
-from labkit.progress import status
+from labkit.progress import status, wait_until
 
 BATCH = 10
 KILL_MID_TRANSACTION, KILL_AFTER_END_TXN = 2, 4  # the batches (from 1) whose coordinator dies
 SCENARIO = "coordinator-failover"
-TRANSACTION_STATE = "__transaction_state"
 # No progress (no batch sent or ended, no step) for this long stops the run with an error
 # naming its last step: longer than the longest bounded wait of its fault schedule (90 s for
 # the markers after the second kill), so only a wait without a bound trips it.
 STALL_S = 120.0
-CONSUMER_OFFSETS = "__consumer_offsets"
 
 
 @dataclass
@@ -347,135 +344,11 @@ def markers_written(bootstrap: str, topic: str) -> bool:
         return False
 
 
-def group_coordinated_by(lab: LocalCluster, broker: int, prefix: str) -> str:
-    """A consumer group id starting with ``prefix`` whose coordinator is ``broker``: the
-    leader of its ``__consumer_offsets`` partition (Kafka: abs(Java hashCode of the id) %
-    partitions). The topic is created by the first FindCoordinator, asked here; each of its
-    partitions is given back to its preferred leader (earlier runs' kills moved them all to
-    the brokers that survived), so every broker leads some."""
-    probe = Consumer(client_config({"bootstrap.servers": lab.bootstrap,
-                                    "group.id": f"{prefix}-probe", "log_level": 2}))
-    try:
-        with contextlib.suppress(KafkaException):  # no committed offset: only the lookup matters
-            probe.committed([TopicPartition(CONSUMER_OFFSETS, 0)], timeout=30)
-    finally:
-        probe.close()
-    address = lab.broker(broker).address
-    found: list[ReplicaState] = []
-
-    def preferred() -> bool:
-        try:
-            with Inspector(address, timeout_s=5) as inspector:
-                found[:] = inspector.replica_states(CONSUMER_OFFSETS, at=address)
-        except (InspectError, UnknownTopicError, OSError):  # not created yet
-            return False
-        return bool(found) and all(p.leader == p.replicas[0] for p in found)
-
-    if not preferred():
-        admin = AdminClient(client_config({"bootstrap.servers": lab.bootstrap, "log_level": 2}))
-        with contextlib.suppress(KafkaException):  # ELECTION_NOT_NEEDED and the like
-            admin.elect_leaders(ElectionType.PREFERRED, [
-                TopicPartition(CONSUMER_OFFSETS, p) for p in range(len(found) or 1)]).result(30)
-        wait_until(preferred, "__consumer_offsets led by its preferred replicas", 60)
-    for n in range(1000):
-        group = f"{prefix}-{n}"
-        if found[java_abs(java_hash(group)) % len(found)].leader == broker:
-            return group
-    raise RuntimeError(f"no __consumer_offsets partition is led by broker {broker}")
-
-
 def check_records(records: int) -> None:
     """A ValueError that says what to use, before any broker is started."""
     if records < BATCH * (KILL_AFTER_END_TXN + 1):
         raise ValueError(f"records must be {BATCH * (KILL_AFTER_END_TXN + 1)} or more "
                          f"(batches of {BATCH}, the second kill at batch {KILL_AFTER_END_TXN})")
-
-
-def next_coordinator(lab: LocalCluster, transactional_id: str, current: int) -> int:
-    """The broker that will coordinate ``transactional_id`` once ``current`` dies: the
-    controller elects the first in-sync replica, in replica order, of its partition."""
-    _, state = transaction_state_partition(lab, transactional_id, ask=current)
-    return next(r for r in state.replicas if r != current and r in state.isr)
-
-
-def transaction_state_partition(lab: LocalCluster, transactional_id: str,
-                                ask: int | None = None) -> tuple[int, ReplicaState]:
-    """The ``__transaction_state`` partition that keeps ``transactional_id`` (Kafka: abs(Java
-    hashCode of the id) % partitions) and its replicas; its leader is the coordinator.
-    Returned once every replica is in sync again (a broker restarted moments ago catches
-    up first): the controller elects from the ISR as it is when the leader dies.
-    ``ask``: the broker to ask (default: the first one)."""
-    address = lab.broker(ask or BROKERS[0]).address
-    partition = java_abs(java_hash(names.transactional_id(transactional_id)))
-    found: list[ReplicaState] = []
-
-    def in_sync() -> bool:
-        try:
-            with Inspector(address, timeout_s=5) as inspector:
-                states = inspector.replica_states(TRANSACTION_STATE, at=address)
-        except OSError:  # that broker is still starting
-            return False
-        found[:] = [states[partition % len(states)]]
-        return set(found[0].isr) == set(found[0].replicas)
-
-    wait_until(in_sync, f"every replica of the partition of {transactional_id} in sync", 60)
-    return found[0].partition, found[0]
-
-
-def kill_coordinator(lab: LocalCluster, transactional_id: str) -> tuple[int, int]:
-    """SIGKILL the broker coordinating ``transactional_id``; return it and the broker that
-    coordinates the id next. The killed broker is started again before this returns."""
-    lab.restart()
-    producer = Producer(client_config({"bootstrap.servers": lab.bootstrap,
-                                       "transactional.id": transactional_id,
-                                       "log_level": 2}))  # quiet about the broker killed
-    producer.init_transactions(60)  # the coordinator knows the id from here on
-    transaction_state_partition(lab, transactional_id)  # the ISR whole again before the kill
-    first = transaction_coordinator(lab, transactional_id)
-    lab.kill(first)
-    try:
-        return first, transaction_coordinator(lab, transactional_id, not_on=first)
-    finally:
-        lab.restart(first)
-
-
-def java_hash(text: str) -> int:
-    """Java's String.hashCode (a signed 32-bit int) of an ASCII ``text``."""
-    h = 0
-    for ch in text:
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def java_abs(n: int) -> int:
-    """Kafka's Utils.abs: Math.abs, with Integer.MIN_VALUE mapped to 0."""
-    return 0 if n == -(1 << 31) else abs(n)
-
-
-def transaction_coordinator(lab: LocalCluster, transactional_id: str,
-                            not_on: int | None = None) -> int:
-    """The broker coordinating ``transactional_id`` (FindCoordinator), once it is not
-    ``not_on`` (a killed coordinator is replaced after the controller noticed)."""
-    by_address = {b.address: b.node_id for b in lab.brokers}
-    found: list[int] = []
-
-    def located() -> bool:
-        for b in lab.brokers:
-            if b.node_id == not_on:
-                continue
-            try:
-                with Inspector(b.address, timeout_s=5) as inspector:
-                    address = inspector.transaction_coordinator(transactional_id)
-            except OSError:
-                continue
-            if by_address.get(address) not in (None, not_on):
-                found.append(by_address[address])
-                return True
-            return False
-        return False
-
-    wait_until(located, f"the coordinator of {transactional_id}", 30)
-    return found[0]
 
 
 def _run(context, *, records: int) -> CoordinatorRun:

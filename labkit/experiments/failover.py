@@ -43,7 +43,7 @@ from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, Replica
 from labkit import progress
 from labkit.checking.audit import AuditReport
 from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
-from labkit.progress import status
+from labkit.progress import status, wait_until
 
 ACKS = ("0", "1", "all")
 LEADER, FOLLOWERS = 1, (2, 3)
@@ -343,14 +343,6 @@ def _election(before: ReplicaState, after: ReplicaState) -> str:
     if after.leader in before.elr:
         return "clean (an eligible leader replica, KIP-966)"
     return "unclean (an out-of-sync replica)"
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
-        time.sleep(0.1)
 
 
 def _run(context, *, acks: str, min_insync: int, unclean: bool, out_of_sync: bool,

@@ -32,10 +32,9 @@ from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
 from labkit.experiments.coordinator_failover import BATCH, classified, copy_fees, markers_written, rewind
-from labkit.experiments.failover import wait_until
 from labkit import progress
 from labkit.experiments.registry import Experiment, Option, RunBasics, register
-from labkit.progress import status
+from labkit.progress import status, wait_until
 
 SCENARIO = "txn-timeout"
 TIMEOUT_MS = 3000  # the producer's transaction.timeout.ms: short, so the lesson waits seconds
