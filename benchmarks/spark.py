@@ -29,7 +29,8 @@ from labkit.kafka import cluster
 
 from labkit.pipelines import data
 from labkit.spark import runner
-from labkit.spark.runner import SparkWorker, StreamJob, run_until_done
+from labkit.spark.runner import SparkWorker, StreamJob
+from labkit.spark.supervised import run_until_done
 from labkit.spark.sinks import SinkSpec
 
 RECORDS, PER_BATCH, REPEATS = 60, 20, 3

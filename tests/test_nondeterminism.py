@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from labkit import experiments
+
 from labkit.checking import checkers
 from labkit.spark import replay
 
@@ -41,8 +43,8 @@ def test_replay_with_a_changed_lookup(bootstrap, tmp_path):
     results = {}
     sinks = ("idempotent", "transactional", "delta")
     for n, sink in enumerate(sinks):
-        exp = replay.experiment(bootstrap, sink, RECORDS, workdir=tmp_path / sink,
-                                spare=n < len(sinks) - 1)
+        exp = experiments.run("spark-replay", cluster=bootstrap, sink=sink, records=RECORDS,
+                              workdir=tmp_path / sink, spare=n < len(sinks) - 1)
         assert exp.run.attempts[0].crashed and not exp.run.attempts[-1].crashed
         results[sink] = exp
     v1, v2 = replay.V1[0], replay.V2[0]
@@ -73,12 +75,14 @@ def test_kafka_transactions_commit_one_attempt(bootstrap):
     its offsets, the threshold lowered while it is down."""
     from labkit.experiments import nondeterminism
 
-    eo = nondeterminism.kafka_experiment(bootstrap, "exactly_once")
+    eo = experiments.run("kafka-replay", cluster=bootstrap, guarantee="exactly_once")
+    assert eo.report.verdict == "exactly once", eo.report.summary()  # the one audit agrees
     # The first attempt's batch is in the log but aborted; read_committed gets the replay's.
     assert eo.mixed.valid and eo.aborted_in_log == nondeterminism.BATCH
     assert {v for _, v in eo.committed} == {replay.V1[0], replay.V2[0]}
     assert len({i for i, _ in eo.committed}) == len(eo.committed)
-    alo = nondeterminism.kafka_experiment(bootstrap, "at_least_once")
+    alo = experiments.run("kafka-replay", cluster=bootstrap, guarantee="at_least_once")
+    assert alo.report.verdict == "at least once" and alo.report.state_actual, alo.report.summary()
     # Both attempts' output delivered: payments with two outcomes, keys mixed.
     assert alo.mixed.count > 0 and alo.aborted_in_log == 0
     assert len({i for i, _ in alo.committed}) < len(alo.committed)

@@ -18,7 +18,8 @@ from labkit.pipelines import data
 from labkit.spark import checkpoint as ckpt
 from labkit.spark import check
 from labkit.spark.db import Database
-from labkit.spark.runner import SparkWorker, StreamJob, run_until_done
+from labkit.spark.runner import SparkWorker, StreamJob
+from labkit.spark.supervised import run_until_done
 from labkit.spark.scenarios import PIPELINES, validate
 from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch
 from labkit.spark.view import batch_spans, live_log, plot_run

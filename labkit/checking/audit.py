@@ -259,11 +259,15 @@ def audit_table(db_path: str, table: str, inputs: list[dict], scenario: str, gua
 
 
 def mixed_report(scenario: str, guarantee: str, crash_at: str | None, produced: int,
-                 delivered_ids: set[str], mixed: Result) -> AuditReport:
-    """The audit of a replay whose lookup changed while it was down: a key whose output
-    matches no single processing of its records (``checkers.single_processing``) is a
-    drifted key of the computed state, so the one verdict calls it incorrect."""
+                 delivered_ids: list[str], mixed: Result) -> AuditReport:
+    """The audit of a replay whose lookup changed while it was down: an id delivered twice
+    is duplicated, and a key whose output matches no single processing of its records
+    (``checkers.single_processing``) is a drifted key of the computed state, which the one
+    verdict calls incorrect unless duplicates explain it. (A record the lookup screens out
+    has no output, so a missing id is not a loss here.)"""
     return AuditReport(scenario, guarantee, crash_at, produced=produced,
-                       delivered_unique=len(delivered_ids), state_expected={},
+                       delivered_unique=len(set(delivered_ids)),
+                       duplicated=len(delivered_ids) - len(set(delivered_ids)),
+                       state_expected={},
                        state_actual={key: "mixed" for key in mixed.examples},
                        examples={"state_drift": list(mixed.examples)})

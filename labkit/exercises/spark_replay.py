@@ -8,6 +8,7 @@ a table that matches a single processing of each payment; the check runs the rea
 """
 from __future__ import annotations
 
+from labkit import experiments
 from labkit.exercises import Verdict, check, exercise, unanswered
 from labkit.spark import replay
 
@@ -17,7 +18,8 @@ RECORDS = 30  # 3 micro-batches of 10, as in the notebook
 
 def measure(bootstrap: str, records: int = RECORDS) -> replay.ReplayExperiment:
     """The threshold experiment into a plain Delta append (its workdir removed afterwards)."""
-    exp = replay.experiment(bootstrap, SINK, records, spare=False)
+    exp = experiments.run("spark-replay", cluster=bootstrap, sink=SINK, records=records,
+                          spare=False)
     exp.cleanup()
     return exp
 

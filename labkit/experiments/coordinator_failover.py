@@ -1,7 +1,8 @@
 """When the transaction coordinator fails: an exactly-once loop still delivers each record once.
 
     with failure_lab() as lab:                        # labkit.experiments.failover: 3 brokers of its own
-        run = coordinator_failover(lab)               # -> CoordinatorRun
+        run = experiments.run("coordinator-failover")  # on a failure lab of its own
+        run = coordinator_failover(lab)               # on one you hold (-> CoordinatorRun)
         run.report.lost, run.report.duplicated        # 0, 0
 
 The consume-transform-produce loop of notebook 05, in plain confluent-kafka (``copy_fees``),

@@ -54,7 +54,7 @@ class KafkaReplay(RunBasics):
     @property
     def report(self) -> AuditReport:
         return mixed_report("kafka-replay", self.guarantee, self.crash_at, self.produced,
-                            {i for i, _ in self.committed}, self.mixed)
+                            [i for i, _ in self.committed], self.mixed)
 
     def to_json(self) -> str:
         return json.dumps({**self.report.to_dict(), "mixed_keys": self.mixed.count,

@@ -98,7 +98,7 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
 
     ``poison="release"|"reject"`` makes the input's third record fail every time it is
     processed: released (redelivered until the broker archives it at its delivery limit)
-    or rejected (archived at once). ``watch(topics)`` as in ``run_detailed`` (its dict also
+    or rejected (archived at once). ``watch(topics)`` as in ``scenarios.run_detailed`` (its dict also
     has "group", the share group's id, for a live view of its state). ``record_lock_ms``
     sets this group's record lock (the broker's: 10 s).
 
@@ -109,7 +109,7 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
     drops the rest of that stale poll, polls again and gets the records once more
     (delivery count 2): the one it had processed is processed twice.
 
-    ``keep_topics`` as in ``run_detailed``."""
+    ``keep_topics`` as in ``scenarios.run_detailed``."""
     from labkit.checking.checkers import Attempt
     from labkit.kafka.inspect import Inspector
     from labkit.kafka.inspect.share import share_state

@@ -68,7 +68,7 @@ def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: s
         raise ValueError(f"unknown fencing {fencing!r}; choose one of {', '.join(FENCING_MODES)}")
     check_group_protocol(group_protocol)
     check_records(records)
-    base = namespace.qualify(f"zombie-{fencing}-{uuid.uuid4().hex[:8]}")  # as in run_detailed
+    base = namespace.qualify(f"zombie-{fencing}-{uuid.uuid4().hex[:8]}")  # as in scenarios.run_detailed
     names_ = {"input": f"{base}-in", "output": f"{base}-out"}
     workdir = lab_home() / "runs" / base
     workdir.mkdir(parents=True, exist_ok=True)

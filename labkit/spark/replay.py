@@ -42,7 +42,8 @@ from labkit.checking.checkers import Result
 from labkit.spark import check, tables
 from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
 from labkit.spark.db import default_url
-from labkit.spark.runner import Run, StreamJob, run_until_done
+from labkit.spark.runner import StreamJob
+from labkit.spark.supervised import Run, run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
 
 SINKS = ("idempotent", "transactional", "delta", "delta-append")
@@ -90,7 +91,7 @@ class ReplayExperiment:
         """The one audit: a mixed key is a drifted key of the computed state."""
         guarantee = "at_least_once" if self.sink == "delta-append" else "exactly_once"
         return mixed_report(f"spark-replay [{self.sink}]", guarantee, CRASH_AT,
-                            len(self.inputs), {i for i, _ in observed(self.output)}, self.mixed)
+                            len(self.inputs), [i for i, _ in observed(self.output)], self.mixed)
 
     @property
     def topics(self) -> dict[str, str]:

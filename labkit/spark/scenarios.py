@@ -55,7 +55,8 @@ from labkit.kafka.inspect import describe_topic
 from labkit.pipelines import learner
 from labkit.spark import check, tables
 from labkit.spark.db import default_url
-from labkit.spark.runner import SPARK_CRASH_POINTS, Run, StreamJob, recount, run_until_done
+from labkit.spark.runner import SPARK_CRASH_POINTS, StreamJob, recount
+from labkit.spark.supervised import Run, run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
 
 PIPELINES: dict[str, dict[str, str]] = {  # scenario -> guarantee -> sink kind

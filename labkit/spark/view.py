@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure  # no pyplot: no global state, works headless
 from matplotlib.patches import Rectangle
 
-from labkit.spark.runner import Run
+from labkit.spark.supervised import Run
 
 COLOURS = {
     "committed": "#2e7d32",

@@ -101,7 +101,7 @@ class Diagram:
 LAB = Diagram(
     "how an experiment is wired",
     boxes=(
-        Box("you", "notebook / labkit CLI", "scenarios.run_detailed(...)\nlabkit scenario ...",
+        Box("you", "notebook / labkit CLI", "experiments.run(...)\nlabkit scenario ...",
             12, 52, "#fdf2e0"),
         Box("runner", "runner (supervisor)", "starts the workers; SIGKILL at\nthe armed crash "
             "point; restart", 12, 28),

@@ -3,7 +3,7 @@ who is in the ISR (or is an eligible leader replica), and whether each broker's 
 runs, is frozen or is down; under it, every change seen so far.
 
     board = ReplicaBoard()
-    leader_failover(lab, acks="1", watch=board)   # redrawn at each change
+    experiments.run("leader-failover", cluster=lab, acks="1", watch=board)  # redrawn live
 
 It redraws one HTML output in place (``display_id``), so the saved notebook keeps the last
 picture, history included, with no widget state to lose.

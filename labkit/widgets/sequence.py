@@ -1,5 +1,5 @@
 """A sequence diagram of a real protocol exchange, drawn from a trace (``labkit scenario
---trace`` / ``scenarios.run_detailed(trace=...)``), never by hand: one arrow per request,
+--trace`` / ``experiments.run(..., trace=...)``), never by hand: one arrow per request,
 from the client to the broker role that handles it, labelled with the API and its error."""
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def share_picture(state: ShareState, title: str | None = None) -> StaticPicture:
 class LiveShareState:
     """The share-partition's picture redrawn while a run goes on (in JupyterLab), and shown
     once more when it ends (also in executed notebooks). Use as
-    ``scenarios.share_group(..., watch=lambda t: LiveShareState(bootstrap, t["group"], t["input"]))``."""
+    ``experiments.run("share-group", ..., watch=lambda t: LiveShareState(bootstrap, t["group"], t["input"]))``."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, interval_s: float = 0.5,
                  live: bool | None = None):

@@ -41,7 +41,7 @@ def ownership_picture(events: list[dict], title: str = "partition ownership") ->
 class LiveOwnership:
     """The ownership picture of a run in progress, redrawn from its history file while the
     workers write it (in JupyterLab), and shown once more, final, when the run ends (also in
-    executed notebooks). Use as ``scenarios.run_detailed(..., watch=lambda t:
+    executed notebooks). Use as ``experiments.run(..., watch=lambda t:
     LiveOwnership(t["history"]))``."""
 
     def __init__(self, history_file: str, title: str = "partition ownership",
