@@ -78,9 +78,10 @@ def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
     ``before_commit(batch)`` and ``after_end(batch, committed)`` (batches counted from 1,
     a batch read again counts anew) are where the lab's faults go.
     send_offsets_to_transaction's and commit_transaction's errors are handled as librdkafka
-    classifies them: retriable, call it again (for 2 minutes at most); abortable
-    (txn_requires_abort), abort and read the batch again from the committed offset; anything
-    else (fatal, e.g. fenced) ends the app."""
+    classifies them: abortable (txn_requires_abort), abort and read the batch again from the
+    committed offset; anything else (fatal, e.g. fenced) ends the app. Only
+    commit_transaction's retriable errors are retried (``commit``, for 2 minutes at most): a
+    retriable error of send_offsets_to_transaction ends the app like a fatal one."""
     batch_no, done = 0, 0
     while done < records:
         batch = [m for m in consumer.consume(BATCH, timeout=1.0) if m.error() is None]

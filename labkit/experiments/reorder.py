@@ -5,7 +5,8 @@
     reorder(lab.bootstrap, idempotent=True).report.reordered   # 0
 
 One account's payments go out in small batches (2 records each), up to five requests in
-flight on one connection (``max.in.flight.requests.per.connection``, librdkafka's default).
+flight on one connection (``max.in.flight.requests.per.connection`` 5: the Java client's
+default, and librdkafka's most with idempotence; librdkafka's own default is 1000000).
 Between the producer and the broker, the lab's fault proxy answers the 3rd Produce request
 itself with NOT_LEADER_OR_FOLLOWER (a retriable error, as from a broker that just lost the
 partition), once the 4th is on its way: the 4th batch lands first, and the client retries

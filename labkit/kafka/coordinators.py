@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ElectionType
+from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from labkit.kafka import names
 from labkit.kafka.clientlog import client_config
