@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -187,3 +188,40 @@ def test_share_state_of_a_group_that_never_read(bootstrap, topic_name):
                          env={**os.environ, "LABKIT_BOOTSTRAP": bootstrap})
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["start_offset"] == -1
+
+
+def test_a_member_counts_its_idle_time_from_its_assignment(bootstrap, topic_name):
+    """Under a CI load the group's first assignment came later than IDLE_S after the member
+    started, and it ended as if the queue were empty before it ever got a record. Its idle
+    time now starts at its assignment, which only the client's statistics report."""
+    from confluent_kafka import ShareConsumer
+
+    from labkit.kafka import topics
+    from labkit.kafka.clientlog import client_config
+
+    now = time.monotonic()
+    # not assigned yet: never idle, however long the join takes, up to JOIN_LIMIT_S
+    assert not share._idle(now - 2 * share.IDLE_S, None, None, share.IDLE_S)
+    with pytest.raises(TimeoutError, match="not assigned a partition within 60 s"):
+        share._idle(now - share.JOIN_LIMIT_S - 1, None, None, share.IDLE_S)
+    # assigned: idle IDLE_S after the assignment, then after the last record
+    assert share._idle(now - 60, now - share.IDLE_S - 1, None, share.IDLE_S)
+    assert not share._idle(now - 60, now - 1, None, share.IDLE_S)
+    assert not share._idle(now - 60, now - 50, now - 1, share.IDLE_S)
+
+    # a real share consumer's statistics do report its assignment (cgrp.assignment_size)
+    topics.create(bootstrap, topic_name)
+    group = f"{topic_name}-g"
+    share.prepare_group(bootstrap, group)
+    assigned = share._Assignment()
+    consumer = ShareConsumer(client_config({
+        "bootstrap.servers": bootstrap, "group.id": group,
+        "statistics.interval.ms": share.STATS_INTERVAL_MS, "stats_cb": assigned.on_stats}))
+    consumer.subscribe([topic_name])
+    started = time.monotonic()
+    try:
+        while assigned.at is None and time.monotonic() - started < share.JOIN_LIMIT_S:
+            consumer.poll(0.5)
+    finally:
+        consumer.close()
+    assert assigned.at is not None and assigned.at - started < share.JOIN_LIMIT_S

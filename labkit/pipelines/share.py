@@ -34,6 +34,7 @@ over, as the ShareConsumer of confluent-kafka 2.16.1 ignores ``max.poll.records`
 """
 from __future__ import annotations
 
+import json
 import time
 
 from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
@@ -56,10 +57,19 @@ SHARE_GUARANTEES = ("at_least_once", "at_most_once")
 # The lab broker's settings (labkit.kafka.cluster): the lock and the delivery limit.
 RECORD_LOCK_S = 10.0
 DELIVERY_LIMIT = 5
-# A worker stops once it has polled nothing for this long. A crashed consumer's records
-# come back as soon as its connection drops; 6 s covers the supervisor's restart and the
-# new member's join (~1 s with the lab's 1 s share heartbeat) on a loaded machine.
+# A worker stops once it has polled nothing for this long *since it was assigned the
+# partition* (or since its last record). A crashed consumer's records come back as soon as
+# its connection drops, so the restarted member gets them at its first fetch.
 IDLE_S = 6.0
+# How long a member may wait for its first assignment (the group's join). Measured: 3.8 s
+# after subscribing for a broker's first share group on an idle machine; under a CI load,
+# more than 6 s (counted from the start, 3 of 15 frozen runs then ended idle before any
+# record: docs/measurements.md). 60 s is ten times the 6 s that was too short, and under a
+# whole frozen run's time under load (27-71 s); a member not assigned by then has a
+# broken group (no coordinator): it fails, saying so, instead of ending as if all was done.
+JOIN_LIMIT_S = 60.0
+# The ShareConsumer has no assignment(): its statistics (cgrp.assignment_size) tell.
+STATS_INTERVAL_MS = 250
 OUTCOMES = ("processed", "released", "rejected")
 NO_EXACTLY_ONCE = (
     "share groups offer no exactly_once: an acknowledgement cannot join a Kafka transaction "
@@ -113,7 +123,8 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
         batch_size: int = 10, ack_mode: str = "explicit", poison_ids: list[str] | None = None,
         poison: str = "release", idle_s: float = IDLE_S) -> None:
     """Take records from ``input_topic`` as a member of share group ``group_id`` until the
-    queue has been empty for ``idle_s``; write each processing to ``output_topic``.
+    queue has been empty for ``idle_s`` (counted from the member's assignment, then from its
+    last record); write each processing to ``output_topic``.
 
     ``poison_ids``: records whose processing always fails; the worker ``poison``s them
     (``release``: hand back for a retry, archived by the broker at the delivery limit;
@@ -124,13 +135,16 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
     g = guarantee_named(guarantee)
     out = g.open_output(bootstrap, tuning=PIPELINE_TUNING)
     me = settings.current().instance or "0"
+    assigned = _Assignment()
     consumer = ShareConsumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group_id,
-        "share.acknowledgement.mode": ack_mode, "max.poll.records": batch_size}))
+        "share.acknowledgement.mode": ack_mode, "max.poll.records": batch_size,
+        "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": assigned.on_stats}))
     consumer.subscribe([input_topic])
-    last_record = time.monotonic()  # a restarted member counts from its start
+    started = time.monotonic()
+    last_record: float | None = None
     try:
-        while time.monotonic() - last_record < idle_s:
+        while not _idle(started, assigned.at, last_record, idle_s):
             messages = [m for m in consumer.poll(0.5) if _ok(m)]
             if not messages:
                 continue
@@ -150,6 +164,32 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
     finally:
         consumer.close()  # commits what was acknowledged, leaves the group at once
         out.flush(60)
+
+
+class _Assignment:
+    """When the member was first assigned a partition, from the client's statistics."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def on_stats(self, raw: str) -> None:
+        if self.at is None and json.loads(raw).get("cgrp", {}).get("assignment_size", 0) > 0:
+            self.at = time.monotonic()
+
+
+def _idle(started: float, assigned_at: float | None, last_record: float | None,
+          idle_s: float) -> bool:
+    """Has the queue been empty for ``idle_s`` since the member could take records (its
+    assignment) or since its last record? Not assigned within JOIN_LIMIT_S: TimeoutError."""
+    quiet_since = last_record or assigned_at
+    now = time.monotonic()
+    if quiet_since is None:
+        if now - started > JOIN_LIMIT_S:
+            raise TimeoutError(f"this share-group member was not assigned a partition within "
+                               f"{JOIN_LIMIT_S:.0f} s of subscribing (the group's join never "
+                               "completed); is the broker up? (labkit status)")
+        return False
+    return now - quiet_since >= idle_s
 
 
 def _ok(msg: Message) -> bool:
