@@ -1,5 +1,5 @@
 """Real Kafka Streams under `labkit torture`: the same running count
-(examples/torture/StreamsRunningCount.java, kafka-streams 4.3.1), the same seeded kills,
+(examples/torture/StreamsRunningCount.java, kafka-streams 4.4.0), the same seeded kills,
 one setting apart. at_least_once over-counts, exactly_once_v2 stays exact: the last count
 per key in the output against a recount of the input (`--check counts`)."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 /*
- * A running count per key written with real Kafka Streams (kafka-streams 4.3.1), the way a
+ * A running count per key written with real Kafka Streams (kafka-streams 4.4.0), the way a
  * user would: a KStream grouped by key, a count in a persistent state store (its changelog
  * in Kafka), every new count sent downstream. One setting, processing.guarantee, decides
  * between at_least_once and exactly_once_v2.

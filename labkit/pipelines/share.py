@@ -23,7 +23,7 @@ audit counts those), ``released``/``rejected`` a poison record the work failed o
   and is processed twice);
 - at_most_once: acknowledge, then process (a crash in between: the record is gone);
 - exactly_once: not offered. An acknowledgement cannot join a Kafka transaction (that is
-  a proposal, KIP-1289, under discussion; not in Kafka 4.3), so the output and the ACCEPT
+  a proposal, KIP-1289, under discussion; not in Kafka 4.4), so the output and the ACCEPT
   never commit together.
 
 ``ack_mode="explicit"`` acknowledges and commits each record on its own (the crash points
@@ -73,7 +73,7 @@ STATS_INTERVAL_MS = 250
 OUTCOMES = ("processed", "released", "rejected")
 NO_EXACTLY_ONCE = (
     "share groups offer no exactly_once: an acknowledgement cannot join a Kafka transaction "
-    "(transactional acknowledgements are a proposal, KIP-1289, not in Kafka 4.3), so the "
+    "(transactional acknowledgements are a proposal, KIP-1289, not in Kafka 4.4), so the "
     "output and the ACCEPT never commit together; choose at_least_once or at_most_once")
 
 
