@@ -97,7 +97,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("print(\" -> \".join(f\"{r['api']}", "every request that carries one: [0]"),
         ("def epochs_in_words", "librdkafka  epoch per transaction: flat at 0"),
         ("def epochs_in_words", "Java copier epoch per transaction: rising, 0 -> 1 -> 2 -> 3"),
-        ("def epochs_in_words", "Java copier sent: InitProducerId v5, Produce v13, TxnOffsetCommit v5, "
+        ("def epochs_in_words", "Java copier sent: InitProducerId v5, Produce v13, TxnOffsetCommit v6, "
                                 "EndTxn v5; never: ['AddPartitionsToTxn', 'AddOffsetsToTxn']"),
         ("for name, run in runs.items()", "classic   dead member's partitions idle"),
         ("for name, run in runs.items()", "a survivor left with no partitions: False; exactly once: True"),
