@@ -18,7 +18,7 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as Fin
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 
 from labkit.kafka import protocol, topics
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 from labkit.faults.proxy import (
     VALID_FAULT_FORMS,
     FaultProxy,

@@ -42,7 +42,7 @@ from labkit.kafka import names, topics
 from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 from labkit.experiments.failover import BROKERS, wait_until
 from labkit.faults.watchdog import Watchdog
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaState, UnknownTopicError

@@ -39,7 +39,8 @@ from labkit.kafka import names, topics
 
 from labkit.pipelines import data
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import FAILURE_LAB_PROPERTIES, LocalCluster, private_cluster
+from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
+from labkit.kafka.localcluster import LocalCluster, private_cluster
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
 from labkit.progress import status
 

@@ -46,7 +46,7 @@ from labkit import settings
 
 from labkit.kafka import protocol
 from labkit.kafka.protocol import API_KEYS, API_NAMES, api_name
-from labkit.kafka.cluster import check_reachable
+from labkit.kafka.reach import check_reachable
 
 log = logging.getLogger(__name__)
 

@@ -49,6 +49,7 @@ from labkit.kafka import names as namespace
 from labkit.kafka import cluster as lab
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
+from labkit.kafka.localcluster import LocalCluster
 from labkit.faults import proxy as proxy_mod
 from labkit.paths import lab_home
 from labkit.progress import status
@@ -215,7 +216,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
         raise HarnessError(f"kill_after_s must be (min, max) seconds with 0 < min <= max, "
                            f"not {kill_after_s}")
     cluster = cluster or lab.ensure()
-    if broker_kills and not isinstance(cluster, lab.LocalCluster):
+    if broker_kills and not isinstance(cluster, LocalCluster):
         raise HarnessError("--broker-kills needs the lab's own local cluster (it SIGKILLs and "
                            f"restarts the broker process); {cluster.bootstrap} is an external "
                            "cluster (LABKIT_BOOTSTRAP). Unset LABKIT_BOOTSTRAP, or drop "
