@@ -51,6 +51,7 @@ from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.localcluster import LocalCluster
 from labkit.faults import proxy as proxy_mod
+from labkit.faults.faultspec import parse_fault_spec
 from labkit.paths import lab_home
 from labkit.progress import status
 
@@ -171,7 +172,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     random ``kill_after_s`` after the previous fault), and audit its output.
 
     ``broker_kills`` SIGKILLs and restarts the lab's own broker that often, interleaved with
-    the app's kills (only with a local lab cluster). ``fault`` (a labkit.faults.proxy spec,
+    the app's kills (only with a local lab cluster). ``fault`` (a labkit.faults.faultspec spec,
     e.g. "drop-ack:produce:3") puts the fault proxy between the app and the broker; the
     harness itself talks to the broker directly. ``cluster`` defaults to
     ``labkit.kafka.cluster.ensure()``. ``partitions``: of the input topic (its records spread by
@@ -208,7 +209,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
                            "input's id) or 'counts' (output records carry a count per key)")
     if fault is not None:
         try:
-            proxy_mod.parse_fault_spec(fault)
+            parse_fault_spec(fault)
         except ValueError as exc:
             raise HarnessError(str(exc)) from None
     low, high = kill_after_s
