@@ -15,8 +15,7 @@ BASE = {"settings", "paths", "proc", "progress"}  # labkit's top level, below ev
 # Modules over ~450 lines, each still to be split along its ideas; none may grow, and the
 # list may only shrink (docs/architecture.md names them).
 OVERSIZE = {"labkit.cli": 590, "labkit.experiments.bench": 750, "labkit.experiments.scenarios": 700,
-            "labkit.spark.runner": 505,
-            "labkit.torture.harness": 825, "labkit.experiments.coordinator_failover": 500}
+            "labkit.spark.runner": 505, "labkit.experiments.coordinator_failover": 500}
 MAX_LINES = 450
 
 

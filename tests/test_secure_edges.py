@@ -25,7 +25,7 @@ from labkit.kafka.inspect import describe_topic
 from labkit.kafka.localcluster import LocalCluster
 
 PYTHON_APP = [sys.executable, "examples/torture/exactly_once_app.py"]
-COPIER = [sys.executable, "-m", "labkit.torture.harness", "copier"]
+COPIER = [sys.executable, "-m", "labkit.torture.apps", "copier"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
