@@ -1,6 +1,7 @@
 """The Kafka wire as the fault proxy handles it: its connection to a broker (secured as the
 lab's clients are), length-prefixed frames, the broker addresses in responses that it points
-at itself, and the Produce refusal it answers on a broker's behalf (``fail``). Decoding and encoding the messages is ``labkit.kafka.protocol``'s."""
+at itself, and the Produce refusal it answers on a broker's behalf (``fail``). Decoding and
+encoding the messages is ``labkit.kafka.protocol``'s."""
 from __future__ import annotations
 
 import asyncio
