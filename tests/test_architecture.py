@@ -14,7 +14,7 @@ LAYERS = ("base", "kafka", "checking", "faults", "pipelines", "spark", "experime
 BASE = {"settings", "paths", "proc", "progress"}  # labkit's top level, below everything
 # Modules over ~450 lines, each still to be split along its ideas; none may grow, and the
 # list may only shrink (docs/architecture.md names them).
-OVERSIZE = {"labkit.cli": 590, "labkit.experiments.bench": 750, "labkit.experiments.scenarios": 700,
+OVERSIZE = {"labkit.cli": 590, "labkit.experiments.scenarios": 700,
             "labkit.spark.runner": 505, "labkit.experiments.coordinator_failover": 500}
 MAX_LINES = 450
 
