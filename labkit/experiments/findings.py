@@ -167,7 +167,6 @@ def conclude(summary: pd.DataFrame, baseline: str = "at_least_once") -> Conclusi
         slowest_to_read_p50_ms=slowest_p50, slowest_to_read_clear=slowest_clear)
 
 
-
 def commit_wait_falls_with_interval(grid_table: pd.DataFrame) -> bool:
     """Whether, at every record size of a ``summarize_grid`` table, the producer waited in
     commit_transaction() for a smaller share of the run the longer its commit interval."""

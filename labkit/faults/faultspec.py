@@ -97,7 +97,6 @@ def parse_fault_spec(spec: str) -> FaultSpec:
     raise _fault_error(spec, f"unknown fault kind {parts[0]!r}")
 
 
-
 @dataclass
 class Rule:
     """An armed fault. api_key None matches every request."""
@@ -111,7 +110,6 @@ class Rule:
 
     def matches(self, api_key: int) -> bool:
         return self.api_key is None or self.api_key == api_key
-
 
 
 def positive(nth: int) -> int:

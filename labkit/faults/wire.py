@@ -22,7 +22,6 @@ from labkit.kafka.protocol import API_KEYS
 LOCALHOST = "127.0.0.1"
 
 
-
 # Client-facing APIs whose responses name brokers (KRaft's Vote & co. name controllers and
 # never pass a client proxy). Produce/Fetch/Share* carry KIP-951 leader hints after errors.
 _ADDRESSED_APIS = frozenset(API_KEYS[n] for n in (
@@ -50,7 +49,6 @@ def _moved(entry, port: int):
 def _has_address(entry) -> bool:
     # FindCoordinator errors carry host '' and port -1: nothing to point anywhere.
     return bool(entry.host) and int(entry.port) >= 0
-
 
 
 async def rewrite_addresses(payload: bytes, info: protocol.RequestInfo,
@@ -119,7 +117,6 @@ def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
 def split_address(address: str) -> tuple[str, int]:
     host, port = address.rsplit(":", 1)
     return host.strip("[]"), int(port)
-
 
 
 async def open_upstream(upstream: tuple[str, int], security: protocol.Security

@@ -45,7 +45,6 @@ class Broker:
         return Path(self.dir) / "broker.log"
 
 
-
 def jvm_command(java: str, classpath: str, b: Broker, main: list[str]) -> list[str]:
     """A JVM running ``main`` with this broker's heap, log4j2 file and log directory."""
     return [

@@ -49,7 +49,6 @@ class ExternalCluster:
                 "brokers": self.wait_ready()}
 
 
-
 Cluster = LocalCluster | ExternalCluster
 
 
@@ -64,7 +63,6 @@ def external_from_env() -> ExternalCluster | None:
     cluster = ExternalCluster(bootstrap)
     cluster.wait_ready()
     return cluster
-
 
 
 def running() -> Cluster | None:

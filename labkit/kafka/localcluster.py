@@ -182,7 +182,6 @@ class LocalCluster:
         if self.controller:
             self.controller.port = self.controller.controller_port = untaken()
 
-
     def _spawn(self, java: str, classpath: str, b: Broker) -> None:
         # an owned broker dies with its owner; a detached lab's outlives the CLI
         self._procs[b.node_id] = spawn(java, classpath, b, owned=not self.detached)
@@ -354,8 +353,6 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
 
 
 @contextlib.contextmanager

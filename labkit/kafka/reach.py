@@ -20,10 +20,8 @@ class ClusterError(RuntimeError):
     """The cluster cannot do what was asked; the message says what to do instead."""
 
 
-
 class AuthenticationFailed(ClusterError):
     """The cluster refused this client's credentials (or it sent none to a SASL_SSL port)."""
-
 
 
 def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int = 1,
