@@ -21,6 +21,8 @@ import psutil
 import pytest
 
 from labkit.kafka import cluster as lab
+from labkit.kafka.localcluster import LocalCluster
+from labkit.kafka.reach import ClusterError
 from labkit import proc
 try:  # the solved-notebook runs below need the project's tests package (absent when this
     # file is copied elsewhere, as the leak test does)
@@ -53,13 +55,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if lab_home:  # someone else's lab: attached as the kernels will attach, never stopped
         os.environ["LABKIT_HOME"] = lab_home
         os.environ.setdefault("LABKIT_NAMESPACE", "")
-        running = lab.LocalCluster.attach()
+        running = LocalCluster.attach()
         if running is None:
             raise pytest.UsageError(f"--lab-home {lab_home}: no lab runs there (`labkit up`)")
         try:
             if running.secure:  # fails at once, saying what to set, without LABKIT_KAFKA_CONFIG
                 lab.check_credentials(running)
-        except lab.ClusterError as refused:
+        except ClusterError as refused:
             raise pytest.UsageError(str(refused)) from None
         _shared["cluster"] = running
         _shared["attached"] = True
@@ -76,7 +78,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if external is not None:
         _shared["cluster"] = external
         return
-    _shared["cluster"] = lab.LocalCluster(brokers=1, home=home).start()
+    _shared["cluster"] = LocalCluster(brokers=1, home=home).start()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -98,7 +100,7 @@ def bootstrap(cluster: lab.Cluster) -> str:
 @pytest.fixture(scope="module")
 def three_brokers(tmp_path_factory: pytest.TempPathFactory):
     """A 3-broker cluster of the module's own, for tests that kill, stop or move leaders."""
-    cluster = lab.LocalCluster(brokers=3, home=tmp_path_factory.mktemp("three")).start()
+    cluster = LocalCluster(brokers=3, home=tmp_path_factory.mktemp("three")).start()
     yield cluster
     cluster.kill()  # its data is thrown away: no controlled shutdown needed
     cluster.stop()

@@ -6,7 +6,7 @@ and do the statements the notebook tests compare come out the same every time?
 
 Each run executes a copy of notebooks/09_cost.ipynb (a fresh kernel, the lab broker) with
 one cell added at the end that hands this script the run's tables as JSON. The script then
-re-derives, with its own code (not ``bench.conclude``), what the tables say (fastest
+re-derives, with its own code (not ``findings.conclude``), what the tables say (fastest
 guarantee by median, each guarantee's verdict from the quartiles of its paired rounds, the
 longest median latency, the commit-wait ordering of the grid, where each published figure
 lies) and checks every printed statement against it, and checks that each compared cell's
@@ -83,7 +83,7 @@ def check_run(nb) -> tuple[dict, list[str]]:
     txn["interval"] = txn["config"].str.extract(r"@([\d.]+)ms")[0].astype(float)
     falls = all(g.sort_values("interval")["commit_wait_pct"].is_monotonic_decreasing
                 and g["commit_wait_pct"].nunique() == len(g) for _, g in txn.groupby("value_bytes"))
-    grid_line = _text(_cell(nb, "bench.commit_wait_falls_with_interval(grid_table)"))
+    grid_line = _text(_cell(nb, "findings.commit_wait_falls_with_interval(grid_table)"))
     if not grid_line.strip().endswith("yes" if falls else "no"):
         problems.append(f"commit-wait statement {grid_line.strip()!r}, table says {falls}")
     # each compared cell shows what the committed notebook shows (what nbval checks)

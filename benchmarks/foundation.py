@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 from labkit.proc import rss_mb
 
 

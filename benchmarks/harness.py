@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from labkit.torture import harness
+from labkit.torture import apps, harness
 from labkit.paths import project_root
 
 APPS = project_root() / "examples" / "torture"
@@ -26,10 +26,10 @@ STREAMS = {"check": "counts", "kill_clock": "commit", "kill_after_s": (0.5, 1.0)
 RUNS = {  # name -> (command, input records, kills, more torture options)
     "Python (exactly_once_app.py --work-ms 5)":
         ([sys.executable, str(APPS / "exactly_once_app.py"), "--work-ms", "5"], 600, 3, {}),
-    "JVM (Kafka's TransactionalMessageCopier)": (harness.copier_command(), 10_000, 8, {}),
-    **{f"JVM (Kafka Streams, StreamsRunningCount.java {g})": (harness.streams_command(g), 2400, 3,
-                                                             STREAMS)
-       for g in harness.STREAMS_GUARANTEES},
+    "JVM (Kafka's TransactionalMessageCopier)": (apps.copier_command(), 10_000, 8, {}),
+    **{f"JVM (Kafka Streams, StreamsRunningCount.java {g})": (apps.streams_command(g), 2400, 3,
+                                                          STREAMS)
+       for g in apps.STREAMS_GUARANTEES},
 }
 
 

@@ -18,7 +18,7 @@ import typer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from labkit.kafka import topics
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 from labkit.faults.proxy import FaultProxy
 
 VALUE = b"x" * 100

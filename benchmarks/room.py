@@ -255,7 +255,7 @@ def room_cluster(brokers: int, bootstrap: str | None, secure_learners: int = 0):
     if bootstrap:
         yield bootstrap, [], None
         return
-    from labkit.kafka.cluster import LocalCluster
+    from labkit.kafka.localcluster import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="room-lab-") as home:
         cluster = LocalCluster(brokers=brokers, home=Path(home), secure=bool(secure_learners))

@@ -24,7 +24,7 @@ import uuid
 import psutil
 
 from labkit.kafka import cluster
-from labkit.kafka.cluster import free_port
+from labkit.kafka.ports import free_port
 
 LEARNER = """
 import random, sys, time

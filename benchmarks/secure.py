@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 
 from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 
 
 def round_trips(cluster: LocalCluster) -> tuple[float, float]:

@@ -14,8 +14,7 @@ LAYERS = ("base", "kafka", "checking", "faults", "pipelines", "spark", "experime
 BASE = {"settings", "paths", "proc", "progress"}  # labkit's top level, below everything
 # Modules over ~450 lines, each still to be split along its ideas; none may grow, and the
 # list may only shrink (docs/architecture.md names them).
-OVERSIZE = {"labkit.experiments.bench": 750, "labkit.faults.proxy": 650, "labkit.kafka.cluster": 790,
-            "labkit.torture.harness": 825}
+OVERSIZE: dict[str, int] = {}
 MAX_LINES = 450
 
 

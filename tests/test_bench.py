@@ -9,14 +9,16 @@ import math
 
 import pandas as pd
 import pytest
+from confluent_kafka import KafkaError
 
-from labkit.experiments import bench
+from labkit.experiments import bench, findings, published
+from labkit.experiments.lane import GUARANTEES, Lane, measure, producer_config
 from labkit.kafka.clientlog import COORDINATOR_STALL_WORKAROUND_MS
 from labkit.kafka.inspect import Inspector
 
 
 def test_measure_delivers_every_record_once_and_counts_transactions(bootstrap):
-    m = bench.measure(bootstrap, "transactional", records=23, value_bytes=64, records_per_txn=5)
+    m = measure(bootstrap, "transactional", records=23, value_bytes=64, records_per_txn=5)
     assert (m.delivered, m.duplicates, m.records) == (23, 0, 23)
     assert m.transactions == 5  # 5+5+5+5+3
     assert m.records_per_s > 0 and 0 < m.flush_seconds < m.commit_seconds <= m.seconds
@@ -25,7 +27,7 @@ def test_measure_delivers_every_record_once_and_counts_transactions(bootstrap):
 
 
 def test_paced_run_takes_at_least_records_over_rate(bootstrap):
-    m = bench.measure(bootstrap, "at_least_once", records=20, value_bytes=64, rate=100)
+    m = measure(bootstrap, "at_least_once", records=20, value_bytes=64, rate=100)
     assert m.rate == 100 and m.delivered == 20 and m.commit_seconds == 0
     assert m.seconds >= 19 / 100  # the 20th record waits for its turn at 100 records/s
     assert 0 <= m.latency_p50_ms <= m.latency_p99_ms
@@ -33,7 +35,7 @@ def test_paced_run_takes_at_least_records_over_rate(bootstrap):
 
 def test_a_lane_runs_many_times_on_one_topic_and_counts_each_run_apart(bootstrap):
     topic = "bench-lane-test"
-    with bench.Lane(bootstrap, "transactional", value_bytes=64, topic=topic) as lane:
+    with Lane(bootstrap, "transactional", value_bytes=64, topic=topic) as lane:
         first = lane.run(30, records_per_txn=10)
         second = lane.run(12, records_per_txn=5)
     assert (first.delivered, first.transactions, second.delivered, second.transactions) == (30, 3, 12, 3)
@@ -46,29 +48,29 @@ def test_a_lane_runs_many_times_on_one_topic_and_counts_each_run_apart(bootstrap
 def test_compare_guarantees_and_summary_shape(bootstrap):
     runs = bench.compare_guarantees(bootstrap, records=30, value_bytes=128, repeats=2,
                                     latency_rate=500, latency_records=10, latency_repeats=1)
-    assert len(runs) == 3 * len(bench.GUARANTEES)
+    assert len(runs) == 3 * len(GUARANTEES)
     assert runs.groupby("mode").size().to_dict() == {"throughput": 8, "latency": 4}
     # the rounds take turns in alternating order: ABCD, then DCBA
     fast = runs[runs["mode"] == "throughput"]
-    assert list(fast["guarantee"]) == list(bench.GUARANTEES) + list(bench.GUARANTEES)[::-1]
+    assert list(fast["guarantee"]) == list(GUARANTEES) + list(GUARANTEES)[::-1]
     assert (runs["delivered"] == runs["records"]).all() and (runs["duplicates"] == 0).all()
     # at 30 records and a 100 ms commit interval the transactional run commits at least once
     assert (runs.loc[runs.guarantee == "transactional", "transactions"] >= 1).all()
     assert (runs.loc[runs.guarantee != "transactional", "transactions"] == 0).all()
-    summary = bench.summarize(runs)
-    assert list(summary.index) == list(bench.GUARANTEES)
+    summary = findings.summarize(runs)
+    assert list(summary.index) == list(GUARANTEES)
     assert summary["all_delivered"].all()
     assert summary.loc["at_least_once", "throughput_vs_baseline_pct"] == 0.0
     assert (summary["records_per_s"] > 0).all() and summary["latency_p50_ms"].notna().all()
     assert summary.loc["transactional", "ms_per_commit"] > 0
-    assert bench.conclude(summary).fastest in bench.GUARANTEES
+    assert findings.conclude(summary).fastest in GUARANTEES
 
 
 def test_commit_grid_pairs_each_interval_with_at_least_once_of_its_size(bootstrap):
     grid = bench.commit_grid(bootstrap, value_sizes=(64, 256), intervals_ms=(5, 50),
                              records={64: 40, 256: 20}, repeats=2)
     assert len(grid) == 2 * 3 * 2 and (grid["delivered"] == grid["records"]).all()
-    table = bench.summarize_grid(grid)
+    table = findings.summarize_grid(grid)
     assert list(table.index) == [(64, "at_least_once"), (64, "transactional@5ms"),
                                  (64, "transactional@50ms"), (256, "at_least_once"),
                                  (256, "transactional@5ms"), (256, "transactional@50ms")]
@@ -81,7 +83,7 @@ def test_commit_sweep_rows_per_size(bootstrap):
                               repeats=1, latency_rate=200, latency_records=4)
     fast = runs[runs["mode"] == "throughput"].set_index("records_per_txn")
     assert fast.loc[1, "transactions"] == 3 and fast.loc[4, "transactions"] == 2
-    summary = bench.summarize(runs, by="records_per_txn", baseline=None)
+    summary = findings.summarize(runs, by="records_per_txn", baseline=None)
     assert list(summary.index) == [1, 4] and summary["all_delivered"].all()
 
 
@@ -94,7 +96,7 @@ def test_commit_sweep_rows_per_size(bootstrap):
 ])
 def test_bad_input_says_what_to_do(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        bench.measure("127.0.0.1:1", **{"records": 10, **kwargs})
+        measure("127.0.0.1:1", **{"records": 10, **kwargs})
 
 
 def test_bench_measures_the_settings_the_guarantee_classes_define():
@@ -104,9 +106,9 @@ def test_bench_measures_the_settings_the_guarantee_classes_define():
                "at_least_once": guarantee("at_least_once"),
                "idempotent": guarantee("at_least_once", idempotent=True),
                "transactional": guarantee("exactly_once")}
-    assert set(classes) == set(bench.GUARANTEES)
+    assert set(classes) == set(GUARANTEES)
     for name, g in classes.items():
-        conf = bench.producer_config("127.0.0.1:1", name)
+        conf = producer_config("127.0.0.1:1", name)
         settings = g.producer_settings(conf.get("transactional.id"))
         assert {k: conf[k] for k in settings} == settings, name
         # plus, for a transactional producer, the lab's workaround for a librdkafka stall
@@ -151,12 +153,12 @@ NOISE = [1.0, 3.0, 0.5, 2.0, 1.5]  # what the rest of the machine does to each r
 def test_pairing_within_a_round_cancels_the_machines_noise():
     runs = fake_runs({"at_least_once": [100_000 * m for m in NOISE],
                       "transactional": [80_000 * m for m in NOISE]})
-    summary = bench.summarize(runs)
+    summary = findings.summarize(runs)
     # unpaired, the ranges overlap widely; paired, every round says -20 %
     assert summary.loc["transactional", "records_per_s_max"] > summary.loc["at_least_once", "records_per_s_min"]
     row = summary.loc["transactional"]
     assert (row.throughput_vs_baseline_pct, row.vs_baseline_pct_q1, row.vs_baseline_pct_q3) == (-20.0, -20.0, -20.0)
-    assert bench.conclude(summary).verdict("transactional") == "slower"
+    assert findings.conclude(summary).verdict("transactional") == "slower"
 
 
 def test_the_conclusion_follows_the_numbers_not_a_fixed_sentence():
@@ -166,7 +168,7 @@ def test_the_conclusion_follows_the_numbers_not_a_fixed_sentence():
     clear = fake_runs({"at_most_once": [100_000 * m * f for m, f in zip(NOISE, [1.3, 0.8, 1.2, 0.9, 1.1])],
                        "at_least_once": [100_000 * m for m in NOISE],
                        "transactional": [80_000 * m for m in NOISE]}, latencies)
-    c = bench.conclude(bench.summarize(clear))
+    c = findings.conclude(findings.summarize(clear))
     assert c.fastest == "at_most_once" and c.runner_up == "at_least_once" and not c.fastest_clear
     assert c.verdict("transactional") == "slower"
     assert c.verdict("at_most_once") == "no difference beyond the spread"
@@ -185,7 +187,7 @@ def test_the_conclusion_follows_the_numbers_not_a_fixed_sentence():
                          "at_least_once": [100_000 * m for m in NOISE],
                          "transactional": [100_000 * m * f for m, f in zip(NOISE, [1.1, 0.9, 1.05, 0.95, 1.0])]},
                         {**latencies, "at_most_once": [30, 95, 29]})
-    c = bench.conclude(bench.summarize(flipped))
+    c = findings.conclude(findings.summarize(flipped))
     assert (c.fastest, c.fastest_clear) == ("at_most_once", True)
     assert c.verdict("at_most_once") == "faster"
     assert c.verdict("transactional") == "no difference beyond the spread"
@@ -198,9 +200,9 @@ def test_the_conclusion_follows_the_numbers_not_a_fixed_sentence():
 def test_conclude_needs_a_baseline_table():
     runs = fake_runs({"at_least_once": [1.0, 2.0], "transactional": [1.0, 2.0]})
     with pytest.raises(ValueError, match="with a baseline"):
-        bench.conclude(bench.summarize(runs, baseline=None))
+        findings.conclude(findings.summarize(runs, baseline=None))
     with pytest.raises(ValueError, match="needs the baseline 'at_most_once'"):
-        bench.conclude(bench.summarize(runs), baseline="at_most_once")
+        findings.conclude(findings.summarize(runs), baseline="at_most_once")
 
 
 def fake_grid(cost_at_100ms: float, share_10ms: float = 0.6, share_100ms: float = 0.1) -> pd.DataFrame:
@@ -216,23 +218,24 @@ def fake_grid(cost_at_100ms: float, share_10ms: float = 0.6, share_100ms: float 
 
 
 def test_published_figures_beside_the_grid_and_why_they_differ():
-    amo = bench.summarize(fake_runs({"at_most_once": [100_000 * m for m in NOISE],
-                                     "at_least_once": [100_000 * m for m in NOISE],
-                                     "transactional": [85_000 * m for m in NOISE]}), baseline="at_most_once")
-    summary = bench.summarize(fake_runs({"at_most_once": [100_000 * m for m in NOISE],
-                                         "at_least_once": [100_000 * m for m in NOISE],
-                                         "transactional": [85_000 * m for m in NOISE]}))
-    near = bench.summarize_grid(fake_grid(cost_at_100ms=-3))
-    beside = bench.beside_published(near, amo).set_index("published")
+    amo = findings.summarize(fake_runs({"at_most_once": [100_000 * m for m in NOISE],
+                                        "at_least_once": [100_000 * m for m in NOISE],
+                                        "transactional": [85_000 * m for m in NOISE]}),
+                             baseline="at_most_once")
+    summary = findings.summarize(fake_runs({"at_most_once": [100_000 * m for m in NOISE],
+                                            "at_least_once": [100_000 * m for m in NOISE],
+                                            "transactional": [85_000 * m for m in NOISE]}))
+    near = findings.summarize_grid(fake_grid(cost_at_100ms=-3))
+    beside = published.beside_published(near, amo).set_index("published")
     assert beside.loc["-3 %", "comparison"] == "within the spread"
     assert beside.loc["-3 %", "measured here"] == "transactional@100ms, 1024 B records"
     assert beside.loc["-20 %", "comparison"] == "published cost larger than measured"  # -15 here
     assert beside.loc["-30 to -15 %", "comparison"] == "published cost larger than measured"
 
-    far = bench.summarize_grid(fake_grid(cost_at_100ms=-40))
-    beside = bench.beside_published(far, amo).set_index("published")
+    far = findings.summarize_grid(fake_grid(cost_at_100ms=-40))
+    beside = published.beside_published(far, amo).set_index("published")
     assert beside.loc["-3 %", "comparison"] == "published cost smaller than measured"
-    why = bench.explain(far, summary, amo)
+    why = published.explain(far, summary, amo)
     assert len(why) == 3
     # 10 % of the run in commits of a run with 5 commits; 3 % at 100 ms leaves ~3 ms per commit
     assert "leaves about 3 ms per commit" in why[0] and "10 % of the run" in why[0]
@@ -243,9 +246,9 @@ def test_published_figures_beside_the_grid_and_why_they_differ():
 
 
 def test_commit_wait_share_against_interval():
-    assert bench.commit_wait_falls_with_interval(bench.summarize_grid(fake_grid(-3)))
-    assert not bench.commit_wait_falls_with_interval(
-        bench.summarize_grid(fake_grid(-3, share_10ms=0.1, share_100ms=0.2)))
+    assert findings.commit_wait_falls_with_interval(findings.summarize_grid(fake_grid(-3)))
+    assert not findings.commit_wait_falls_with_interval(
+        findings.summarize_grid(fake_grid(-3, share_10ms=0.1, share_100ms=0.2)))
 
 
 def test_the_pictures_render_from_the_tables():
@@ -255,7 +258,8 @@ def test_the_pictures_render_from_the_tables():
                       "transactional": [80_000 * m for m in NOISE]},
                      {"at_least_once": [30, 31, 32], "transactional": [80, 90, 100]})
     runs["rate"] = 1000.0
-    for picture in (cost.guarantees_picture(runs), cost.grid_picture(bench.summarize_grid(fake_grid(-3)))):
+    for picture in (cost.guarantees_picture(runs),
+                    cost.grid_picture(findings.summarize_grid(fake_grid(-3)))):
         assert picture.png.startswith(b"\x89PNG") and len(picture.png) > 10_000
         assert repr(picture).endswith("(static picture)>")
 
@@ -270,7 +274,7 @@ def test_a_reader_stops_at_a_consumer_error_and_the_next_run_says_so(bootstrap):
 
     from labkit.kafka.clientlog import client_config
 
-    with bench.Lane(bootstrap, "at_least_once", value_bytes=64, warmup=False) as lane:
+    with Lane(bootstrap, "at_least_once", value_bytes=64, warmup=False) as lane:
         reader, partition = lane.reader, [TopicPartition(lane.topic, 0)]
         reader.reading.clear()  # it holds off (as in a throughput run), so its client is free
         reader.consumer.pause(partition)  # nothing fetched while records come and go
@@ -286,6 +290,6 @@ def test_a_reader_stops_at_a_consumer_error_and_the_next_run_says_so(bootstrap):
         reader.join(60)
         assert not reader.is_alive()  # the thread ended by itself, the lane still open
         assert isinstance(reader.error, KafkaException)
-        assert reader.error.args[0].code() == bench.KafkaError._AUTO_OFFSET_RESET
+        assert reader.error.args[0].code() == KafkaError._AUTO_OFFSET_RESET
         with pytest.raises(KafkaException):  # at once, not after the drain timeout
             lane.run(3)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.kafka.cluster import free_port
+from labkit.kafka.ports import free_port
 
 HERE = Path(__file__).parent
 NOTEBOOK = HERE / "browser" / "dashboard_demo.ipynb"

@@ -11,7 +11,8 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from labkit.kafka import topics
-from labkit.kafka.cluster import ClusterError, LocalCluster
+from labkit.kafka.localcluster import LocalCluster
+from labkit.kafka.reach import ClusterError
 from labkit.proc import pid_alive
 from tests.kafka_helpers import consume_all
 
@@ -121,7 +122,7 @@ def test_unknown_broker_id_is_a_clear_error(three_brokers):
 
 
 def test_cluster_ids_never_look_like_an_option():
-    from labkit.kafka.cluster import new_cluster_id
+    from labkit.kafka.brokerconfig import new_cluster_id
     ids = [new_cluster_id() for _ in range(3000)]  # ~1 in 64 raw ids starts with '-'
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)

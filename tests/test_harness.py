@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from labkit.torture import harness
+from labkit.torture import apps, contract, harness
 from labkit.checking.audit import REPORT_KEYS
 from labkit.cli import app
 from labkit.paths import project_root
@@ -37,7 +37,7 @@ def torture_processes() -> list[str]:
             env = proc.environ()
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
-        if harness.ENV_TRANSACTIONAL_ID in env and env.get("LABKIT_HOME") == home:
+        if contract.ENV_TRANSACTIONAL_ID in env and env.get("LABKIT_HOME") == home:
             found.append(" ".join(proc.info["cmdline"] or [])[:120])
     return found
 
@@ -92,7 +92,7 @@ def test_cli_json_has_the_scenario_keys_and_the_harness_keys(bootstrap):
 def test_kafkas_own_transactional_copier_is_exactly_once_under_8_kills(cluster):
     # Kills 0.5-2 s after each start and 20,000 records, so all 8 land before the copier is
     # done even on a fast run (CI once saw it finish 10,000 records after 6 kills of 1-4 s).
-    result = harness.torture(harness.copier_command(), input=20_000, kills=8, seed=1,
+    result = harness.torture(apps.copier_command(), input=20_000, kills=8, seed=1,
                              kill_after_s=(0.5, 2.0), timeout_s=240, cluster=cluster)
     assert result.kills == 8, result.notes
     assert result.verdict == "exactly once", result.summary()
@@ -109,13 +109,13 @@ def test_no_command():
 
 
 def test_a_command_that_does_not_exist():
-    with pytest.raises(harness.HarnessError, match="command not found: 'no-such-app'"):
+    with pytest.raises(contract.HarnessError, match="command not found: 'no-such-app'"):
         harness.torture(["no-such-app"])
 
 
 def test_a_command_that_exits_at_once(cluster):
     crash = [sys.executable, "-c", "import sys; print('boom: no config file'); sys.exit(3)"]
-    with pytest.raises(harness.HarnessError, match=r"exited with code 3 by itself[\s\S]*boom"):
+    with pytest.raises(contract.HarnessError, match=r"exited with code 3 by itself[\s\S]*boom"):
         harness.torture(crash, input=10, kills=2, cluster=cluster)
 
 
@@ -123,7 +123,7 @@ def test_an_app_that_never_reads_its_input_and_its_children_are_stopped(cluster)
     # A shell whose background child would outlive a SIGKILL of the shell alone: the
     # harness kills the whole process group, at each kill and at the end.
     idle = ["sh", "-c", "sleep 3141.5 & sleep 2718.5"]
-    with pytest.raises(harness.HarnessError, match="input was not consumed within 6 s") as exc:
+    with pytest.raises(contract.HarnessError, match="input was not consumed within 6 s") as exc:
         harness.torture(idle, input=10, kills=2, kill_after_s=(0.5, 1.0), timeout_s=6,
                         cluster=cluster)
     assert "$LABKIT_INPUT_TOPIC" in str(exc.value)
@@ -150,8 +150,8 @@ def test_an_app_that_writes_records_without_id(cluster, tmp_path):
                 p.produce(env["LABKIT_OUTPUT_TOPIC"], json.dumps(record).encode())
             p.flush()
     """))
-    with pytest.raises(harness.HarnessError,
-                       match=r"JSON objects with 'id'.*offset 0.*has none: \{\"amount_cents\""):
+    with pytest.raises(contract.HarnessError,
+                        match=r"JSON objects with 'id'.*offset 0.*has none: \{\"amount_cents\""):
         harness.torture([sys.executable, str(script)], input=20, kills=0, cluster=cluster)
 
 
@@ -226,7 +226,7 @@ def test_a_network_fault_between_the_app_and_the_broker(cluster):
 
 
 def test_a_bad_fault_spec_lists_the_forms():
-    with pytest.raises(harness.HarnessError, match="drop-ack:produce:N"):
+    with pytest.raises(contract.HarnessError, match="drop-ack:produce:N"):
         harness.torture(EXACT, fault="explode:now")
 
 

@@ -18,7 +18,8 @@ import subprocess
 
 import pytest
 
-from labkit.torture import harness
+from labkit.torture import apps, harness
+from labkit.torture.result import TortureResult
 
 INPUT = 500
 KILLS = 2
@@ -28,11 +29,11 @@ KILL_AFTER_S = (3.5, 6.0)
 
 
 @pytest.fixture(scope="module")
-def quix_runs(cluster) -> dict[str, harness.TortureResult]:
-    return {g: harness.torture(harness.quix_command(g, COMMIT_INTERVAL_S), input=INPUT,
+def quix_runs(cluster) -> dict[str, TortureResult]:
+    return {g: harness.torture(apps.quix_command(g, COMMIT_INTERVAL_S), input=INPUT,
                                kills=KILLS, seed=SEED, kill_after_s=KILL_AFTER_S,
                                timeout_s=180, cluster=cluster)
-            for g in harness.QUIX_GUARANTEES}
+            for g in apps.QUIX_GUARANTEES}
 
 
 def test_quixstreams_at_least_once_duplicates_and_exactly_once_does_not(quix_runs):
@@ -54,7 +55,7 @@ def test_quixstreams_at_least_once_duplicates_and_exactly_once_does_not(quix_run
 
 
 def test_quixstreams_runs_in_its_own_pinned_environment():
-    python = harness.app_env("quixstreams", harness.QUIX_REQUIREMENTS)  # reused, not rebuilt
+    python = apps.app_env("quixstreams", apps.QUIX_REQUIREMENTS)  # reused, not rebuilt
     assert python.parent.parent.name == "quixstreams-venv"
     assert list(python.parent.parent.glob(".installed-*")), "no stamp: it would be rebuilt"
     out = subprocess.run([str(python), "-c", "from importlib.metadata import version as v; "

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from labkit import cli
 # no_process_left_behind: test_harness's autouse fixture, applied to these tests too
 
-from labkit.torture import harness
+from labkit.torture import contract, harness, supervise
 from tests.test_harness import EXACT, LABKIT, no_process_left_behind  # noqa: F401
 
 
@@ -68,9 +68,9 @@ def test_an_app_that_stalls_at_every_start_is_an_error_naming_the_stall(cluster)
     # Each start commits one transaction (20 of 300 records), then hangs: never done.
     hangs = [*EXACT, "--hang-after", "1"]
     started = time.monotonic()
-    with pytest.raises(harness.HarnessError,
-                       match=r"stalls every time it is started: 3 times[\s\S]*"
-                             r"60 of 300 input offsets committed[\s\S]*hanging after 1") as exc:
+    with pytest.raises(contract.HarnessError,
+                        match=r"stalls every time it is started: 3 times[\s\S]*"
+                              r"60 of 300 input offsets committed[\s\S]*hanging after 1") as exc:
         harness.torture(hangs, input=300, kills=0, stall_s=3, timeout_s=90, cluster=cluster)
     assert "--stall-after" in str(exc.value)
     assert time.monotonic() - started < 45  # three stalls, not the timeout
@@ -95,6 +95,6 @@ def test_the_stall_option_is_documented_and_checked():
     result = CliRunner().invoke(cli.app, ["torture", "--help"], env={"COLUMNS": "200"})
     assert "--stall-after" in result.output and "stalled" in result.output
     default = inspect.signature(cli.torture).parameters["stall_after"].default.default
-    assert default == harness.STALL_S
-    with pytest.raises(harness.HarnessError, match="positive stall time"):
+    assert default == supervise.STALL_S
+    with pytest.raises(contract.HarnessError, match="positive stall time"):
         harness.torture(EXACT, stall_s=0)

@@ -16,7 +16,8 @@ from labkit.checking import audit
 
 from labkit.pipelines import data
 
-from labkit.torture import harness
+from labkit.torture import apps, contract, harness
+from labkit.torture.result import TortureResult
 from tests.test_harness import no_process_left_behind  # noqa: F401 (autouse fixture)
 
 RECORDS = 1200
@@ -30,15 +31,15 @@ RUN = dict(input=RECORDS, kills=2, seed=1, check="counts", kill_after_s=(0.5, 1.
 
 
 def test_kafka_streams_at_least_once_over_counts_exactly_once_v2_stays_exact(cluster):
-    def run(guarantee: str) -> harness.TortureResult:
-        command = harness.streams_command(guarantee, commit_interval_ms=COMMIT_INTERVAL_MS,
-                                          work_ms=5)
+    def run(guarantee: str) -> TortureResult:
+        command = apps.streams_command(guarantee, commit_interval_ms=COMMIT_INTERVAL_MS,
+                                       work_ms=5)
         return harness.torture(command, cluster=cluster, **RUN)
 
     # Side by side (each run has its own topics and group): both mostly wait on JVM starts
     # and commits, so this costs little more than one run.
     with ThreadPoolExecutor(2) as pool:
-        results = dict(zip(harness.STREAMS_GUARANTEES, pool.map(run, harness.STREAMS_GUARANTEES)))
+        results = dict(zip(apps.STREAMS_GUARANTEES, pool.map(run, apps.STREAMS_GUARANTEES)))
     truth = audit.expected_counts(data.generate(RECORDS, seed=1))
     for guarantee, r in results.items():
         assert (r.kills, r.restarts) == (2, 2), (guarantee, r.notes)
@@ -69,7 +70,7 @@ def test_kafka_streams_at_least_once_over_counts_exactly_once_v2_stays_exact(clu
 
 
 def test_bad_guarantee_and_kill_clock_are_named():
-    with pytest.raises(harness.HarnessError, match="at_least_once, exactly_once_v2"):
-        harness.streams_command("exactly_once")
-    with pytest.raises(harness.HarnessError, match="unknown kill clock 'output'"):
+    with pytest.raises(contract.HarnessError, match="at_least_once, exactly_once_v2"):
+        apps.streams_command("exactly_once")
+    with pytest.raises(contract.HarnessError, match="unknown kill clock 'output'"):
         harness.torture([sys.executable, "-c", "pass"], kill_clock="output")

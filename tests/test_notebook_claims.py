@@ -149,7 +149,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ('grid_table["all_delivered"]', "every run delivered every record exactly once: True"),
         ("longest median wait for a read_committed reader",
          "longest median wait for a read_committed reader: transactional"),
-        ("bench.commit_wait_falls_with_interval(grid_table)", "at every record size: yes"),
+        ("findings.commit_wait_falls_with_interval(grid_table)", "at every record size: yes"),
     ],
     "10_capstone": [
         ("results = capstone.run_capstone", "lost produce ack"),

@@ -9,7 +9,7 @@ import sys
 import time
 
 from labkit import proc
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 

@@ -18,13 +18,9 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as Fin
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 
 from labkit.kafka import protocol, topics
-from labkit.kafka.cluster import LocalCluster
-from labkit.faults.proxy import (
-    VALID_FAULT_FORMS,
-    FaultProxy,
-    FaultSpec,
-    parse_fault_spec,
-)
+from labkit.kafka.localcluster import LocalCluster
+from labkit.faults.faultspec import VALID_FAULT_FORMS, FaultSpec, parse_fault_spec
+from labkit.faults.proxy import FaultProxy
 
 QUIET = {"log_level": 0}  # the faults make librdkafka log disconnects; they are the point
 

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from labkit.experiments import reorder
-from labkit.faults.proxy import parse_fault_spec
+from labkit.faults.faultspec import parse_fault_spec
 from tests.test_failover import LABKIT, refused_before_any_broker
 
 

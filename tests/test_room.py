@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from labkit.room import doctor, secure_cluster as room
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.connection import read_properties
 from labkit.kafka.names import room_topic
 

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from labkit.room.board import RoomState, publish_verdict
-from labkit.kafka.cluster import free_port
+from labkit.kafka.ports import free_port
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_fail, wait_for_http
 
 LEARNERS = 10

@@ -23,6 +23,8 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 from labkit.kafka import cluster as lab
 from labkit.kafka import connection, secure, topics
 from labkit.kafka.clientlog import client_config
+from labkit.kafka.localcluster import STATE_FILE, LocalCluster
+from labkit.kafka.reach import AuthenticationFailed, check_reachable
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = "authentication failed: set LABKIT_KAFKA_CONFIG={} (labkit up --secure wrote it)"
@@ -30,7 +32,7 @@ FIX = "authentication failed: set LABKIT_KAFKA_CONFIG={} (labkit up --secure wro
 
 @pytest.fixture(scope="module")
 def secure_lab(tmp_path_factory: pytest.TempPathFactory):
-    cluster = lab.LocalCluster(brokers=1, home=tmp_path_factory.mktemp("secure"), secure=True)
+    cluster = LocalCluster(brokers=1, home=tmp_path_factory.mktemp("secure"), secure=True)
     cluster.start()  # a failed start stops what it spawned
     try:
         yield cluster
@@ -39,7 +41,7 @@ def secure_lab(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def learner(secure_lab: lab.LocalCluster, monkeypatch: pytest.MonkeyPatch) -> lab.LocalCluster:
+def learner(secure_lab: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> LocalCluster:
     """This process as a learner of the secure lab: its home, its client.properties."""
     monkeypatch.setenv("LABKIT_HOME", str(secure_lab.home))
     monkeypatch.setenv("LABKIT_KAFKA_CONFIG", str(secure_lab.client_properties))
@@ -47,18 +49,18 @@ def learner(secure_lab: lab.LocalCluster, monkeypatch: pytest.MonkeyPatch) -> la
     return secure_lab
 
 
-def _wrong_password(secure_lab: lab.LocalCluster, where: Path) -> Path:
+def _wrong_password(secure_lab: LocalCluster, where: Path) -> Path:
     props = connection.read_properties(secure_lab.client_properties)
     return connection.write_properties(where, {**props, "sasl.password": "not-the-password"})
 
 
-def test_clients_with_the_config_produce_consume_and_transact(learner: lab.LocalCluster) -> None:
+def test_clients_with_the_config_produce_consume_and_transact(learner: LocalCluster) -> None:
     assert lab.ensure().bootstrap == learner.bootstrap  # attaches: the credentials work
     props = connection.read_properties(learner.client_properties)
     assert (props["security.protocol"], props["sasl.mechanism"], props["sasl.username"]) == \
         ("SASL_SSL", "SCRAM-SHA-512", "learner")
-    state = json.loads((learner.home / lab.STATE_FILE).read_text())
-    assert state["secure"] is True and lab.LocalCluster.attach(learner.home).secure
+    state = json.loads((learner.home / STATE_FILE).read_text())
+    assert state["secure"] is True and LocalCluster.attach(learner.home).secure
 
     topic = f"secure-{uuid.uuid4().hex[:8]}"
     topics.create(learner.bootstrap, topic)
@@ -97,19 +99,19 @@ def test_clients_with_the_config_produce_consume_and_transact(learner: lab.Local
 
 
 def test_no_or_wrong_credentials_are_refused_with_the_fix(
-        learner: lab.LocalCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        learner: LocalCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fix = FIX.format(learner.client_properties)
     monkeypatch.delenv("LABKIT_KAFKA_CONFIG")
-    with pytest.raises(lab.AuthenticationFailed, match="LABKIT_KAFKA_CONFIG is not set") as none:
+    with pytest.raises(AuthenticationFailed, match="LABKIT_KAFKA_CONFIG is not set") as none:
         lab.ensure()
     assert str(none.value).startswith(fix)
     # a plaintext client straight at the port: it connects, and is never answered
-    with pytest.raises(lab.AuthenticationFailed) as plain:
-        lab.check_reachable(learner.bootstrap, timeout_s=3)
+    with pytest.raises(AuthenticationFailed) as plain:
+        check_reachable(learner.bootstrap, timeout_s=3)
     assert str(plain.value).startswith(fix) and "accepts connections" in str(plain.value)
 
     monkeypatch.setenv("LABKIT_KAFKA_CONFIG", str(_wrong_password(learner, tmp_path / "w.properties")))
-    with pytest.raises(lab.AuthenticationFailed) as wrong:
+    with pytest.raises(AuthenticationFailed) as wrong:
         lab.ensure()
     assert str(wrong.value).startswith(fix) and "invalid credentials" in str(wrong.value)
     # what a client the lab makes sees from the broker itself
@@ -119,7 +121,7 @@ def test_no_or_wrong_credentials_are_refused_with_the_fix(
 
 
 def test_doctor_names_wrong_credentials_and_passes_with_the_right_ones(
-        learner: lab.LocalCluster, tmp_path: Path) -> None:
+        learner: LocalCluster, tmp_path: Path) -> None:
     def doctor(config: Path) -> tuple[int, dict[str, dict]]:
         env = {**os.environ, "LABKIT_KAFKA_CONFIG": str(config)}
         out = subprocess.run([sys.executable, "-m", "labkit.cli", "doctor", "--json", "--no-spark"],
@@ -136,7 +138,7 @@ def test_doctor_names_wrong_credentials_and_passes_with_the_right_ones(
     assert {"reachable", "produce/consume", "transactions"} <= set(checks)
 
 
-def test_acls_are_on_the_learner_gets_only_what_it_was_granted(learner: lab.LocalCluster) -> None:
+def test_acls_are_on_the_learner_gets_only_what_it_was_granted(learner: LocalCluster) -> None:
     as_learner = AdminClient(client_config({"bootstrap.servers": learner.bootstrap}))
     as_admin = AdminClient(client_config({"bootstrap.servers": learner.bootstrap,
                                           **secure.SecureLab(learner.home).admin_config()}))
@@ -169,7 +171,7 @@ def test_acls_are_on_the_learner_gets_only_what_it_was_granted(learner: lab.Loca
         consumer.close()
 
 
-def test_notebooks_00_04_05_pass_nbval_against_the_secure_lab(learner: lab.LocalCluster) -> None:
+def test_notebooks_00_04_05_pass_nbval_against_the_secure_lab(learner: LocalCluster) -> None:
     env = {k: v for k, v in os.environ.items() if k != "LABKIT_BOOTSTRAP"}
     notebooks = [f"notebooks/{n}" for n in ("00_tour.ipynb", "04_transactions.ipynb",
                                              "05_consume_transform_produce.ipynb")]
@@ -191,7 +193,7 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_up_and_status_say_the_lab_is_secure(cluster: lab.Cluster,
-                                                 learner: lab.LocalCluster) -> None:
+                                                 learner: LocalCluster) -> None:
     up = _cli("up", "--secure")  # the running secure lab is reused: its address, the export line
     assert up.returncode == 0, up.stderr
     assert up.stdout.splitlines() == [learner.bootstrap,

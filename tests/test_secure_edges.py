@@ -16,7 +16,6 @@ import uuid
 
 import pytest
 
-from labkit.kafka import cluster as lab
 from labkit import settings
 from labkit import experiments
 from labkit.experiments import scenarios
@@ -24,9 +23,10 @@ from labkit.kafka import protocol
 from labkit.pipelines import data
 from labkit.torture import harness
 from labkit.kafka.inspect import describe_topic
+from labkit.kafka.localcluster import LocalCluster
 
 PYTHON_APP = [sys.executable, "examples/torture/exactly_once_app.py"]
-COPIER = [sys.executable, "-m", "labkit.torture.harness", "copier"]
+COPIER = [sys.executable, "-m", "labkit.torture.apps", "copier"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def secure_lab(tmp_path_factory: pytest.TempPathFactory):
     """A secure broker of the module's own, LABKIT_KAFKA_CONFIG set while the module runs;
     the broker is stopped and the variable restored on every path."""
-    cluster = lab.LocalCluster(brokers=1, home=tmp_path_factory.mktemp("secure"), secure=True)
+    cluster = LocalCluster(brokers=1, home=tmp_path_factory.mktemp("secure"), secure=True)
     before = os.environ.get(settings.KAFKA_CONFIG)
     try:
         cluster.start()

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from labkit.kafka import jvm
-from labkit.kafka.cluster import ClusterError, LocalCluster, PortInUseError, check_reachable
+from labkit.kafka.localcluster import LocalCluster
+from labkit.kafka.ports import PortInUseError
+from labkit.kafka.reach import ClusterError, check_reachable
 from labkit.proc import die_with_owner, pid_alive
 from labkit.paths import LabkitSetupError
 
@@ -125,7 +127,7 @@ def test_cli_up_status_down_cycle_reuses_the_running_lab(tmp_path):
 def test_stale_lab_from_a_killed_owner_is_cleaned_up(tmp_path):
     """A kernel that died left a state file behind; the next attach cleans up."""
     code = (
-        "import os, sys; from labkit.kafka.cluster import LocalCluster\n"
+        "import os, sys; from labkit.kafka.localcluster import LocalCluster\n"
         f"c = LocalCluster(brokers=1, home={str(tmp_path)!r}).start()\n"
         "print(c.brokers[0].pid, flush=True); os.kill(os.getpid(), 9)\n"
     )
@@ -143,7 +145,7 @@ def test_stale_lab_from_a_killed_owner_is_cleaned_up(tmp_path):
 
 def test_owned_broker_is_stopped_when_its_python_process_exits(tmp_path):
     code = (
-        "from labkit.kafka.cluster import LocalCluster\n"
+        "from labkit.kafka.localcluster import LocalCluster\n"
         f"c = LocalCluster(brokers=1, home={str(tmp_path)!r}).start()\n"
         "print(c.brokers[0].pid, flush=True)\n"  # then exit normally: atexit stops it
     )

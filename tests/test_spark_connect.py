@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from labkit.pipelines import data
-from labkit.kafka.cluster import free_port
+from labkit.kafka.ports import free_port
 from labkit.spark import check, runner
 from labkit.spark.connect import ConnectServer
 from labkit import experiments

@@ -9,7 +9,7 @@
  *     java -cp '.cache/jars/streams/*' examples/torture/StreamsRunningCount.java \
  *         --guarantee exactly_once_v2
  *
- * (`labkit.torture.harness.streams_command(guarantee)` builds that command.) It reads the
+ * (`labkit.torture.apps.streams_command(guarantee)` builds that command.) It reads the
  * environment the harness sets: LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC,
  * LABKIT_GROUP_ID (the application.id, so the consumer group whose committed offsets the
  * harness watches) and LABKIT_HISTORY (its directory holds this run's state.dir); against a

@@ -9,6 +9,8 @@ import typer
 
 from labkit.cli.scenarios import scenario_app
 from labkit.kafka import cluster as lab
+from labkit.kafka.localcluster import LocalCluster
+from labkit.kafka.reach import ClusterError
 from labkit.paths import LabkitSetupError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -54,9 +56,9 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
             typer.echo(external.bootstrap)
             return
         with lab.start_lock():
-            running = lab.LocalCluster.attach()
+            running = LocalCluster.attach()
             if running is None:
-                running = lab.LocalCluster(brokers=brokers, port=port or None,
+                running = LocalCluster(brokers=brokers, port=port or None,
                                            detached=True, secure=secure).start()
             elif len(running.brokers) != brokers:
                 _fail(f"a lab with {len(running.brokers)} broker(s) is already running; "
@@ -66,7 +68,7 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
                       "secure one")
             else:
                 typer.echo(f"lab already running ({len(running.brokers)} broker(s))", err=True)
-    except (lab.ClusterError, LabkitSetupError) as exc:
+    except (ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(running.bootstrap)
     if running.secure:  # the line a learner pastes (or evals) before starting Jupyter
@@ -82,9 +84,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="machine-readable"
     try:
         namespace, why = names.namespace_and_source()
         external = lab.external_from_env()
-    except (lab.ClusterError, settings.SettingsError) as exc:  # a bad namespace or config file
+    except (ClusterError, settings.SettingsError) as exc:  # a bad namespace or config file
         _fail(str(exc))
-    running = external or lab.LocalCluster.attach()
+    running = external or LocalCluster.attach()
     info = running.info() if running else {"up": False, "bootstrap": None, "brokers": []}
     info = {**info, "namespace": namespace, "namespace_from": why}
     if as_json:
@@ -118,7 +120,7 @@ def down() -> None:
     if lab.external_from_env_no_check():
         typer.echo("LABKIT_BOOTSTRAP is set: the external cluster is not the lab's to stop.")
         return
-    running = lab.LocalCluster.attach()
+    running = LocalCluster.attach()
     if running is None:
         typer.echo("nothing to stop: no lab cluster is running.")
         return
@@ -139,7 +141,7 @@ def clean_topics(yes: bool = typer.Option(False, "--yes", help="delete without a
             _fail("no namespace is set, so every topic would count as yours: set "
                   "LABKIT_NAMESPACE (on the local lab, `labkit down` removes everything)")
         mine = topics.listing(bootstrap)
-    except (lab.ClusterError, settings.SettingsError) as exc:
+    except (ClusterError, settings.SettingsError) as exc:
         _fail(str(exc))
     if not mine:
         typer.echo(f"no topics in namespace {namespace}.")
@@ -201,7 +203,7 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
             return
         else:
             view = inspector.describe_topic(lab.running_or_fail().bootstrap, topic)
-    except (ValueError, lab.ClusterError, LabkitSetupError, inspector.InspectError,
+    except (ValueError, ClusterError, LabkitSetupError, inspector.InspectError,
             ConnectionError, protocol.ProtocolError) as exc:  # e.g. no credentials: the fix
         _fail(str(exc))
     typer.echo(view.to_json() if as_json else view.to_text())
@@ -232,7 +234,7 @@ def torture(
     plaintext: bool = typer.Option(False, "--plaintext",
                                    help="the app reads no LABKIT_KAFKA_CONFIG: on a cluster with "
                                         "TLS/credentials, the lab's proxy stands in front of it"),
-    # the default is harness.STALL_S (harness is imported only when the command runs)
+    # the default is torture.supervise.STALL_S (imported only when the command runs)
     stall_after: float = typer.Option(30.0, "--stall-after", min=1,
                                       help="an app alive but without an offset commit or output "
                                            "for this many seconds, its input not consumed, is "
@@ -248,6 +250,7 @@ def torture(
     Example: labkit torture --kills 3 -- python examples/torture/exactly_once_app.py
     """
     from labkit.torture import harness
+    from labkit.torture.contract import HarnessError
 
     try:
         window = tuple(float(x) for x in kill_after.split(","))
@@ -261,7 +264,7 @@ def torture(
                                  kill_after_s=window, fault=fault, partitions=partitions,
                                  keep_topics=keep_topics, kill_clock=kill_clock,
                                  plaintext=plaintext, stall_s=stall_after)
-    except (harness.HarnessError, lab.ClusterError, LabkitSetupError) as exc:
+    except (HarnessError, ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     _to_room(result.report)
     typer.echo(result.to_json() if as_json else result.summary())
@@ -293,7 +296,7 @@ def room_board(room: str = typer.Option("", help="the room (default: LABKIT_ROOM
         _fail("name the room: --room NAME, or set LABKIT_ROOM (the learners set the same)")
     try:
         board.serve(lab.running_or_fail().bootstrap, room, host=host, port=port)
-    except (lab.ClusterError, settings.SettingsError, OSError) as exc:
+    except (ClusterError, settings.SettingsError, OSError) as exc:
         _fail(str(exc))
 
 
@@ -323,7 +326,7 @@ def spark_server(port: int = typer.Option(15002, help="the Spark Connect port (1
     server = ConnectServer(port, ui_port=ui_port or None)
     try:
         server.start()
-    except (ConnectServerError, lab.ClusterError, LabkitSetupError) as exc:
+    except (ConnectServerError, ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     typer.echo(f"Spark Connect server ready in {server.startup_s:.0f} s (Ctrl-C stops it)\n"
                f"  export LABKIT_SPARK_REMOTE={server.url}\n"

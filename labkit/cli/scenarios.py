@@ -101,7 +101,7 @@ def run_from_terminal(experiment, as_json: bool, stall_after: float | None,
     from labkit.experiments import run
     from labkit.experiments.registry import REQUIRED
     from labkit.faults.watchdog import ExperimentStalled
-    from labkit.kafka import cluster as lab
+    from labkit.kafka.reach import ClusterError
     from labkit.room import board
 
     values = {k: v for k, v in given.items() if v is not None}
@@ -118,7 +118,7 @@ def run_from_terminal(experiment, as_json: bool, stall_after: float | None,
     try:
         with progress.listening(printed):
             result = run(experiment.name, stall_after=stall_after, announce=announce, **values)
-    except (ValueError, lab.ClusterError, LabkitSetupError, ExperimentStalled) as exc:
+    except (ValueError, ClusterError, LabkitSetupError, ExperimentStalled) as exc:
         _fail(str(exc))
     board.publish_audit(result.report)  # with LABKIT_ROOM set, to the room's board
     typer.echo(result.to_json() if as_json else experiment.text(result))

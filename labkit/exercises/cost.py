@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from labkit.experiments import bench
+from labkit.experiments import lane
 from labkit.exercises import Verdict, check, exercise, unanswered
 from labkit.kafka.inspect import Inspector
 
@@ -22,8 +22,8 @@ def measured_high_watermark(bootstrap: str, records: int = RECORDS,
                             records_per_txn: int = RECORDS_PER_TXN) -> tuple[int, int]:
     """(high watermark, transactions) after producing ``records`` to a fresh topic."""
     topic = f"cost-exercise-{uuid.uuid4().hex[:8]}"
-    m = bench.measure(bootstrap, "transactional", records, VALUE_BYTES,
-                      records_per_txn=records_per_txn, topic=topic, warmup=False)
+    m = lane.measure(bootstrap, "transactional", records, VALUE_BYTES,
+                     records_per_txn=records_per_txn, topic=topic, warmup=False)
     with Inspector(bootstrap) as inspector:
         # the last COMMIT marker included
         return inspector.settled_offsets(topic)[0].high_watermark, m.transactions

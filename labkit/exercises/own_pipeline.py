@@ -15,7 +15,8 @@ from pathlib import Path
 
 from labkit import proc
 
-from labkit.torture import harness
+from labkit.torture import contract, harness
+from labkit.torture.result import TortureResult
 from labkit.exercises import Verdict, check, exercise, unanswered
 
 # The same torture for the notebook's runs and for the check. 600 records at the apps'
@@ -44,7 +45,7 @@ def workdir() -> Path:
     return directory
 
 
-def torture_app(path: str | Path, **overrides) -> harness.TortureResult:
+def torture_app(path: str | Path, **overrides) -> TortureResult:
     """Run the app file ``path`` under the harness with the notebook's settings. The
     learner's app reads no connection settings: on a cluster with TLS and credentials
     (LABKIT_KAFKA_CONFIG) the harness's proxy stands in front of it (``plaintext``)."""
@@ -52,7 +53,7 @@ def torture_app(path: str | Path, **overrides) -> harness.TortureResult:
                            **{**TORTURE, "plaintext": True, **overrides})
 
 
-def verdict_lines(result: harness.TortureResult) -> str:
+def verdict_lines(result: TortureResult) -> str:
     """What a run showed, in words that stay the same between runs (counts vary with the
     kills' timing; whether there are any does not). ``stalled: N`` only for a run in which
     the app stalled (alive, no progress for the harness's ``stall_s``, then restarted)."""
@@ -79,7 +80,7 @@ def check_own_pipeline(source: str | None, directory: str | Path) -> Verdict:
     path.write_text(str(source))
     try:
         result = torture_app(path)
-    except harness.HarnessError as exc:
+    except contract.HarnessError as exc:
         first = str(exc).splitlines()[0]
         return check(False, "", f"the harness could not judge your app: {first} (run "
                                 "own_pipeline.torture_app(path) to see the whole message).")

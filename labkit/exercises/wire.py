@@ -20,13 +20,13 @@ def last_marker_epoch(bootstrap: str) -> int:
     return the epoch of the last marker on its output partition."""
     from labkit.kafka import topics
     from labkit.pipelines import data
-    from labkit.torture import harness
+    from labkit.torture import apps
     from labkit.kafka.inspect import describe_topic
 
     name = f"wire-check-{uuid.uuid4().hex[:8]}"
     try:
-        code, _ = harness.copy_with_java(bootstrap, name, data.generate(RECORDS),
-                                         transaction_size=TRANSACTION_SIZE)
+        code, _ = apps.copy_with_java(bootstrap, name, data.generate(RECORDS),
+                                      transaction_size=TRANSACTION_SIZE)
         if code != 0:
             raise RuntimeError(f"the Java copier exited with {code}: `labkit doctor` checks Java")
         return int(describe_topic(bootstrap, f"{name}-out").transactions_frame()["marker epoch"].iloc[-1])

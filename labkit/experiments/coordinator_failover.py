@@ -40,7 +40,7 @@ from labkit.kafka import names, topics
 from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 from labkit.experiments.failover import BROKERS
 from labkit.kafka.coordinators import (group_coordinated_by, next_coordinator,
                                        transaction_coordinator, transaction_state_partition)

@@ -38,7 +38,8 @@ from labkit.kafka import names, topics
 
 from labkit.pipelines import data
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import FAILURE_LAB_PROPERTIES, LocalCluster
+from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
+from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
 from labkit import progress
 from labkit.checking.audit import AuditReport

@@ -33,7 +33,7 @@ from labkit.kafka import names, protocol, topics
 from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import private_cluster
+from labkit.kafka.localcluster import private_cluster
 from labkit.faults.proxy import FaultProxy
 from labkit.experiments.registry import OWN_BROKER, Experiment, Option, RunBasics, register
 from labkit.progress import status

@@ -377,7 +377,7 @@ def _crash_point(scenario: Scenario, guarantee: str, crash_at: str | None) -> No
 def _fault(fault: str | None):
     if not fault:
         return None
-    from labkit.faults.proxy import parse_fault_spec
+    from labkit.faults.faultspec import parse_fault_spec
 
     return parse_fault_spec(fault)  # ValueError listing the valid forms
 

@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
-import datetime
 import functools
-import itertools
 import logging
 import random
 import socket
@@ -38,162 +35,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kio.index import load_response_schema
-from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i64
-
 from labkit import settings
 
+from labkit.faults.faultspec import VALID_FAULT_FORMS, FaultSpec, Rule, api_key_of, parse_fault_spec, positive
+from labkit.faults.wire import (LOCALHOST, address_fields, not_leader_answer, open_upstream, read_frame,
+                                rewrite_addresses, split_address, write_frame)
 from labkit.kafka import protocol
 from labkit.kafka.protocol import API_KEYS, API_NAMES, api_name
-from labkit.kafka.cluster import check_reachable
+from labkit.kafka.reach import check_reachable
 
 log = logging.getLogger(__name__)
 
-LOCALHOST = "127.0.0.1"
 STOP_TIMEOUT_S = 10.0
 QUEUE_DEPTH = 64  # requests read ahead per connection while a delay holds them back
 REFUSAL_WAIT_S = 0.5  # a refused Produce with no request behind it is answered after this
-
-VALID_FAULT_FORMS: tuple[str, ...] = (
-    "drop-ack:produce:N",
-    "drop-response:<api>:N",
-    "delay:<ms>",
-    "delay:<ms>:<api>",
-    "reset:<api>:N",
-    "fail:produce:N",
-)
-_FORM_MEANINGS = (
-    "the Nth Produce reaches the broker, its ack is dropped",
-    "the same for any API",
-    "hold every request back <ms> milliseconds",
-    "hold every <api> request back <ms> milliseconds",
-    "cut the connection when the Nth <api> request arrives",
-    "the Nth Produce never reaches the broker: the proxy answers NOT_LEADER_OR_FOLLOWER "
-    "once the request behind it is on its way",
-)
-_FORMS_HELP = "\n".join(f"  {form:<22}  {meaning}" for form, meaning in zip(VALID_FAULT_FORMS, _FORM_MEANINGS))
-
-
-# --------------------------------------------------------------------------- fault specs
-
-
-@dataclass(frozen=True)
-class FaultSpec:
-    """One network fault, as written on the command line (see VALID_FAULT_FORMS)."""
-
-    kind: str  # 'drop-ack' | 'drop-response' | 'delay' | 'reset' | 'fail'
-    api: str | None  # a Kafka API name: 'Produce', 'Fetch', 'OffsetCommit', 'EndTxn', ...
-    nth: int = 1  # which request of that API, counted from when the fault is set
-    ms: int = 0  # for delay
-
-
-def api_key_of(api: str) -> int:
-    """The api key of a Kafka API name, case-insensitive ('produce' -> 0)."""
-    for name, key in API_KEYS.items():
-        if name.lower() == api.strip().lower():
-            return key
-    raise ValueError(f"unknown Kafka API {api!r}; valid API names: {', '.join(sorted(API_KEYS))}")
-
-
-def _canonical_api(api: str) -> str:
-    return API_NAMES[api_key_of(api)]
-
-
-def _fault_error(spec: str, why: str) -> ValueError:
-    return ValueError(
-        f"bad fault {spec!r}: {why}.\nValid forms:\n{_FORMS_HELP}\n"
-        f"Valid API names (case-insensitive): {', '.join(sorted(API_KEYS))}"
-    )
-
-
-def _int(spec: str, text: str, what: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise _fault_error(spec, f"{what} must be an integer, not {text!r}") from None
-    if value < minimum:
-        raise _fault_error(spec, f"{what} must be >= {minimum}, not {value}")
-    return value
-
-
-def parse_fault_spec(spec: str) -> FaultSpec:
-    """'drop-ack:produce:2' -> FaultSpec('drop-ack', 'Produce', nth=2); ValueError on bad input."""
-    parts = [p.strip() for p in str(spec).strip().split(":")]
-    kind = parts[0].lower()
-    if kind in ("drop-ack", "drop-response", "reset", "fail"):
-        if len(parts) not in (2, 3) or not parts[1]:
-            raise _fault_error(spec, f"{kind} needs an API name and optionally N")
-        try:
-            api = _canonical_api(parts[1])
-        except ValueError:
-            raise _fault_error(spec, f"unknown API {parts[1]!r}") from None
-        if kind == "drop-ack" and api != "Produce":
-            raise _fault_error(spec, "an ack is the response to a Produce; use drop-response:<api>:N")
-        if kind == "fail" and api != "Produce":
-            raise _fault_error(spec, "fail answers a Produce request; no other API")
-        nth = _int(spec, parts[2], "N", 1) if len(parts) == 3 else 1
-        return FaultSpec(kind, api, nth=nth)
-    if kind == "delay":
-        if len(parts) not in (2, 3):
-            raise _fault_error(spec, "delay needs milliseconds and optionally an API name")
-        ms = _int(spec, parts[1], "the delay in ms", 0)
-        try:
-            api = _canonical_api(parts[2]) if len(parts) == 3 else None
-        except ValueError:
-            raise _fault_error(spec, f"unknown API {parts[2]!r}") from None
-        return FaultSpec("delay", api, ms=ms)
-    raise _fault_error(spec, f"unknown fault kind {parts[0]!r}")
-
-
-@dataclass
-class _Rule:
-    """An armed fault. api_key None matches every request."""
-
-    kind: str  # 'drop' | 'reset' | 'delay' | 'fail'
-    api_key: int | None
-    nth: int = 1
-    ms: int = 0
-    jitter_ms: int = 0
-    seen: int = 0
-
-    def matches(self, api_key: int) -> bool:
-        return self.api_key is None or self.api_key == api_key
-
-
-# --------------------------------------------------------------------------- address rewriting
-
-
-# Client-facing APIs whose responses name brokers (KRaft's Vote & co. name controllers and
-# never pass a client proxy). Produce/Fetch/Share* carry KIP-951 leader hints after errors.
-_ADDRESSED_APIS = frozenset(API_KEYS[n] for n in (
-    "Metadata", "FindCoordinator", "DescribeCluster", "Produce", "Fetch", "ShareFetch",
-    "ShareAcknowledge"))
-
-
-@functools.lru_cache(maxsize=None)
-def _address_fields(api_key: int, api_version: int) -> tuple[str, ...]:
-    """Fields of a response body that carry broker addresses; () means forward it untouched."""
-    if api_key not in _ADDRESSED_APIS:
-        return ()
-    try:
-        names = set(load_response_schema(api_key, api_version).__dataclass_fields__)
-    except Exception:  # a version kio does not know: nothing we could rewrite anyway
-        return ()
-    wanted = ("brokers", "coordinators", "node_endpoints", "host")
-    return tuple(n for n in wanted if n in names)
-
-
-def _moved(entry, port: int):
-    return dataclasses.replace(entry, host=LOCALHOST, port=i32(port))
-
-
-def _has_address(entry) -> bool:
-    # FindCoordinator errors carry host '' and port -1: nothing to point anywhere.
-    return bool(entry.host) and int(entry.port) >= 0
-
-
-# --------------------------------------------------------------------------- the proxy
 
 
 @dataclass
@@ -243,7 +98,7 @@ class FaultProxy:
         self.bootstrap = ""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._rules: list[_Rule] = []
+        self._rules: list[Rule] = []
         self._requests: collections.Counter[str] = collections.Counter()
         self._counts: collections.Counter[str] = collections.Counter()
         self._rewritten: collections.Counter[str] = collections.Counter()
@@ -266,7 +121,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name=f"labkit-fault-proxy->{self.upstream_bootstrap}")
         self._thread.start()
-        addresses = [_split(brokers[node]) for node in sorted(brokers)]
+        addresses = [split_address(brokers[node]) for node in sorted(brokers)]
         try:
             ports = self._run(self._listen_all(addresses))
         except BaseException:
@@ -320,25 +175,25 @@ class FaultProxy:
     def drop_response(self, api: str, nth: int = 1) -> None:
         """The Nth <api> request reaches the broker; its response is swallowed and that
         client connection closed: the write landed, the client never heard."""
-        self._arm(_Rule("drop", api_key_of(api), nth=_positive(nth)))
+        self._arm(Rule("drop", api_key_of(api), nth=positive(nth)))
 
     def delay(self, ms: int, api: str | None = None, jitter_ms: int = 0) -> None:
         """Hold each (<api>) request back ms + uniform(0, jitter_ms) milliseconds, in order."""
         if ms < 0 or jitter_ms < 0:
             raise ValueError(f"delay needs ms >= 0 and jitter_ms >= 0, not {ms} and {jitter_ms}")
-        self._arm(_Rule("delay", api_key_of(api) if api else None, ms=ms, jitter_ms=jitter_ms))
+        self._arm(Rule("delay", api_key_of(api) if api else None, ms=ms, jitter_ms=jitter_ms))
 
     def reset(self, api: str | None = None, nth: int = 1) -> None:
         """Cut the client connection (TCP RST) when the Nth (<api>) request arrives, before
         it is forwarded: the broker never sees it."""
-        self._arm(_Rule("reset", api_key_of(api) if api else None, nth=_positive(nth)))
+        self._arm(Rule("reset", api_key_of(api) if api else None, nth=positive(nth)))
 
     def fail_produce(self, nth: int = 1) -> None:
         """The Nth Produce request is not forwarded: the proxy answers it itself, every
         partition NOT_LEADER_OR_FOLLOWER (retriable), as a broker that just lost leadership
         would. The answer waits until the request behind it on that connection has gone to
         the broker, so a client that pipelines retries it *behind* a later batch."""
-        self._arm(_Rule("fail", API_KEYS["Produce"], nth=_positive(nth)))
+        self._arm(Rule("fail", API_KEYS["Produce"], nth=positive(nth)))
 
     def clear(self) -> None:
         """Disarm every fault; traffic flows untouched again."""
@@ -360,7 +215,7 @@ class FaultProxy:
                 "protocol_errors": self._counts["protocol_errors"],  # should stay 0
             }
 
-    def _arm(self, rule: _Rule) -> None:
+    def _arm(self, rule: Rule) -> None:
         with self._lock:
             self._rules.append(rule)
 
@@ -419,7 +274,7 @@ class FaultProxy:
         self._count("connections")
         try:
             try:
-                up_r, up_w = await self._open_upstream(upstream)
+                up_r, up_w = await open_upstream(upstream, self._security)
             except (OSError, asyncio.IncompleteReadError):  # broker down: the client sees a closed connection and retries
                 client_w.close()
                 return
@@ -448,38 +303,10 @@ class FaultProxy:
         finally:
             self._tasks.discard(me)
 
-    async def _open_upstream(self, upstream: tuple[str, int]):
-        """A connection to the broker, secured as the lab's clients are (TLS, then SASL),
-        before any of the client's frames go through it."""
-        host, port = upstream
-        context = self._security.ssl_context()
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=context, server_hostname=host if context else None)
-        if not self._security.sasl:
-            return reader, writer
-        try:
-            address, ids = f"{host}:{port}", itertools.count(1)
-            steps = self._security.sasl_steps(address)
-            request = next(steps)
-            while True:
-                correlation_id = next(ids)
-                _write_frame(writer, protocol.encode_request(request, correlation_id))
-                await writer.drain()
-                payload = await _read_frame(reader)
-                _, _, response = protocol.decode_response(
-                    payload, int(request.__api_key__), int(request.__version__))
-                try:
-                    request = steps.send(response)
-                except StopIteration:
-                    return reader, writer
-        except BaseException:
-            writer.close()
-            raise
-
     async def _read_requests(self, link: _Link, reader: asyncio.StreamReader) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            payload = await _read_frame(reader)
+            payload = await read_frame(reader)
             info = protocol.peek_request(payload)
             action, delay_s = self._decide(info.api_key)
             if action == "reset":
@@ -501,7 +328,7 @@ class FaultProxy:
                 await asyncio.sleep(due - loop.time())
             if action == "fail":
                 self._count("requests_failed")
-                refusal = _Refusal(payload, _refusal(payload))
+                refusal = _Refusal(payload, not_leader_answer(payload))
                 link.pending.append((info, "fail", refusal, time.time()))
                 loop.call_later(REFUSAL_WAIT_S, self._release, link, refusal)  # none behind it
                 continue
@@ -516,7 +343,7 @@ class FaultProxy:
                 if entry[1] == "fail":
                     entry[2].due = True
             self._release(link)
-            _write_frame(link.upstream, payload)
+            write_frame(link.upstream, payload)
             await link.upstream.drain()
             if action == "drop" and not answered:
                 # acks=0: there is no response to drop, so cutting the line is the fault.
@@ -525,7 +352,7 @@ class FaultProxy:
 
     async def _read_responses(self, link: _Link, reader: asyncio.StreamReader) -> None:
         while True:
-            payload = await _read_frame(reader)
+            payload = await read_frame(reader)
             correlation_id = protocol.peek_correlation_id(payload)
             if not link.pending:
                 raise protocol.ProtocolError(f"unrequested response (correlation id {correlation_id})")
@@ -539,9 +366,9 @@ class FaultProxy:
             if action == "drop":
                 self._count("responses_dropped")
                 return  # closing the link: the client never hears
-            if _address_fields(info.api_key, info.api_version):
+            if address_fields(info.api_key, info.api_version):
                 payload = await self._rewrite(payload, info)
-            _write_frame(link.client, payload)
+            write_frame(link.client, payload)
             self._release(link)
             await link.client.drain()
 
@@ -555,7 +382,7 @@ class FaultProxy:
             if self._trace:
                 self._record(refusal.request, refusal.response, sent, dropped=False)
             if not link.client.is_closing():
-                _write_frame(link.client, refusal.response)
+                write_frame(link.client, refusal.response)
 
     def _record(self, request: bytes, response: bytes | None, sent: float, dropped: bool) -> None:
         entry = protocol.describe_exchange(request, response)
@@ -569,76 +396,9 @@ class FaultProxy:
 
     async def _rewrite(self, payload: bytes, info: protocol.RequestInfo) -> bytes:
         """Point every broker address in a response at the proxy; untouched bytes otherwise."""
-        correlation_id, _, body = protocol.decode_response(payload, info.api_key, info.api_version)
-        changes = {}
-        for name in _address_fields(info.api_key, info.api_version):
-            if name == "host":  # FindCoordinator v0-3: one coordinator, top-level fields
-                if _has_address(body):
-                    port = await self._local_port((body.host, int(body.port)))
-                    changes.update(host=LOCALHOST, port=i32(port))
-                continue
-            entries = getattr(body, name)
-            if entries:
-                moved = []
-                for entry in entries:
-                    if _has_address(entry):
-                        entry = _moved(entry, await self._local_port((entry.host, int(entry.port))))
-                    moved.append(entry)
-                changes[name] = tuple(moved)
-        if not changes:
+        rewritten = await rewrite_addresses(payload, info, self._local_port)
+        if rewritten is None:
             return payload
         with self._lock:
             self._rewritten[API_NAMES[info.api_key]] += 1
-        new_body = dataclasses.replace(body, **changes)
-        return protocol.encode_response((correlation_id, new_body), info.api_key, info.api_version)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    (size,) = struct.unpack(">i", await reader.readexactly(4))
-    return await reader.readexactly(size)
-
-
-def _refusal(request: bytes) -> bytes:
-    """The ProduceResponse a broker that is not the leader gives ``request``: each of its
-    partitions NOT_LEADER_OR_FOLLOWER, nothing appended."""
-    info = protocol.peek_request(request)
-    _, body = protocol.decode_request(request)
-    schema = load_response_schema(info.api_key, info.api_version)
-    entities = __import__(schema.__module__, fromlist=["TopicProduceResponse"])
-
-    def names(entity) -> set[str]:
-        return {f.name for f in dataclasses.fields(entity)}
-
-    partition_fields = names(entities.PartitionProduceResponse)
-    topic_fields = names(entities.TopicProduceResponse)
-
-    def refused(index) -> object:
-        extra = {"record_errors": ()} if "record_errors" in partition_fields else {}
-        return entities.PartitionProduceResponse(
-            index=index, error_code=ErrorCode.not_leader_or_follower, base_offset=i64(-1), **extra)
-
-    answer = schema(**{
-        "responses": tuple(entities.TopicProduceResponse(
-            **{k: getattr(t, k) for k in ("name", "topic_id") if k in topic_fields},
-            partition_responses=tuple(refused(p.index) for p in t.partition_data))
-            for t in body.topic_data),
-        **({"throttle_time": datetime.timedelta(0)} if "throttle_time" in names(schema) else {})})
-    return protocol.encode_response((info.correlation_id, answer), info.api_key, info.api_version)
-
-
-def _write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
-    writer.writelines((struct.pack(">i", len(payload)), payload))
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, port = address.rsplit(":", 1)
-    return host.strip("[]"), int(port)
-
-
-def _positive(nth: int) -> int:
-    if int(nth) < 1:
-        raise ValueError(f"nth counts requests from 1, not {nth}")
-    return int(nth)
+        return rewritten

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from labkit.kafka import names
 from labkit.kafka.clientlog import client_config
-from labkit.kafka.cluster import LocalCluster
+from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaState, UnknownTopicError
 from labkit.kafka.inspect.share import java_string_hash
 from labkit.progress import wait_until

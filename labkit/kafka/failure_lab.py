@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from labkit.kafka.cluster import LocalCluster, private_cluster
+from labkit.kafka.localcluster import LocalCluster, private_cluster
 
 
 @contextlib.contextmanager

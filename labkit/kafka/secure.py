@@ -19,7 +19,7 @@ with its controller arrives there as ``User:ANONYMOUS``, hence a super user. It 
 produce or fetch, but a process on this machine could send it controller requests (KIP-919
 admin calls) as that super user: the secure lab rehearses what a client of an authenticated
 cluster must do, it is not a hardened broker.
-``labkit.kafka.cluster`` only asks this module for the listener properties, the format arguments
+``labkit.kafka.localcluster`` only asks this module for the listener properties, the format arguments
 and the ACLs; the lab's state file records that the lab is secure.
 """
 from __future__ import annotations

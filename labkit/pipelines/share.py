@@ -54,7 +54,7 @@ from labkit.pipelines.guarantee import guarantee as guarantee_named
 ACK_MODES = ("explicit", "implicit")
 POISON_ACTIONS = ("release", "reject")
 SHARE_GUARANTEES = ("at_least_once", "at_most_once")
-# The lab broker's settings (labkit.kafka.cluster): the lock and the delivery limit.
+# The lab broker's settings (labkit.kafka.brokerconfig): the lock and the delivery limit.
 RECORD_LOCK_S = 10.0
 DELIVERY_LIMIT = 5
 # A worker stops once it has polled nothing for this long *since it was assigned the

@@ -22,6 +22,8 @@ from labkit.kafka import cluster as lab
 from labkit import settings
 from labkit.kafka import connection, jvm, names, secure, topics
 from labkit.kafka.clientlog import client_config
+from labkit.kafka.localcluster import LocalCluster
+from labkit.kafka.reach import AuthenticationFailed, ClusterError, check_reachable
 from labkit.paths import LabkitSetupError, cache_dir
 
 MIN_PYTHON = (3, 11)
@@ -108,7 +110,7 @@ def cluster_bootstrap() -> str:
     """The bootstrap of the cluster the lab would use now, without starting one."""
     running = lab.running()
     if running is None:
-        raise lab.ClusterError("no lab cluster is running and LABKIT_BOOTSTRAP is not set")
+        raise ClusterError("no lab cluster is running and LABKIT_BOOTSTRAP is not set")
     return running.bootstrap
 
 
@@ -118,8 +120,8 @@ def credentials() -> str:
     path = settings.current().kafka_config
     props = connection.settings()  # a missing file or a wrong name raises, saying which
     running = lab.running()
-    if isinstance(running, lab.LocalCluster) and running.secure and not props:
-        raise lab.AuthenticationFailed(f"{secure.auth_message(running.home)}: the lab is "
+    if isinstance(running, LocalCluster) and running.secure and not props:
+        raise AuthenticationFailed(f"{secure.auth_message(running.home)}: the lab is "
                                        "secure (SASL_SSL) and LABKIT_KAFKA_CONFIG is not set")
     if not props:
         return "none: plaintext, no credentials (LABKIT_KAFKA_CONFIG is not set)"
@@ -132,7 +134,7 @@ def credentials() -> str:
 def credentials_fix(exc: Exception) -> str:
     """The export line to run: the lab's client.properties when this lab wrote one."""
     running = lab.running()
-    if isinstance(running, lab.LocalCluster) and running.secure:
+    if isinstance(running, LocalCluster) and running.secure:
         return f"export LABKIT_KAFKA_CONFIG={running.client_properties}"
     if isinstance(exc, connection.ConnectionConfigError):
         return ("correct the file LABKIT_KAFKA_CONFIG names (librdkafka property names), "
@@ -155,7 +157,7 @@ def _or_denied(fix: str) -> Callable[[Exception], str]:
 
 
 def reachable(bootstrap: str) -> str:
-    brokers = lab.check_reachable(bootstrap, 10.0)
+    brokers = check_reachable(bootstrap, 10.0)
     return f"{bootstrap}: {len(brokers)} broker(s) answer"
 
 
@@ -240,7 +242,7 @@ def run(spark: bool = True, on_check: Callable[[Check], None] | None = None) -> 
         creds = record(_check("credentials", credentials, credentials_fix))
         net = creds.ok and record(_check(
             "reachable", lambda: reachable(bootstrap),
-            lambda exc: credentials_fix(exc) if isinstance(exc, lab.AuthenticationFailed)
+            lambda exc: credentials_fix(exc) if isinstance(exc, AuthenticationFailed)
             else "check the address and that the brokers are up (`labkit status`)")).ok
         if net:
             record(_check("produce/consume", lambda: produce_consume(bootstrap), _or_denied(

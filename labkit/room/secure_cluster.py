@@ -184,7 +184,7 @@ def grant(bootstrap: str, files: RoomFiles, timeout_s: float = 120.0) -> int:
     from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
                                        AdminClient, ResourcePatternType, ResourceType)
 
-    from labkit.kafka.cluster import check_reachable
+    from labkit.kafka.reach import check_reachable
     from labkit.kafka.clientlog import client_config
 
     admin_props = files.admin()
@@ -220,7 +220,8 @@ def compose_files(dir: Path, learners: int, room_host: str = "127.0.0.1",
     """The files of docker-compose's ``secure`` profile, for hosts ``room-1..3`` (None when
     DIR is made already and not ``force``: a restarted room keeps its passwords, which its
     brokers' storage was formatted with)."""
-    from labkit.kafka.cluster import Broker, broker_properties, new_cluster_id
+    from labkit.kafka.broker import Broker
+    from labkit.kafka.brokerconfig import broker_properties, new_cluster_id
 
     files = RoomFiles(Path(dir), MOUNT)
     if (files.broker_dir / "node-1.sh").exists() and not force:
@@ -295,7 +296,7 @@ class RoomSecurity:
         return self
 
     def listener_properties(self, port: int, controller_port: int) -> list[str]:
-        from labkit.kafka.cluster import free_port
+        from labkit.kafka.ports import free_port
 
         host_port = free_port()  # the HOST listener: a second SASL_SSL port, as in compose
         return self.files.lines(internal=f"127.0.0.1:{port}", internal_bind=f"127.0.0.1:{port}",

@@ -35,7 +35,7 @@ from labkit import settings
 
 from labkit.kafka import jvm
 from labkit import proc
-from labkit.kafka.cluster import PortInUseError, port_is_free
+from labkit.kafka.ports import PortInUseError, port_is_free
 from labkit.paths import lab_home, spark_remote
 from labkit.progress import status
 

@@ -1,0 +1,201 @@
+"""Apps the lab did not write, as commands for ``labkit torture``: Kafka's own
+TransactionalMessageCopier (Java), a Kafka Streams running count (Java, single-file) and a
+quixstreams app (Python, in an environment of its own). ``python -m labkit.torture.apps
+copier`` / ``... streams GUARANTEE`` runs one from the LABKIT_* environment the harness sets."""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from labkit import proc, settings
+
+from labkit.faults.proxy import FaultProxy
+from labkit.kafka import connection, topics
+from labkit.kafka import names as namespace
+from labkit.pipelines import data
+from labkit.progress import status
+from labkit.torture.contract import (ENV_BOOTSTRAP, ENV_GROUP, ENV_INPUT, ENV_OUTPUT,
+                                     ENV_TRANSACTIONAL_ID, HarnessError)
+
+
+def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 3000) -> list[str]:
+    """Kafka's own TransactionalMessageCopier (kafka-tools) as a torture command: a shell
+    line that reads the LABKIT_* environment when it runs, so the same command works for
+    every run. It copies key and value unchanged, so the input's ids survive.
+
+    It assigns itself partition 0 of the input (the harness's default, one partition), commits
+    the group's offsets inside each transaction and exits when it has copied everything.
+
+    ``transaction_timeout_ms`` is short because a restarted copier asks for its committed
+    offset *before* it calls initTransactions: while its killed predecessor's transaction
+    (holding an offset commit) is open, that fetch waits, and only the broker's timeout
+    aborts it (the copier's default, 60 s, would stall every restart for a minute)."""
+    from labkit.kafka import jvm
+
+    java = jvm.check_java()
+    jvm.resolve("tools")
+    # A classpath wildcard (expanded by java itself) keeps the command line short enough to
+    # read in `ps` and in the JSON result.
+    jars = str(jvm.jar_dir("tools") / "*")
+    script = (f"exec {shlex.quote(java)} -Xmx256m -XX:TieredStopAtLevel=1 "
+              "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn "
+              f"-cp {shlex.quote(jars)} org.apache.kafka.tools.TransactionalMessageCopier "
+              f'--broker-list "${ENV_BOOTSTRAP}" --input-topic "${ENV_INPUT}" --input-partition 0 '
+              f'--output-topic "${ENV_OUTPUT}" --consumer-group "${ENV_GROUP}" '
+              f'--transactional-id "${ENV_TRANSACTIONAL_ID}" '
+              f"--transaction-size {transaction_size} "
+              f"--transaction-timeout {transaction_timeout_ms}")
+    return ["sh", "-c", script]
+
+
+def copy_with_java(bootstrap: str, name: str, records: list[dict], transaction_size: int = 5,
+                   timeout_s: float = 120) -> tuple[int, list[dict]]:
+    """Kafka's Java TransactionalMessageCopier copies ``records`` from topic ``<name>-in``
+    to ``<name>-out`` in transactions of ``transaction_size``, through a fault proxy that
+    records every request and injects nothing. Returns the copier's exit code and the
+    requests it sent (the proxy's trace), to set beside librdkafka's."""
+    data.load_into_topic(bootstrap, f"{name}-in", records)
+    topics.create(bootstrap, f"{name}-out")
+    trace: list[dict] = []
+    with FaultProxy(bootstrap, trace=trace.append) as proxy:
+        env = {**os.environ, ENV_BOOTSTRAP: proxy.bootstrap,
+               ENV_INPUT: namespace.topic(f"{name}-in"), ENV_OUTPUT: namespace.topic(f"{name}-out"),
+               ENV_GROUP: namespace.group(name), ENV_TRANSACTIONAL_ID: namespace.transactional_id(name)}
+        # run() kills the copier if it outlives the timeout (sh execs java: one process)
+        done = subprocess.run(copier_command(transaction_size=transaction_size), env=env,
+                              timeout=timeout_s, capture_output=True, text=True)
+    return done.returncode, trace
+
+
+STREAMS_GUARANTEES = ("at_least_once", "exactly_once_v2")
+STREAMS_APP = "StreamsRunningCount.java"
+
+
+def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: int = 1500,
+                    work_ms: float = 5.0) -> list[str]:
+    """examples/torture/StreamsRunningCount.java, a running count per key in real Kafka
+    Streams (kafka-streams, fetched by `labkit setup`), as a command for
+    ``torture(..., check="counts")``: Java 17's single-file launcher compiles it in memory at
+    each start, so there is no build step. The app reads the LABKIT_* environment itself.
+
+    ``guarantee`` is its processing.guarantee; ``commit_interval_ms`` the same for both (a
+    kill between two commits replays what was processed since the last one);
+    ``work_ms`` the processing time per record, so a run lasts long enough for the kills to
+    land while it works. The defaults are those of tests/test_harness_streams.py and
+    notebook 07 (with ``kill_clock="commit"``, ``kill_after_s=(0.5, 1.0)``)."""
+    from labkit.kafka import jvm
+    from labkit.paths import project_root
+
+    if guarantee not in STREAMS_GUARANTEES:
+        raise HarnessError(f"unknown processing.guarantee {guarantee!r}: use one of "
+                           f"{', '.join(STREAMS_GUARANTEES)}")
+    java = jvm.check_java()
+    jvm.resolve("streams")
+    return [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            # a classpath wildcard (expanded by java itself) keeps the command readable
+            "-cp", str(jvm.jar_dir("streams") / "*"),
+            str(project_root() / "examples" / "torture" / STREAMS_APP),
+            "--guarantee", guarantee, "--commit-interval-ms", str(commit_interval_ms),
+            "--work-ms", str(work_ms)]
+
+
+# quixstreams 3.28 needs confluent-kafka < 2.13 while the lab pins 2.16.1: like any user's
+# app, it gets an environment of its own (the lab's pins do not move for it).
+QUIX_REQUIREMENTS = ("quixstreams==3.28.1", "confluent-kafka==2.12.2")
+QUIX_GUARANTEES = ("at-least-once", "exactly-once")
+
+
+def app_env(name: str, requirements: Sequence[str]) -> Path:
+    """The Python of a virtualenv of its own for an app under test, created once under
+    .cache/apps/NAME with exactly ``requirements`` (pip) and reused while they stay the
+    same (a stamp file named after their hash). Returns the environment's python."""
+    import fcntl
+    import hashlib
+
+    from labkit.paths import LabkitSetupError, cache_dir
+
+    home = cache_dir() / "apps" / f"{name}-venv"
+    python = home / "bin" / "python"
+    key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
+    stamp = home / f".installed-{key}"
+    if stamp.exists():
+        return python
+    home.parent.mkdir(parents=True, exist_ok=True)
+    # Two test processes (or a notebook and a test) may ask at once: one builds, one waits.
+    with open(home.parent / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists():
+            return python
+        steps = [[sys.executable, "-m", "venv", "--clear", str(home)],
+                 [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                  *requirements]]
+        with status(f"{name}: creating its own environment in {home} "
+                    f"({' '.join(requirements)}), once") as progress:
+            for i, step in enumerate(steps, 1):
+                progress(f"{name}: {'venv' if i == 1 else 'pip install ' + ' '.join(requirements)}"
+                         f" ({i}/{len(steps)})")
+                done = subprocess.run(step, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise LabkitSetupError(
+                        f"creating {name}'s environment failed ({shlex.join(step)}, exit "
+                        f"{done.returncode}); is PyPI reachable? Its last lines:\n"
+                        + "\n".join(done.stderr.splitlines()[-10:]))
+        for old in home.glob(".installed-*"):
+            old.unlink()
+        stamp.touch()
+    return python
+
+
+def quix_command(guarantee: str = "exactly-once", commit_interval_s: float | None = None
+                 ) -> list[str]:
+    """examples/torture/quix_app.py (a quixstreams Application) as a torture command, run by
+    the Python of quixstreams' own environment (created on first use, see app_env)."""
+    from labkit.paths import project_root
+
+    if guarantee not in QUIX_GUARANTEES:
+        raise HarnessError(f"unknown processing guarantee {guarantee!r}: use one of "
+                           f"{', '.join(QUIX_GUARANTEES)}")
+    python = app_env("quixstreams", QUIX_REQUIREMENTS)
+    command = [str(python), str(project_root() / "examples" / "torture" / "quix_app.py"),
+               "--guarantee", guarantee]
+    if commit_interval_s is not None:
+        command += ["--commit-interval", str(commit_interval_s)]
+    return command
+
+
+def _behind_proxy(command: list[str]) -> int:
+    """Run ``command`` (Kafka's copier) through the lab's proxy and return its exit code.
+
+    The copier has no option for client properties, so against a cluster that wants TLS or
+    credentials it talks to a proxy without a fault: plaintext on 127.0.0.1, TLS and SASL
+    upstream (``labkit.faults.proxy``). The proxy lives in this process, which the harness
+    kills with the copier (the whole process group)."""
+    with FaultProxy(settings.current().bootstrap) as proxy:
+        env = {**os.environ, ENV_BOOTSTRAP: proxy.bootstrap}
+        child = proc.spawn(command, env=env)
+        signal.signal(signal.SIGTERM, lambda *_: child.terminate())  # the harness's stop()
+        return child.wait()
+
+
+if __name__ == "__main__":
+    # `python -m labkit.torture.apps copier` / `... streams GUARANTEE`: an app the lab did not
+    # write as a command line for `labkit torture` (exec, so the harness's SIGKILL hits the
+    # JVM itself, not a Python parent).
+    if sys.argv[1:] == ["copier"]:
+        cmd = copier_command()
+        if connection.for_client(settings.current().bootstrap):
+            sys.exit(_behind_proxy(cmd))
+    elif len(sys.argv) == 3 and sys.argv[1] == "streams" and sys.argv[2] in STREAMS_GUARANTEES:
+        cmd = streams_command(sys.argv[2])
+    else:
+        sys.exit("usage: python -m labkit.torture.apps copier   (Kafka's TransactionalMessageCopier)\n"
+                 f"       python -m labkit.torture.apps streams {'|'.join(STREAMS_GUARANTEES)}   "
+                 "(a Kafka Streams running count, for --check counts)\n"
+                 "both configured from the LABKIT_* environment that `labkit torture` sets")
+    os.execvp(cmd[0], cmd)

@@ -1,0 +1,84 @@
+"""The contract between ``labkit torture`` and the app under test (docs/torture.md, "Torture
+any app"): the environment the app is started with (where its input, output, group and
+transactional id are, and the cluster's connection settings), the output it must write
+(records that keep the input's ``id``, or a ``count`` per ``key``), and the audit that judges
+that output. ``HarnessError``: a run that cannot be judged, with what to do."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from labkit import settings
+
+from labkit.checking import audit, history
+from labkit.checking.audit import AuditReport
+from labkit.kafka import connection, javaconfig, topics
+
+ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = settings.BOOTSTRAP, settings.INPUT_TOPIC, settings.OUTPUT_TOPIC
+ENV_GROUP, ENV_TRANSACTIONAL_ID = settings.GROUP_ID, settings.TRANSACTIONAL_ID
+CHECKS = ("records", "counts")
+SCENARIO = "torture"
+# The harness does not know what the app claims; the verdict says what it showed.
+GUARANTEE = "unknown"
+
+
+class HarnessError(RuntimeError):
+    """The run could not be judged (bad input, an app that does not follow the contract);
+    the message says what happened and what to do."""
+
+
+def app_environment(bootstrap: str, names: dict[str, str], run_dir: Path) -> dict[str, str]:
+    """The app's environment: the lab's, the run's names, the history file, ``bootstrap``,
+    and the cluster's connection settings as an app reads them: ``LABKIT_KAFKA_CONFIG``
+    (librdkafka names, for a Python app) and ``LABKIT_KAFKA_JAVA_CONFIG`` (the same settings
+    in the Java client's names, ``labkit.kafka.javaconfig``, written to the run's directory). Neither
+    when ``bootstrap`` needs none (no LABKIT_KAFKA_CONFIG, or the fault proxy's plaintext side)."""
+    env = {**os.environ, **names, history.ENV_FILE: str(run_dir / "history.jsonl"),
+           ENV_BOOTSTRAP: bootstrap}
+    env.pop(settings.KAFKA_CONFIG, None)
+    env.pop(settings.KAFKA_JAVA_CONFIG, None)
+    if connection.for_client(bootstrap):
+        env[settings.KAFKA_CONFIG] = str(settings.current().kafka_config.resolve())
+        env[settings.KAFKA_JAVA_CONFIG] = str(javaconfig.write(run_dir / "client-java.properties",
+                                                               bootstrap))
+    return env
+
+
+def checked_command(command: Sequence[str]) -> list[str]:
+    """The command as strings, refused (HarnessError) if it is empty or not found."""
+    command = [str(c) for c in command or ()]
+    if not command:
+        raise HarnessError("no command to torture: put the app's command after `--`, e.g. "
+                           "labkit torture --kills 3 -- python examples/torture/exactly_once_app.py")
+    if shutil.which(command[0]) is None:
+        raise HarnessError(f"command not found: {command[0]!r} (not an executable file or on "
+                           "PATH); give the full path or fix PATH")
+    return command
+
+
+def audit_output(bootstrap: str, output: str, inputs: list[dict], check: str) -> AuditReport:
+    """The existing checkers on the output topic, after checking it follows the contract."""
+    try:
+        records = topics.read(bootstrap, output, isolation="read_committed")
+    except ValueError as exc:  # json.JSONDecodeError: a value that is not JSON
+        raise HarnessError(f"output records must be JSON objects (the input's, with its id "
+                           f"kept); reading {output} failed: {exc}") from None
+    field_name = "id" if check == "records" else "count"
+    for r in records:
+        if not isinstance(r.value, dict) or field_name not in r.value:
+            raise HarnessError(
+                f"output records must be JSON objects with {field_name!r} "
+                + ("(the input record's id, kept)" if check == "records" else
+                   "(the count so far for the record's key)")
+                + f"; this one (partition {r.partition}, offset {r.offset}, key {r.key!r}) "
+                f"has none: {json.dumps(r.value)[:300]}")
+    if check == "records":
+        return audit.audit_topic(bootstrap, output, inputs, SCENARIO, GUARANTEE)
+    report = audit.check_counts(SCENARIO, GUARANTEE, len(inputs), audit.expected_counts(inputs),
+                                audit.last_value_per_key(records, "count"))
+    everything = topics.read(bootstrap, output, isolation="read_uncommitted")
+    report.aborted_in_log = len(everything) - len(records)
+    return report
