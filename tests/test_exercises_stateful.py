@@ -36,7 +36,7 @@ def test_unanswered_and_unknown_points_get_a_hint_without_running():
 
 
 def test_restoring_the_changelog_read_uncommitted_brings_back_aborted_counts(bootstrap):
-    kw = dict(crash_at="in-transaction-before-commit", records=40, bootstrap=bootstrap)
+    kw = dict(crash_at="in-transaction-before-commit", records=40, cluster=bootstrap)
     right = experiments.run("running-count", guarantee="exactly_once", **kw).report
     wrong = experiments.run("running-count", guarantee="exactly_once", **kw,
                             options={"restore_isolation": "read_uncommitted"}).report

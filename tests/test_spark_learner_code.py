@@ -67,7 +67,7 @@ def test_08a_a_naive_sink_that_drops_half_of_each_batch_loses_it(bootstrap, tmp_
 
 def test_08b_a_kafka_sink_that_writes_one_partition_loses_the_other(bootstrap, tmp_path):
     notebook = "08b_spark_kafka_in_and_out"
-    assert "lost=0 duplicated=20" in shown_audit(notebook, 'kafka = experiment(')
+    assert "lost=0 duplicated=20" in shown_audit(notebook, 'kafka = experiments.run(')
     source = edited(sink_cell(notebook, "kafka_sink"), '(batch_df.select(',
                     '(batch_df.where("partition = 0").select(')
     exp = experiments.run("spark-kafka-sink", cluster=bootstrap,
@@ -81,7 +81,7 @@ def test_08b_a_kafka_sink_that_writes_one_partition_loses_the_other(bootstrap, t
 
 def test_08c_a_delta_sink_without_txn_options_appends_the_replay(bootstrap, tmp_path):
     notebook = "08c_spark_delta_idempotent_writes"
-    assert "lost=0 duplicated=0" in shown_audit(notebook, 'txn = experiment(')
+    assert "lost=0 duplicated=0" in shown_audit(notebook, 'txn = experiments.run(')
     source = sink_cell(notebook, "delta_sink")
     for line in ('     .option("txnAppId", app_id)      # this query\'s id\n',
                  '     .option("txnVersion", batch_id)  # Spark\'s micro-batch id: the same on a replay\n'):
