@@ -77,25 +77,7 @@ def status(message: str) -> Iterator[Callable[[str], None]]:
 # progress and the CLI prints the named ones. Listeners are process-wide, not per thread,
 # because an experiment's code runs in a thread of its own (the watchdog's) and its hooks in
 # others (a live view's poller).
-_listeners: list[Callable[[str | None, str | None], None]] = []
 _listeners_lock = threading.Lock()
-
-
-def step(what: str, waiting_for: str = "its next step") -> None:
-    """An experiment did ``what`` (a line of its timeline) and now waits for ``waiting_for``."""
-    with _listeners_lock:
-        listeners = list(_listeners)
-    for listener in listeners:
-        listener(what, waiting_for)
-
-
-def beat(waiting_for: str | None = None) -> None:
-    """Progress with no line of its own (a worker logged a batch, a micro-batch ended);
-    ``waiting_for`` None keeps what the last step said it waits for."""
-    with _listeners_lock:
-        listeners = list(_listeners)
-    for listener in listeners:
-        listener(None, waiting_for)
 
 
 class Stopped(RuntimeError):
@@ -103,38 +85,55 @@ class Stopped(RuntimeError):
 
 
 class Listening:
-    """A listener's registration; ``stop()`` makes every ``check()`` meanwhile raise Stopped."""
+    """One listener's registration; ``stop()`` makes every ``check()`` meanwhile raise Stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, listener: Callable[[str | None, str | None], None]) -> None:
+        self.listener = listener
         self.stopped = threading.Event()
 
     def stop(self) -> None:
         self.stopped.set()
 
 
-_stops: list[Listening] = []
+_listening: list[Listening] = []
+
+
+def _tell(what: str | None, waiting_for: str | None) -> None:
+    with _listeners_lock:
+        handles = list(_listening)
+    for handle in handles:
+        handle.listener(what, waiting_for)
+
+
+def step(what: str, waiting_for: str = "its next step") -> None:
+    """An experiment did ``what`` (a line of its timeline) and now waits for ``waiting_for``."""
+    _tell(what, waiting_for)
+
+
+def beat(waiting_for: str | None = None) -> None:
+    """Progress with no line of its own (a worker logged a batch, a micro-batch ended);
+    ``waiting_for`` None keeps what the last step said it waits for."""
+    _tell(None, waiting_for)
 
 
 @contextmanager
 def listening(listener: Callable[[str | None, str | None], None]) -> Iterator[Listening]:
     """Hand every ``step`` and ``beat`` to ``listener(what or None, waiting_for)`` meanwhile."""
-    handle = Listening()
+    handle = Listening(listener)
     with _listeners_lock:
-        _listeners.append(listener)
-        _stops.append(handle)
+        _listening.append(handle)
     try:
         yield handle
     finally:
         with _listeners_lock:
-            _listeners.remove(listener)
-            _stops.remove(handle)
+            _listening.remove(handle)
 
 
 def check() -> None:
     """Raise Stopped if the experiment running now was stopped: called before anything that
     would start a process again (a restart after a kill), so a stopped run stays stopped."""
     with _listeners_lock:
-        stopped = any(h.stopped.is_set() for h in _stops)
+        stopped = any(h.stopped.is_set() for h in _listening)
     if stopped:
         raise Stopped("the experiment was stopped by its watchdog")
 
