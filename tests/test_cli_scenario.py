@@ -126,9 +126,11 @@ def test_a_new_experiment_is_one_module_and_the_cli_lists_and_runs_it(bootstrap,
     import labkit.experiments as package
     from labkit.experiments import registry
 
+    # the lab's experiments registered first (imported once per process), then a copy of
+    # the registry that the probe joins and that is undone after
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry.catalog()))
     (tmp_path / "probe_experiment.py").write_text(PROBE)
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after
     monkeypatch.delitem(sys.modules, "labkit.experiments.probe_experiment", raising=False)
     monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
     listing = CliRunner().invoke(app, ["scenario", "--help"], env={"COLUMNS": "200"}).output
