@@ -15,6 +15,7 @@ VM does, until the supervisor sends SIGCONT. That is how a zombie is made.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from labkit import proc, settings
@@ -112,3 +113,24 @@ def halves(items: list) -> tuple[list, list]:
     """Split a batch for a mid-batch crash point: the first half is done, then crash."""
     mid = len(items) // 2
     return items[:mid], items[mid:]
+
+
+# What a worker child runs after its function returns (labkit.faults.runner): a crash point
+# kills before any of it, as a crash is meant to. None outside a worker child (a notebook
+# kernel goes on after a pipeline returns; holding its producers would leak them).
+_AT_NORMAL_END: list[Callable[[], None]] | None = None
+
+
+def at_normal_end(work: Callable[[], None]) -> None:
+    """Run ``work`` when this worker process ends normally (never when it crashes)."""
+    if _AT_NORMAL_END is not None:
+        _AT_NORMAL_END.append(work)
+
+
+def run_as_worker(worker: Callable[[], None]) -> None:
+    """The runner's child: ``worker()``, then what it asked to run at its normal end."""
+    global _AT_NORMAL_END
+    _AT_NORMAL_END = []
+    worker()
+    while _AT_NORMAL_END:
+        _AT_NORMAL_END.pop()()

@@ -345,7 +345,9 @@ def _main(target: str) -> None:
     """Child side: import the worker, read its kwargs from stdin, run it."""
     module, _, func = target.partition(":")
     worker = getattr(importlib.import_module(module), func)
-    worker(**json.loads(sys.stdin.read()))
+    kwargs = json.loads(sys.stdin.read())
+    # then e.g. fire-and-forget writes reach the log (labkit.pipelines.common.DeliveryTracker.drain)
+    crashpoints.run_as_worker(lambda: worker(**kwargs))
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ class Guarantee:
                     tuning: dict | None = None):
         """The producer a pipeline writes with (a DeliveryTracker or, exactly_once, Transactions)."""
         conf = {"bootstrap.servers": bootstrap, **(tuning or {}), **self.producer_settings()}
-        return DeliveryTracker(Producer(client_config(conf)), strict=self.delivery_errors_fail)
+        return DeliveryTracker(Producer(client_config(conf)), strict=self.delivery_errors_fail,
+                               acknowledged=conf.get("acks") != 0)
 
     def commit_offsets(self, out, consumer: Consumer, offsets: list[TopicPartition],
                        group_metadata: object | None = None) -> None:
