@@ -159,6 +159,10 @@ def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match="--freeze stalls instance 0 at its --crash-at"):
         experiments.run("share-group", guarantee="at_least_once", freeze=True,
                         cluster="127.0.0.1:1")
+    for limit in (1, 11, "3"):  # Kafka 4.4 refuses 1 and 11 for the group config
+        with pytest.raises(ValueError, match="delivery_limit must be a whole number from 2 to 10"):
+            experiments.run("share-group", poison="release", delivery_limit=limit,
+                            cluster="127.0.0.1:1")
     out = subprocess.run([str(LABKIT), "scenario", "share-group", "--guarantee", "at_least_once",
                           "--freeze", "--instances", "2", "--crash-at", "after-ack"],
                          capture_output=True, text=True, timeout=60)
@@ -172,6 +176,18 @@ def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
     out = subprocess.run([str(LABKIT), "scenario", "consumer", "--guarantee", "at_least_once",
                           "--poison", "reject"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "No such option: --poison" in out.stderr
+
+
+def test_a_groups_own_delivery_limit_archives_the_poison_record_and_the_exercise_hints(bootstrap):
+    from labkit.exercises.share import check_poison
+
+    run = experiments.run("share-group", poison="release", delivery_limit=3, records=20,
+                          cluster=bootstrap)
+    assert [a.delivery_count for a in run.attempts if a.outcome != "processed"] == [1, 2, 3]
+    # archived at the group's limit, not the broker's 5: no loss blamed on the queue
+    assert (run.archived, run.report.lost, run.report.duplicated) == (1, 0, 0), run.summary()
+    wrong = check_poison(bootstrap, 5)  # the broker's limit, not this group's
+    assert not wrong.passed and "3" not in wrong.message
 
 
 def test_share_state_of_a_group_that_never_read(bootstrap, topic_name):

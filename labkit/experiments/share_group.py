@@ -87,8 +87,8 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
                 records: int = 40, *, instances: int = 1, partitions: int = 1,
                 ack_mode: str = "explicit", poison: str | None = None, hit: int | None = None,
                 seed: int = 0, group_protocol: str | None = None, trace=None,
-                record_lock_ms: int | None = None, freeze: bool = False,
-                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
+                record_lock_ms: int | None = None, delivery_limit: int | None = None,
+                freeze: bool = False, watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
                 keep_topics: bool = True) -> ShareRun:
     """``instances`` share consumers (processes) take ``records`` records from one partition;
     instance 0 is SIGKILLed at ``crash_at`` on its ``hit``-th visit and restarted (default:
@@ -100,7 +100,8 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
     processed: released (redelivered until the broker archives it at its delivery limit)
     or rejected (archived at once). ``watch(topics)`` as in ``scenarios.run_detailed`` (its dict also
     has "group", the share group's id, for a live view of its state). ``record_lock_ms``
-    sets this group's record lock (the broker's: 10 s).
+    and ``delivery_limit`` set this group's record lock and delivery limit (the broker's:
+    10 s and 5).
 
     ``freeze=True``: the consumer is *frozen* (SIGSTOP) at ``crash_at`` instead of killed,
     for its records' lock (this group's: ``record_lock_ms``, default ``FREEZE_LOCK_MS``) plus
@@ -114,7 +115,8 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
     from labkit.kafka.inspect import Inspector
     from labkit.kafka.inspect.share import share_state
 
-    check_settings(guarantee, crash_at, records, instances, ack_mode, poison, freeze)
+    check_settings(guarantee, crash_at, records, instances, ack_mode, poison, freeze,
+                   delivery_limit)
     if partitions != 1 or trace or group_protocol not in (None, "classic"):
         raise ValueError(f"{SHARE} runs its consumers on one partition, with their own "
                          "protocol (ShareGroupHeartbeat): drop --partitions, --group-protocol "
@@ -129,7 +131,7 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
     with deleted_after(bootstrap, names_, keep_topics):  # as in scenarios.run_detailed
         data.load_into_topic(bootstrap, names_["input"], inputs)
         topics.create(bootstrap, names_["output"])
-        share.prepare_group(bootstrap, base, record_lock_ms)
+        share.prepare_group(bootstrap, base, record_lock_ms, delivery_limit)
         member = {"bootstrap": bootstrap, "input_topic": names_["input"],
                   "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
                   "batch_size": batch_size(records), "ack_mode": ack_mode,
@@ -154,7 +156,8 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
                             r.value["outcome"]) for r in log]
         with Inspector(bootstrap) as inspector:
             state = share_state(inspector, base, names_["input"])
-    run = _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state)
+    run = _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state,
+                       delivery_limit or share.DELIVERY_LIMIT)
     run.refused_acks = [{"consumer": e["instance"], "offsets": e.get("offsets"), "error": err}
                         for e in events if e["kind"] == "ack-refused"
                         for err in e["errors"].values()]
@@ -187,13 +190,14 @@ def _share_frozen(member: dict, crash_at: str, hit: int, guarantee: str, lock_ms
 
 
 def _audit_share(guarantee: str, crash_at: str | None, inputs: list[dict], attempts: list,
-                 result: RunResult, names_: dict[str, str], group: str, state) -> ShareRun:
+                 result: RunResult, names_: dict[str, str], group: str, state,
+                 delivery_limit: int) -> ShareRun:
     """The queue's audit: duplicated = processed more than once, lost = never processed and
     not archived by the broker, archived = given up on (rejected, or the delivery limit)."""
     from labkit.checking import checkers
 
     ids = [r["id"] for r in inputs]
-    archived_ids = set(checkers.archived_ids(ids, attempts, share.DELIVERY_LIMIT))
+    archived_ids = set(checkers.archived_ids(ids, attempts, delivery_limit))
     processed = [a.id for a in attempts if a.outcome == "processed"]
     lost = checkers.lost_write([i for i in ids if i not in archived_ids], processed)
     dup = checkers.duplicate(ids, processed)
@@ -212,7 +216,7 @@ def _audit_share(guarantee: str, crash_at: str | None, inputs: list[dict], attem
 
 def check_settings(guarantee: str, crash_at: str | None, records: int, instances: int = 1,
                    ack_mode: str = "explicit", poison: str | None = None, freeze: bool = False,
-                   **_: object) -> None:
+                   delivery_limit: int | None = None, **_: object) -> None:
     """A ValueError that says what to use, before anything is written."""
     if guarantee == "exactly_once":
         raise ValueError(share.NO_EXACTLY_ONCE)
@@ -228,6 +232,12 @@ def check_settings(guarantee: str, crash_at: str | None, records: int, instances
         raise ValueError("--freeze stalls instance 0 at its --crash-at point past its record "
                          "lock, then thaws it: give --crash-at, and no --instances")
     share.check_options(guarantee, ack_mode, poison or "release", ["poison"] if poison else [])
+    low, high = share.DELIVERY_LIMIT_RANGE
+    if delivery_limit is not None and (not isinstance(delivery_limit, int)
+                                       or not low <= delivery_limit <= high):
+        raise ValueError(f"delivery_limit must be a whole number from {low} to {high} (the "
+                         f"range Kafka accepts for a group's share.delivery.count.limit), "
+                         f"not {delivery_limit!r}")
 
 
 def crash_points(guarantee: str | None = None) -> tuple[str, ...]:
@@ -257,5 +267,7 @@ register(Experiment(
         Option("hit", None, "crash on this visit of the point", kind=int, cli=False),
         Option("seed", 0, "the input's seed", kind=int, cli=False),
         Option("record_lock_ms", None, "this group's record lock", kind=int, cli=False),
+        Option("delivery_limit", None, "this group's delivery limit (the broker's: 5)",
+               kind=int),
         Option("keep_topics", True, "keep the run's topics", kind=bool, cli_default=False),
     )))

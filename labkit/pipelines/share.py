@@ -57,6 +57,9 @@ SHARE_GUARANTEES = ("at_least_once", "at_most_once")
 # The lab broker's settings (labkit.kafka.brokerconfig): the lock and the delivery limit.
 RECORD_LOCK_S = 10.0
 DELIVERY_LIMIT = 5
+# What Kafka 4.4 accepts for a group's own share.delivery.count.limit (asked: 1 is refused,
+# "must be at least 2"; 11, "must be in the range 2 to 10 inclusive").
+DELIVERY_LIMIT_RANGE = (2, 10)
 # A worker stops once it has polled nothing for this long *since it was assigned the
 # partition* (or since its last record). A crashed consumer's records come back as soon as
 # its connection drops, so the restarted member gets them at its first fetch.
@@ -106,14 +109,18 @@ def broker_settings(bootstrap: str, names: tuple[str, ...] = SETTINGS) -> dict[s
     return {name: config[name].value for name in names}
 
 
-def prepare_group(bootstrap: str, group_id: str, record_lock_ms: int | None = None) -> None:
+def prepare_group(bootstrap: str, group_id: str, record_lock_ms: int | None = None,
+                  delivery_limit: int | None = None) -> None:
     """Share groups start at the log's *end* by default (share.auto.offset.reset=latest, a
     group config, not a client one); the lab's groups read the input from its start.
-    ``record_lock_ms`` overrides the broker's record lock for this group only."""
+    ``record_lock_ms`` and ``delivery_limit`` override the broker's record lock and delivery
+    limit for this group only (group configs, Kafka 4.4)."""
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
     settings = {"share.auto.offset.reset": "earliest"}
     if record_lock_ms is not None:
         settings["share.record.lock.duration.ms"] = str(record_lock_ms)
+    if delivery_limit is not None:
+        settings["share.delivery.count.limit"] = str(delivery_limit)
     resource = ConfigResource(ResourceType.GROUP, names.group(group_id), incremental_configs=[
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()])
     admin.incremental_alter_configs([resource])[resource].result(timeout=30)
