@@ -61,9 +61,12 @@ def partitionable_controller(links: dict[int, tuple[int, int]]) -> list[str]:
     (forwarder's port, real port)), each ADVERTISING that broker's forwarder. Measured on
     Kafka 4.4: a broker reaches the controller at its static voter address only until its
     first metadata fetch; from then on its KRaft client uses the endpoint the controller
-    advertises for the broker's controller listener (KIP-853's leader endpoints), so a
-    forwarder named only in controller.quorum.voters carried the heartbeats (the broker was
-    fenced when it was cut) while its metadata still came straight from the controller."""
+    advertises for the broker's controller listener (KIP-853's leader endpoints). Measured
+    with a forwarder named only in controller.quorum.voters: every controller connection
+    went through it until it was cut; then the broker was fenced (its heartbeats stopped)
+    but opened a new connection straight to the controller's advertised port and went on
+    fetching metadata (it learnt of its replacement within a second). Here the advertised
+    port is the forwarder's too, and a cut broker has no connection to the controller."""
     names = [controller_listener(b) for b in links]
     return [
         "listeners=" + ",".join(f"{n}://127.0.0.1:{real}" for n, (_, real) in zip(names, links.values())),
