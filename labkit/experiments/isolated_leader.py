@@ -50,7 +50,7 @@ from labkit.progress import status, wait_until
 
 ACKS = ("1", "all")
 LEADER, OTHERS = 1, (2, 3)
-SPLIT_WRITE_S = 2.0  # the second half is written over this long, one record at a time
+SPLIT_WRITE_S = 3.0  # the second half is written over this long, one record at a time
 # A record not acknowledged by then is reported failed: short, so a run with acks=all
 # (whose records written during the split are never acknowledged) ends in seconds.
 DELIVERY_TIMEOUT_MS = 6000
@@ -171,13 +171,16 @@ def isolated_leader(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
         cut = time.monotonic()
         step("broker 1 isolated: its controller link and its followers' link cut")
         elected = _wait_for_new_leader(lab, topic)
-        run.new_leader, run.election_s = elected.leader, round(time.monotonic() - cut, 1)
+        elected_at = time.monotonic()
+        run.new_leader, run.election_s = elected.leader, round(elected_at - cut, 1)
         step(f"the controller fenced broker 1 and elected broker {elected.leader} "
              f"(epoch {elected.leader_epoch})")
 
-        for rec in second:
+        for i, rec in enumerate(second, 1):
             producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
-            producer.poll(SPLIT_WRITE_S / len(second))
+            until = elected_at + SPLIT_WRITE_S * i / len(second)
+            while (left := until - time.monotonic()) > 0:  # poll returns at each callback
+                producer.poll(left)
         step(f"{len(second)} more written during the split")
         producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
         during = [acked[r["id"]] for r in second if r["id"] in acked]
@@ -202,7 +205,7 @@ def isolated_leader(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
     run.acknowledged_by = dict(Counter(str(leader) for _, leader in during))
     old_acks = [when for when, leader in during if leader == LEADER]
     if old_acks:
-        run.old_leader_acknowledged_for_s = round(max(old_acks) - cut - run.election_s, 1)
+        run.old_leader_acknowledged_for_s = round(max(old_acks) - elected_at, 1)
     run.not_acknowledged = dict(refused)
     run.in_log = len(set(in_log))
     lost = set(acked) - set(in_log)

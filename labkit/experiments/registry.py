@@ -210,7 +210,8 @@ def _context(experiment: Experiment, cluster: Any,
         if cluster is not None and not hasattr(cluster, "kill"):
             raise ValueError(f"{experiment.name} breaks brokers: give it a failure lab "
                              "(labkit.kafka.failure_lab.failure_lab()), not a bootstrap")
-        if experiment.partitions and cluster is not None and getattr(cluster, "network", None) is None:
+        if (experiment.partitions and cluster is not None
+                and getattr(cluster, "network", None) is None):
             raise ValueError(f"{experiment.name} cuts the network between brokers: give it "
                              "failure_lab(network=labkit.faults.partition.Network())")
         if cluster is None:
