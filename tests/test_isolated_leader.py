@@ -15,7 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from typer.testing import CliRunner
+
 from labkit import experiments
+from labkit.cli import app
 from labkit.experiments import isolated_leader
 from labkit.faults.partition import Network
 from labkit.kafka.failure_lab import failure_lab
@@ -33,6 +36,25 @@ def refused(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(2)
         return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_bad_settings_and_a_lab_whose_links_cannot_be_cut_are_refused_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    for args, says in [(["--acks", "0"], "acks must be one of 1, all"),
+                       (["--acks", "1", "--min-insync", "3"], "min_insync must be 1 or 2"),
+                       (["--acks", "1", "--records", "2"], "records must be 4 or more")]:
+        out = CliRunner().invoke(app, ["scenario", "isolated-leader", *args])
+        assert out.exit_code != 0 and says in out.output, (args, out.output)
+    assert lab_jvms(str(tmp_path)) == [] and list(tmp_path.iterdir()) == []
+
+    class PlainFailureLab:  # what failure_lab() without a network gives
+        bootstrap, network = "127.0.0.1:9", None
+
+        def kill(self) -> None:
+            raise AssertionError("nothing may run")
+
+    with pytest.raises(ValueError, match="cuts the network between brokers"):
+        experiments.run("isolated-leader", cluster=PlainFailureLab(), acks="1")
 
 
 def test_the_cli_runs_it_on_a_partitionable_lab_of_its_own(tmp_path):
