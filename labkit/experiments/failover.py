@@ -65,8 +65,29 @@ RUN_KEYS = ("scenario", "acks", "min_insync", "unclean", "out_of_sync", "produce
             "election", "new_leader")
 
 
+class AcknowledgedRun:
+    """The audit and topics of a run that checks what a producer was told was written
+    (its ``acknowledged``, ``lost_acknowledged``, ``duplicated`` and ``topic``), after its
+    ``fault``."""
+
+    scenario = fault = ""
+
+    @property
+    def report(self) -> AuditReport:
+        """The one audit over what the producer was told was written: an acknowledged
+        record missing from the log is lost, one there twice is duplicated."""
+        return AuditReport(self.scenario, f"acks={self.acks}", fault=self.fault,
+                           produced=self.acknowledged,
+                           delivered_unique=self.acknowledged - self.lost_acknowledged,
+                           lost=self.lost_acknowledged, duplicated=self.duplicated)
+
+    @property
+    def topics(self) -> dict[str, str]:
+        return {"output": self.topic} if self.topic else {}
+
+
 @dataclass
-class FailoverRun:
+class FailoverRun(AcknowledgedRun):
     acks: str
     min_insync: int
     unclean: bool
@@ -84,7 +105,7 @@ class FailoverRun:
     # (seconds since the start, what happened, the partition's state then)
     steps: list[tuple[float, str, str]] = field(default_factory=list, repr=False)
 
-    scenario = "leader-failover"
+    scenario, fault = "leader-failover", "leader SIGKILLed"
 
     def to_dict(self) -> dict:
         d = {"scenario": self.scenario, **asdict(self)}
@@ -103,19 +124,6 @@ class FailoverRun:
 
     def timeline(self) -> str:
         return "\n".join(f"{t:5.1f} s  {what:<44} {state}" for t, what, state in self.steps)
-
-    @property
-    def report(self) -> AuditReport:
-        """The one audit over what the producer was told was written: an acknowledged
-        record missing from the log is lost, one there twice is duplicated."""
-        return AuditReport(self.scenario, f"acks={self.acks}", fault="leader SIGKILLed",
-                           produced=self.acknowledged,
-                           delivered_unique=self.acknowledged - self.lost_acknowledged,
-                           lost=self.lost_acknowledged, duplicated=self.duplicated)
-
-    @property
-    def topics(self) -> dict[str, str]:
-        return {"output": self.topic} if self.topic else {}
 
 
 def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,

@@ -112,6 +112,8 @@ class Experiment:
     group: str = "Kafka"  # the CLI's help lists experiments by group
     # the crash points its code passes, for a guarantee or for any (None: it takes no crash_at)
     crash_points: Callable[..., tuple[str, ...]] | None = None
+    # a failure lab whose links can be cut (labkit.faults.partition: lab.isolate, lab.heal)
+    partitions: bool = False
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Every option's value: the given ones checked by name and choice, defaults else."""
@@ -208,10 +210,16 @@ def _context(experiment: Experiment, cluster: Any,
         if cluster is not None and not hasattr(cluster, "kill"):
             raise ValueError(f"{experiment.name} breaks brokers: give it a failure lab "
                              "(labkit.kafka.failure_lab.failure_lab()), not a bootstrap")
+        if (experiment.partitions and cluster is not None
+                and getattr(cluster, "network", None) is None):
+            raise ValueError(f"{experiment.name} cuts the network between brokers: give it "
+                             "failure_lab(network=labkit.faults.partition.Network())")
         if cluster is None:
+            from labkit.faults.partition import Network
             from labkit.kafka.failure_lab import failure_lab
 
-            with failure_lab(announce=announce) as lab:
+            network = Network() if experiment.partitions else None
+            with failure_lab(announce=announce, network=network) as lab:
                 yield Context(lab.bootstrap, lab, announce=announce)
             return
         yield Context(cluster.bootstrap, cluster, announce=announce)

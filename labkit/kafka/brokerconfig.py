@@ -36,19 +36,63 @@ FAILURE_LAB_PROPERTIES = {
 CONTROLLER_NODE_ID = 100
 
 
-def controller_properties(node: Broker, voters: str) -> str:
-    """A controller-only KRaft node (the quorum of a failure lab)."""
+def controller_properties(node: Broker, voters: str, listeners: list[str] | None = None) -> str:
+    """A controller-only KRaft node (the quorum of a failure lab); ``listeners``: a
+    partitionable lab's (``partitionable_controller``)."""
     return "\n".join([
         "process.roles=controller",
         f"node.id={node.node_id}",
         f"controller.quorum.voters={voters}",
-        f"listeners=CONTROLLER://127.0.0.1:{node.controller_port}",
-        "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
+        *(listeners or [f"listeners=CONTROLLER://127.0.0.1:{node.controller_port}",
+                        "controller.listener.names=CONTROLLER",
+                        "listener.security.protocol.map=CONTROLLER:PLAINTEXT"]),
         f"log.dirs={Path(node.dir) / 'data'}",
         *(f"{k}={v}" for k, v in FAILURE_LAB_PROPERTIES.items()),
         "",
     ])
+
+
+def controller_listener(broker_id: int) -> str:
+    return f"CONTROLLER_{broker_id}"
+
+
+def partitionable_controller(links: dict[int, tuple[int, int]]) -> list[str]:
+    """A partitionable failure lab's controller: a listener per broker (broker id ->
+    (forwarder's port, real port)), each ADVERTISING that broker's forwarder. Measured on
+    Kafka 4.4: a broker reaches the controller at its static voter address only until its
+    first metadata fetch; from then on its KRaft client uses the endpoint the controller
+    advertises for the broker's controller listener (KIP-853's leader endpoints). Measured
+    with a forwarder named only in controller.quorum.voters: every controller connection
+    went through it until it was cut; then the broker was fenced (its heartbeats stopped)
+    but opened a new connection straight to the controller's advertised port and went on
+    fetching metadata (it learnt of its replacement within a second). Here the advertised
+    port is the forwarder's too, and a cut broker has no connection to the controller."""
+    names = [controller_listener(b) for b in links]
+    return [
+        "listeners=" + ",".join(f"{n}://127.0.0.1:{real}" for n, (_, real) in zip(names, links.values())),
+        "advertised.listeners=" + ",".join(
+            f"{n}://127.0.0.1:{front}" for n, (front, _) in zip(names, links.values())),
+        "controller.listener.names=" + ",".join(names),
+        "listener.security.protocol.map=" + ",".join(f"{n}:PLAINTEXT" for n in names),
+    ]
+
+
+def partitionable_listeners(broker: Broker, replication_port: int, replication_front: int) -> list[str]:
+    """A partitionable failure lab's broker (``LocalCluster(network=...)``): clients keep
+    the direct PLAINTEXT listener; the brokers copy from each other on REPLICATION, whose
+    advertised port is the broker's forwarder (``labkit.faults.partition``), so a follower
+    fetches from this broker through a link that can be cut. It reaches the controller on a
+    controller listener of its own (``partitionable_controller``)."""
+    own = controller_listener(broker.node_id)
+    return [
+        f"listeners=PLAINTEXT://127.0.0.1:{broker.port},REPLICATION://127.0.0.1:{replication_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker.port},"
+        f"REPLICATION://127.0.0.1:{replication_front}",
+        f"controller.listener.names={own}",
+        "inter.broker.listener.name=REPLICATION",
+        f"listener.security.protocol.map={own}:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+        "REPLICATION:PLAINTEXT",
+    ]
 
 
 def broker_properties(broker: Broker, voters: str, n_brokers: int,

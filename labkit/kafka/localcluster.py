@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from labkit import proc
 
@@ -33,7 +34,8 @@ from labkit.kafka import jvm
 from labkit.kafka import secure as secure_lab
 from labkit.kafka.broker import Broker, format_storage, last_errors, spawn
 from labkit.kafka.brokerconfig import (CONTROLLER_NODE_ID, LOG4J2, broker_properties,
-                                       controller_properties, new_cluster_id)
+                                       controller_properties, new_cluster_id,
+                                       partitionable_controller, partitionable_listeners)
 from labkit.kafka.ports import PortInUseError, free_port, port_is_free
 from labkit.kafka.reach import AuthenticationFailed, ClusterError, check_reachable
 from labkit.paths import lab_home
@@ -50,13 +52,15 @@ class LocalCluster:
 
     def __init__(self, brokers: int = 1, home: Path | None = None, port: int | None = None,
                  detached: bool = False, secure: bool = False, controller: str = "combined",
-                 properties: dict[str, object] | None = None):
+                 properties: dict[str, object] | None = None, network: Any = None):
         if brokers not in (1, 3):
             raise ValueError(f"brokers must be 1 or 3, not {brokers}")
         if controller not in ("combined", "dedicated"):
             raise ValueError(f"controller must be 'combined' or 'dedicated', not {controller!r}")
         if controller == "dedicated" and (brokers != 3 or secure):
             raise ValueError("a dedicated controller is for the plaintext 3-broker failure lab")
+        if network is not None and controller != "dedicated":
+            raise ValueError("a network to cut is for the failure lab (controller='dedicated')")
         self.home = Path(home) if home else lab_home()
         # secure: clients reach it on SASL_SSL only, with the credentials in client_properties
         self.security = secure_lab.SecureLab(self.home) if secure else None
@@ -74,6 +78,12 @@ class LocalCluster:
                            if controller == "dedicated" else None)
         self._requested_port = port
         self.properties = dict(properties or {})  # added to every broker's server.properties
+        # A partitionable failure lab: each broker's link to the controller and the link its
+        # followers fetch through go through ``network`` (labkit.faults.partition.Network,
+        # given from above: this layer only names the links), so they can be cut.
+        self.network = network
+        self.links: dict[str, tuple[int, int]] = {}  # name -> (forwarder's port, real port)
+        self._replication_ports: dict[int, int] = {}
 
     @property
     def nodes(self) -> list[Broker]:
@@ -125,9 +135,18 @@ class LocalCluster:
                     (d / "data").mkdir(parents=True)
                     listeners = (self.security.listener_properties(b.port, b.controller_port)
                                  if self.security else None)
+                    own_voters = voters
+                    if self.network is not None and b is not self.controller:
+                        listeners = partitionable_listeners(
+                            b, self._replication_ports[b.node_id],
+                            self.links[f"replication-{b.node_id}"][0])
+                        # the controller as this broker reaches it: through its own link
+                        own_voters = (f"{CONTROLLER_NODE_ID}@127.0.0.1:"
+                                      f"{self.links[f'controller-{b.node_id}'][0]}")
                     (d / "server.properties").write_text(
-                        controller_properties(b, voters) if b is self.controller else
-                        broker_properties(b, voters, len(self.brokers), listeners,
+                        controller_properties(b, voters, self._controller_listeners())
+                        if b is self.controller else
+                        broker_properties(b, own_voters, len(self.brokers), listeners,
                                           dedicated_controller=self.controller is not None,
                                           extra=self.properties))
                     if self.security:  # its JAAS line holds the admin's password
@@ -136,6 +155,8 @@ class LocalCluster:
                     update(f"Formatting storage of broker {b.node_id}")
                     format_storage(java, classpath, b, cluster_id,
                                    self.security.format_arguments() if self.security else [])
+                if self.network is not None:
+                    self.network.route(self.links)
                 for b in self.nodes:
                     update(f"Starting {'controller' if b is self.controller else 'broker'} "
                            f"{b.node_id} on {b.address}")
@@ -181,6 +202,19 @@ class LocalCluster:
             b.controller_port = untaken()
         if self.controller:
             self.controller.port = self.controller.controller_port = untaken()
+        if self.network is not None:
+            for b in self.brokers:  # the controller listens for each broker apart
+                self._replication_ports[b.node_id] = untaken()
+                self.links[f"replication-{b.node_id}"] = (untaken(),
+                                                           self._replication_ports[b.node_id])
+                self.links[f"controller-{b.node_id}"] = (
+                    untaken(), self.controller.port if b is self.brokers[0] else untaken())
+
+    def _controller_listeners(self) -> list[str] | None:
+        if self.network is None:
+            return None
+        return partitionable_controller({b.node_id: self.links[f"controller-{b.node_id}"]
+                                         for b in self.brokers})
 
     def _spawn(self, java: str, classpath: str, b: Broker) -> None:
         # an owned broker dies with its owner; a detached lab's outlives the CLI
@@ -243,6 +277,20 @@ class LocalCluster:
                 with contextlib.suppress(ProcessLookupError):
                     self.thaw(n)
 
+    def isolate(self, node_id: int) -> None:
+        """Partition broker ``node_id`` from the others (a partitionable lab only): its link
+        to the controller and the link its followers fetch through are cut; clients still
+        reach it directly. ``heal`` joins it again."""
+        if self.network is None:
+            raise ClusterError("this lab's links cannot be cut: start it with network=")
+        self.broker(node_id)
+        self.network.cut(f"controller-{node_id}", f"replication-{node_id}")
+
+    def heal(self) -> None:
+        """Every cut link forwards again."""
+        if self.network is not None:
+            self.network.heal()
+
     def restart(self, node_id: int | None = None, wait: bool = True) -> None:
         """Start killed or stopped broker(s) again on the same data dir and wait for them
         (``wait=False``: return once started; ``wait_ready`` later)."""
@@ -267,6 +315,8 @@ class LocalCluster:
         All brokers get SIGTERM at once: stopped one by one, the last ones wait in vain for
         a controller quorum that has already gone, and the data is removed anyway."""
         self._terminate(self.nodes, timeout_s)
+        if self.network is not None:
+            self.network.close()
         state = self.home / STATE_FILE
         if state.exists():
             state.unlink()
@@ -357,7 +407,8 @@ class LocalCluster:
 
 @contextlib.contextmanager
 def private_cluster(prefix: str, brokers: int = 1, controller: str = "combined",
-                    properties: dict[str, object] | None = None) -> Iterator[LocalCluster]:
+                    properties: dict[str, object] | None = None,
+                    network: Any = None) -> Iterator[LocalCluster]:
     """A Kafka of one experiment's own, in a fresh directory under the lab home: it runs
     beside whatever cluster the other lessons use (a shared one included) and is killed and
     removed on every way out. Its data is thrown away, so no controlled shutdown (moving
@@ -365,7 +416,7 @@ def private_cluster(prefix: str, brokers: int = 1, controller: str = "combined",
     home = tempfile.mkdtemp(prefix=prefix, dir=lab_home())
     try:
         with LocalCluster(brokers=brokers, home=home, controller=controller,
-                          properties=properties) as lab:
+                          properties=properties, network=network) as lab:
             try:
                 yield lab
             finally:

@@ -39,6 +39,7 @@ from labkit.kafka.inspect.model import PartitionOffsets, ProducerState, ReplicaS
 from labkit.kafka.protocol import Connection
 
 EARLIEST, LATEST = -2, -1
+CONSUMER, DEBUGGING_REPLICA = -1, -2  # ListOffsets' replica ids
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator key types
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
@@ -166,9 +167,9 @@ class Inspector:
     # ------------------------------------------------------------ offsets
 
     def _list_offsets(self, address: str, topic: str, partitions: list[int], timestamp: int,
-                      isolation: int) -> dict[int, int]:
+                      isolation: int, replica_id: int = CONSUMER) -> dict[int, int]:
         request = list_offsets.ListOffsetsRequest(
-            replica_id=BrokerId(-1), isolation_level=i8(isolation),
+            replica_id=BrokerId(replica_id), isolation_level=i8(isolation),
             topics=(list_offsets.ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
                 list_offsets.ListOffsetsPartition(partition_index=i32(p), timestamp=i64(timestamp))
                 for p in partitions)),))
@@ -191,6 +192,14 @@ class Inspector:
             for p in parts:
                 out[p] = PartitionOffsets(p, log_start=start[p], lso=lso[p], high_watermark=hw[p])
         return dict(sorted(out.items()))
+
+    def log_end_offset(self, topic: str, at: str, partition: int = 0) -> int:
+        """The end of the partition's log on the broker at ``at``, leader or follower: asked
+        as Kafka's debugging replica (id -2), a replica answers with its log end offset, not
+        the high watermark, even past what was copied (a partitioned leader's own records)."""
+        topic = names.topic(topic)
+        return self._list_offsets(at, topic, [partition], LATEST, READ_UNCOMMITTED,
+                                  DEBUGGING_REPLICA)[partition]
 
     def settled_offsets(self, topic: str, timeout_s: float = 30.0) -> dict[int, PartitionOffsets]:
         """``offsets`` once every partition's LSO has reached its high watermark: no

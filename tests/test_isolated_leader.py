@@ -1,0 +1,131 @@
+"""A partition's leader cut off by a network partition (labkit.faults.partition), on real
+brokers: with acks=1 it keeps acknowledging while the controller elects another leader, and
+everything it acknowledged alone is truncated when the network heals; acks=all with
+min.insync.replicas=2 acknowledges nothing during the split and loses nothing.
+
+The first two tests start labs of their own (the CLI's, and one that fails half way); the
+others share one partitionable failure lab, started after them so two labs never run at once.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from typer.testing import CliRunner
+
+from labkit import experiments
+from labkit.cli import app
+from labkit.experiments import isolated_leader
+from labkit.faults.partition import Network
+from labkit.kafka.failure_lab import failure_lab
+from tests.test_failover import lab_jvms, scenario_on_a_lab_of_its_own
+
+RECORDS = 40
+DURING_SPLIT = RECORDS - RECORDS // 2  # written while broker 1 is isolated
+
+
+def forwarder_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "partition-links"]
+
+
+def refused(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_bad_settings_and_a_lab_whose_links_cannot_be_cut_are_refused_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    for args, says in [(["--acks", "0"], "acks must be one of 1, all"),
+                       (["--acks", "1", "--min-insync", "3"], "min_insync must be 1 or 2"),
+                       (["--acks", "1", "--records", "2"], "records must be 4 or more")]:
+        out = CliRunner().invoke(app, ["scenario", "isolated-leader", *args])
+        assert out.exit_code != 0 and says in out.output, (args, out.output)
+    assert lab_jvms(str(tmp_path)) == [] and list(tmp_path.iterdir()) == []
+
+    class PlainFailureLab:  # what failure_lab() without a network gives
+        bootstrap, network = "127.0.0.1:9", None
+
+        def kill(self) -> None:
+            raise AssertionError("nothing may run")
+
+    with pytest.raises(ValueError, match="cuts the network between brokers"):
+        experiments.run("isolated-leader", cluster=PlainFailureLab(), acks="1")
+
+
+def test_the_cli_runs_it_on_a_partitionable_lab_of_its_own(tmp_path):
+    run = scenario_on_a_lab_of_its_own(tmp_path, 300, "isolated-leader", "--acks", "1",
+                                       "--records", str(RECORDS))
+    assert run["scenario"] == "isolated-leader"
+    assert run["lost_acknowledged"] == DURING_SPLIT > 0, run
+
+
+def test_a_run_that_fails_half_way_leaves_no_jvm_and_no_forwarder(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    seen = {}
+
+    def broken(lab, topic):
+        seen.update(ports=lab.network.ports, pids=[n.pid for n in lab.nodes])
+        assert lab.network.is_cut("controller-1")  # it fails with broker 1 isolated
+        raise RuntimeError("the election wait failed")
+
+    monkeypatch.setattr(isolated_leader, "_wait_for_new_leader", broken)
+    with pytest.raises(RuntimeError, match="the election wait failed"):
+        experiments.run("isolated-leader", acks="1", records=10)
+    assert len(seen["ports"]) == 6 and all(refused(p) for p in seen["ports"])
+    assert not [p for p in seen["pids"] if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert lab_jvms(str(tmp_path)) == [] and forwarder_threads() == []
+    assert list(Path(tmp_path).glob("failure-lab-*")) == []
+
+
+@pytest.fixture(scope="module")
+def partition_lab():
+    with failure_lab(network=Network()) as lab:
+        yield lab
+    assert forwarder_threads() == []
+
+
+def test_acks_1_the_isolated_leader_acknowledges_what_the_heal_truncates(partition_lab):
+    lab = partition_lab
+    pid = lab.broker(1).pid
+    run = experiments.run("isolated-leader", cluster=lab, acks="1", records=RECORDS)
+    # every record written during the split was acknowledged, by broker 1 (the leader in
+    # the producer's metadata), and every one of them is gone
+    assert run.acknowledged == RECORDS, run.summary()
+    assert run.acknowledged_by == {"1": DURING_SPLIT}, run.summary()
+    assert run.lost_acknowledged == DURING_SPLIT, run.summary()
+    assert run.lost_acknowledged_by == {"1": DURING_SPLIT}, run.summary()
+    assert run.in_log == RECORDS - DURING_SPLIT and run.duplicated == 0, run.summary()
+    assert run.report.lost == DURING_SPLIT
+    # the split: broker 1 still led at the old epoch, its log longer by what it took alone,
+    # while the controller's metadata (broker 2) had another leader at a later epoch
+    old, new = run.old_leader_view, run.controller_view
+    assert old["leader"] == 1 and new["leader"] == run.new_leader in (2, 3), run.summary()
+    assert new["leader_epoch"] > old["leader_epoch"], run.summary()
+    assert old["log_end_offset"] == new["log_end_offset"] + DURING_SPLIT, run.summary()
+    # ... and kept acknowledging while the producer kept writing, seconds after its replacement
+    assert run.old_leader_acknowledged_for_s > isolated_leader.SPLIT_WRITE_S / 2, run.summary()
+    # nobody killed or froze it: the same process, running at every step
+    assert run.old_leader_process and set(run.old_leader_process) == {"running"}, run.timeline()
+    assert run.old_leader_pid == pid == lab.broker(1).pid
+    assert psutil.Process(pid).status() != psutil.STATUS_STOPPED
+
+
+def test_acks_all_with_min_insync_2_acknowledges_nothing_during_the_split(partition_lab):
+    run = experiments.run("isolated-leader", cluster=partition_lab, acks="all", min_insync=2,
+                          records=RECORDS)
+    # broker 1 acknowledged none of them: the ones sent to it timed out. Measured: once the
+    # producer had found the new leader (after its first timeouts), the rest went there and
+    # were acknowledged by it, and kept
+    assert "1" not in run.acknowledged_by, run.summary()
+    timed_out = sum(run.not_acknowledged.values())
+    assert timed_out > 0 and timed_out + run.acknowledged_during_split == DURING_SPLIT, \
+        run.summary()
+    assert run.acknowledged == RECORDS - timed_out == run.in_log, run.summary()
+    assert run.lost_acknowledged == 0 and run.report.lost == 0, run.summary()
+    assert set(run.old_leader_process) == {"running"}, run.timeline()
