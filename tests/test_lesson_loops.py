@@ -1,15 +1,18 @@
-"""The loops notebooks 01 and 02 show are the loops their experiments run, and their order is
-what the audit measures: each function is taken from its notebook cell, one line moved in a
-copy (the commit before or after the work), and the copy run through ``experiments.run`` on
-the real broker. The audit's counts change the way the lessons say they do.
+"""The loops notebooks 01, 02 and 05 show are the loops their experiments run, and their
+lines are what the audit measures: each function is taken from its notebook cell, a line
+moved or changed in a copy (the commit before or after the work, the offset sent), and the
+copy run through ``experiments.run`` on the real broker. The audit's counts change the way
+the lessons say they do.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
 from labkit import experiments
+from labkit.pipelines import learner
 from tests.notebook_cells import read
 
 # 01's at-most-once loop: the commit line, and the last insert it moves behind
@@ -75,3 +78,26 @@ def test_02_process_then_commit_repeats_a_batch_and_swapped_loses_it(cluster, tm
     assert shown.run.exit_codes == swapped.run.exit_codes == [-9, 0]
     assert counts(shown) == (40, 0, 10), shown.summary()
     assert counts(swapped) == (30, 10, 0), swapped.summary()
+
+
+def test_05_the_off_by_one_copy_the_notebook_makes_repeats_one_payment(cluster, tmp_path):
+    """05 makes its off-by-one with ``edited(fee_service, ...)`` in a cell: that statement,
+    run on the loop of 05's cell, gives a copy whose crash repeats one payment; the loop as
+    shown, crashed at the same point, repeats none."""
+    fee_service = loop_of("05_consume_transform_produce", "fee_service", tmp_path)
+    cell = next(c.source for c in read("05_consume_transform_produce").cells
+                if c.cell_type == "code" and "off_by_one_service = edited(" in c.source)
+    making = next(node for node in ast.parse(cell).body if isinstance(node, ast.Assign)
+                  and node.targets[0].id == "off_by_one_service")
+    namespace = {"edited": learner.edited, "fee_service": fee_service}
+    exec(compile(ast.Module(body=[making], type_ignores=[]), "<05's edit>", "exec"), namespace)
+
+    def crash(loop):
+        return experiments.run("consume-transform-produce", guarantee="exactly_once",
+                               crash_at="after-poll-before-process", records=40,
+                               pipeline=loop, cluster=cluster)
+
+    shown, off_by_one = crash(fee_service), crash(namespace["off_by_one_service"])
+    assert counts(shown) == (40, 0, 0), shown.summary()
+    assert counts(off_by_one) == (40, 0, 1), off_by_one.summary()
+    assert off_by_one.report.examples["duplicated"] == ["r-000010"]
