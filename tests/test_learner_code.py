@@ -15,7 +15,7 @@ import uuid
 import nbformat
 import pytest
 
-from labkit.pipelines.learner import LearnerCodeError, run_code
+from labkit.pipelines.learner import LearnerCodeError, code_of, diff, edited, run_code
 from tests.notebook_cells import NOTEBOOKS, read
 
 ROOT = NOTEBOOKS.parent
@@ -86,3 +86,21 @@ def test_the_worker_runs_a_cells_definitions_not_its_calls():
     run_code(code, "app", bootstrap="b:1")
     import builtins
     assert builtins.__dict__.pop("_lab_seen") == ("b:1", 3)
+
+
+def test_an_edited_copy_is_a_function_the_lab_can_send_and_its_diff_is_the_edit(tmp_path):
+    module = tmp_path / "shown_app.py"
+    module.write_text("def app(bootstrap):\n    step = 1\n    return bootstrap + step\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from shown_app import app
+    finally:
+        sys.path.remove(str(tmp_path))
+    copy = edited(app, "app_by_two", {"step = 1": "step = 2"})
+    assert (app(1), copy(1)) == (2, 3)
+    # what the worker is sent: the copy's own text
+    assert "step = 2" in code_of(copy)
+    assert diff(app, copy).splitlines()[-3:] == ["-    step = 1", "+    step = 2",
+                                                 "     return bootstrap + step"]
+    with pytest.raises(LearnerCodeError, match="occurs 0 times"):
+        edited(app, "nope", {"step = 3": "step = 4"})

@@ -184,8 +184,9 @@ def run_detailed(name: str, bootstrap: str, guarantee: str, crash_at: str | None
 
     ``code``: a function written by the learner (e.g. in a notebook cell) that the workers run
     instead of the scenario's own pipeline (``labkit.pipelines.learner``): it gets the
-    scenario's settings it names as parameters (``bootstrap``, ``input_topic``,
-    ``output_topic``, ``group_id``, ``transactional_id``, ``instance_id``, ``batch_size``), and
+    scenario's settings it names as parameters (``bootstrap``, ``input_topic``, ``output_topic``,
+    ``group_id``, ``transactional_id``, ``instance_id``, ``batch_size``; the consumer's sink:
+    ``db_path`` and ``sink_table``, the SQLite file and table the audit reads), and
     its ``crash_point(...)`` calls are where ``crash_at`` kills it. The audit is the same."""
     scenario = _scenario(name)
     if code is not None and not scenario.reads_input:
@@ -218,7 +219,8 @@ def run_detailed(name: str, bootstrap: str, guarantee: str, crash_at: str | None
     worker = scenario.worker
     if code is not None:  # the learner's function, sent as the text of its cell
         worker, text = learner.run_code, learner.code_of(code)
-        members = [{**m, "code": text, "function": code.__name__} for m in members]
+        sink = {"sink_table": consumer.SINK_TABLE} if scenario.name == "consumer" else {}
+        members = [{**m, **sink, "code": text, "function": code.__name__} for m in members]
     history_file = workdir / "history.jsonl"
     used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
     try:

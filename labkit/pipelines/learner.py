@@ -9,6 +9,7 @@ So the code on the learner's screen is the code the lab SIGKILLs at its crash po
 from __future__ import annotations
 
 import ast
+import difflib
 import inspect
 import linecache
 from collections.abc import Callable
@@ -73,3 +74,32 @@ def run_code(code: str, function: str, **settings: object) -> None:
     """Execute ``code`` and call its ``function`` with the worker's settings (bootstrap,
     topics, group id, transactional id, ...) it names."""
     call(load(code, function), **settings)
+
+
+def edited(function: Callable, name: str, changes: dict[str, str]) -> Callable:
+    """A copy of ``function`` named ``name``, with each text of ``changes`` (each found exactly
+    once in its cell) replaced: a lesson's "what if this line were different", run as the
+    worker like any cell. The copy's text is registered in ``linecache`` as IPython does for
+    a cell, so ``code_of`` (and ``diff``) find it."""
+    code = code_of(function)
+    for old, new in changes.items():
+        if code.count(old) != 1:
+            raise LearnerCodeError(f"{old!r} occurs {code.count(old)} times in the cell of "
+                                   f"{function.__name__}, not once")
+        code = code.replace(old, new)
+    code = code.replace(f"def {function.__name__}(", f"def {name}(", 1)
+    filename = f"<edited {name}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    namespace: dict[str, object] = {"__name__": "learner_code"}
+    exec(compile(definitions(code), filename, "exec"), namespace)
+    return namespace[name]
+
+
+def diff(before: Callable, after: Callable) -> str:
+    """The lines of ``after``'s function that differ from ``before``'s (its name aside), with one
+    line around each change, as a unified diff."""
+    old = inspect.getsource(before).splitlines()
+    new = inspect.getsource(after).replace(f"def {after.__name__}(", f"def {before.__name__}(",
+                                           1).splitlines()
+    return "\n".join(difflib.unified_diff(old, new, before.__name__, after.__name__, n=1,
+                                          lineterm=""))
