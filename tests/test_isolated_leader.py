@@ -129,3 +129,21 @@ def test_acks_all_with_min_insync_2_acknowledges_nothing_during_the_split(partit
     assert run.acknowledged == RECORDS - timed_out == run.in_log, run.summary()
     assert run.lost_acknowledged == 0 and run.report.lost == 0, run.summary()
     assert set(run.old_leader_process) == {"running"}, run.timeline()
+
+
+def test_the_exercise_of_03c_answers_without_a_broker_when_it_need_not_run_and_hints_without_the_answer():
+    """Notebook 03c's check: a missing or malformed prediction is answered before anything
+    runs; a wrong one gets a hint that does not give the count (the real run is the
+    notebook's, solved, under nbval)."""
+    from labkit.exercises.network_split import check_split_loss, judge
+
+    class NoLab:  # any use of it would be a run
+        def __getattr__(self, name):
+            raise AssertionError("nothing may run")
+
+    assert "fill in my_lost" in check_split_loss(NoLab(), None).message
+    for bad in (-1, 11, "5", 2.5, True):
+        assert "whole number from 0 to 10" in check_split_loss(NoLab(), bad).message
+    wrong = judge(0, 5)
+    assert not wrong.passed and "5" not in wrong.message, wrong.message
+    assert judge(5, 5).passed and "5 acknowledged records lost" in judge(5, 5).message

@@ -50,6 +50,16 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("print(unclean.summary())", "lost_acknowledged=20"),
         ("print(unclean.summary())", "election: unclean (an out-of-sync replica)"),
     ],
+    "03c_when_the_network_takes_sides": [
+        ("acks_1.acknowledged_by)", "acknowledged during the split, by broker: {'1': 20}"),
+        ('print("broker 1 says broker 1 leads:"', "the controller's leader epoch is higher: True"),
+        ('print("broker 1 says broker 1 leads:"', "records broker 1's log has beyond the new leader's: 20"),
+        ("acks_1.lost_acknowledged_by)", "acknowledged=40 in_log=20 lost_acknowledged=20"),
+        ("acks_1.lost_acknowledged_by)", "lost_acknowledged == records written during the split: True"),
+        ("acks_all.acknowledged_by.get(", "records broker 1 acknowledged during the split: 0"),
+        ("acks_all.acknowledged_by.get(", "lost_acknowledged=0"),
+        ("check_split_loss(lab, my_lost)", "🔁 Not yet"),
+    ],
     "05b_when_the_coordinator_fails": [
         ("print(run.report.summary())", "produced=60 delivered_unique=60 lost=0 duplicated=0 reordered=0 aborted_visible=0"),
         ("print(run.report.summary())", "a new coordinator after each kill: True"),
