@@ -4,8 +4,12 @@ app starts a new producer and processes the batch again. Measured on the real br
 aborted batch is in the log, a read_committed reader gets each input once."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
 from labkit.experiments import txn_timeout
-from tests.test_failover import refused_before_any_broker
+from tests.test_failover import LABKIT, refused_before_any_broker
 
 RECORDS = 30
 
@@ -19,6 +23,27 @@ def test_a_batch_slower_than_the_transaction_timeout_is_aborted_and_processed_ag
     assert r.aborted_in_log == txn_timeout.BATCH, run.timeline()
     assert run.errors == ["_FENCED (fatal)"] and run.producers == 2, run.timeline()
     assert run.slow_s >= txn_timeout.TIMEOUT_MS / 1000, run.timeline()
+
+
+def test_a_commit_cut_off_from_its_coordinator_is_aborted_and_never_read_committed(bootstrap):
+    # The CLI as a learner runs it: the producer's EndTxn (and all it sends after) is held in
+    # the network until the coordinator aborts the transaction for its timeout.
+    out = subprocess.run([str(LABKIT), "scenario", "txn-timeout", "--cut", "--json"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "LABKIT_BOOTSTRAP": bootstrap})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    batch = txn_timeout.BATCH
+    # while its commit hung, the open transaction's records were in the log, not readable
+    assert (got["open_in_log"], got["visible_while_open"]) == (2 * batch, batch), got
+    # aborted by the coordinator: still nothing of it for a read_committed reader
+    assert got["visible_after_abort"] == batch, got
+    assert (got["aborted_in_log"], got["aborted_visible"], got["lost"], got["duplicated"]) == \
+        (batch, 0, 0, 0), got
+    # the held commit reached the coordinator after the abort: the producer is fenced, the
+    # app starts another and processes the batch again
+    assert got["errors"] == ["_FENCED (fatal)"] and got["producers"] == 2, got
+    assert got["verdict"] == "exactly once"
 
 
 def test_the_cli_refuses_what_the_scenario_cannot_run_before_writing_anything(tmp_path):

@@ -18,6 +18,7 @@ offset back at the high watermark), so the run lasts as long as the broker takes
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from labkit.checking import audit
+from labkit.faults.proxy import FaultProxy
 
 from labkit.kafka import names, topics
 
@@ -52,10 +54,19 @@ class TimeoutRun(RunBasics):
     slow_s: float  # how long the slow batch's processing took: until the coordinator aborted
     producers: int  # producer instances the app used (a fatal error ends one)
     steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
+    # cut=True: what a read_committed reader of the output saw while the commit was cut off
+    # (its transaction open), then once the coordinator had aborted it: record ids per batch
+    seen_while_open: list[str] | None = None
+    seen_after_abort: list[str] | None = None
+    open_in_log: int | None = None  # the open transaction's records, read uncommitted
 
     def to_json(self) -> str:
         return json.dumps({**json.loads(self.report.to_json()), "errors": self.errors,
-                           "slow_s": round(self.slow_s, 1), "producers": self.producers})
+                           "slow_s": round(self.slow_s, 1), "producers": self.producers,
+                           **({} if self.seen_while_open is None else {
+                               "visible_while_open": len(self.seen_while_open),
+                               "visible_after_abort": len(self.seen_after_abort or []),
+                               "open_in_log": self.open_in_log})})
 
 
 def check_records(records: int) -> None:
@@ -66,9 +77,15 @@ def check_records(records: int) -> None:
 
 
 def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = copy_fees,
-                timeout_ms: int = TIMEOUT_MS) -> TimeoutRun:
+                timeout_ms: int = TIMEOUT_MS, cut: bool = False) -> TimeoutRun:
     """Run the exactly-once loop over ``records`` inputs with batch 2 slower than
-    ``timeout_ms``; restart its producer after the fatal error; audit the output."""
+    ``timeout_ms``; restart its producer after the fatal error; audit the output.
+
+    ``cut=True``: batch 2 is not slow; its commit is cut off instead. The producer talks to
+    the broker through the lab's fault proxy, which holds its EndTxn (and everything behind
+    it on that connection) until the coordinator has aborted the transaction for its
+    timeout, then lets it through: a client partitioned from its transaction coordinator
+    between produce and commit. A read_committed reader is asked what it sees meanwhile."""
     check_records(records)
     base = names.topic(f"txn-timeout-{time.monotonic_ns() % 10**9}")
     source, output = f"{base}-in", f"{base}-out"
@@ -90,6 +107,11 @@ def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = c
 
     def before_commit(loop_batch: int) -> None:
         batch_no = counted["last"] = counted["before"] + loop_batch
+        if batch_no == SLOW_BATCH and not slow and cut:
+            producer.flush(30)
+            proxy.hold("EndTxn")
+            cutter.start()  # the app goes on to commit_transaction(), which hangs
+            return
         if batch_no == SLOW_BATCH and not slow:
             producer.flush(30)  # its records are in the log, its transaction open
             began = time.monotonic()
@@ -105,16 +127,50 @@ def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = c
         batch_no = counted["before"] + loop_batch
         step(f"batch {batch_no}: {'committed' if committed else 'aborted, to be read again'}")
 
+    views: dict[str, object] = {}
+
+    def cut_until_aborted() -> None:
+        """While the app's commit is held: what readers see, the abort, then the heal."""
+        began = time.monotonic()
+        step(f"batch {SLOW_BATCH}: its records are in the log; the app's commit "
+             "(EndTxn) is cut off on its way to the transaction coordinator")
+        views["open"] = [r.value["id"] for r in topics.read(bootstrap, output)]
+        views["in_log"] = len(topics.read(bootstrap, output, isolation="read_uncommitted"))
+        step(f"a read_committed reader sees {len(views['open'])} records; the log holds "
+             f"{views['in_log']} (the open transaction's records wait for its marker)")
+        try:
+            wait_until(lambda: markers_written(bootstrap, output),
+                       "the coordinator to abort the cut-off transaction", ABORT_WAIT_S)
+            slow.append(time.monotonic() - began)
+            views["aborted"] = [r.value["id"] for r in topics.read(bootstrap, output)]
+            step(f"the coordinator aborted it after transaction.timeout.ms ({timeout_ms} ms); "
+                 f"a read_committed reader sees {len(views['aborted'])} records")
+        finally:
+            proxy.release_held()  # the cut heals: the held commit reaches the coordinator
+            step("the cut heals: the held commit reaches the coordinator")
+
+    def cut_thread() -> None:
+        try:
+            cut_until_aborted()
+        except BaseException as exc:  # raised in the app's thread once the run ends
+            views["error"] = exc
+
+    cutter = threading.Thread(target=cut_thread, name="txn-cut", daemon=True)
+    proxy: FaultProxy | None = None
     consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": base, "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed"}))
     consumer.subscribe([source])
     producers = 0
     try:
-        with status("A batch slower than transaction.timeout.ms") as say:
+        if cut:
+            proxy = FaultProxy(bootstrap).start()
+        with status("A commit cut off from its coordinator" if cut else
+                    "A batch slower than transaction.timeout.ms") as say:
             while True:
                 producer = Producer(client_config({
-                    "bootstrap.servers": bootstrap, "transactional.id": base,
+                    "bootstrap.servers": proxy.bootstrap if proxy else bootstrap,
+                    "transactional.id": base,
                     "transaction.timeout.ms": timeout_ms}))
                 producer.init_transactions(60)  # a new epoch: the app's previous producer is fenced
                 producers += 1
@@ -135,19 +191,30 @@ def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = c
             step("every input batch committed")
     finally:
         consumer.close()
-    report = audit.audit_topic(bootstrap, output, inputs, SCENARIO, "exactly_once",
-                               fault=f"batch {SLOW_BATCH} slower than transaction.timeout.ms")
+        if proxy is not None:
+            proxy.release_held()
+            if cutter.is_alive():
+                cutter.join(ABORT_WAIT_S)
+            proxy.stop()
+    if "error" in views:
+        raise views["error"]  # type: ignore[misc]
+    fault = (f"batch {SLOW_BATCH}'s commit cut off from the coordinator" if cut else
+             f"batch {SLOW_BATCH} slower than transaction.timeout.ms")
+    report = audit.audit_topic(bootstrap, output, inputs, SCENARIO, "exactly_once", fault=fault)
     topics.delete(bootstrap, source, output)
-    return TimeoutRun(report, errors, slow[0] if slow else 0.0, producers, steps)
+    return TimeoutRun(report, errors, slow[0] if slow else 0.0, producers, steps,
+                      views.get("open"), views.get("aborted"), views.get("in_log"))
 
 
-def _run(context, *, records: int) -> TimeoutRun:
-    return txn_timeout(context.bootstrap, records, loop=context.pipeline or copy_fees)
+def _run(context, *, records: int, cut: bool) -> TimeoutRun:
+    return txn_timeout(context.bootstrap, records, loop=context.pipeline or copy_fees, cut=cut)
 
 
 register(Experiment(
     "txn-timeout", "an exactly-once loop whose batch 2 outlasts transaction.timeout.ms",
-    _run, pipeline="the loop (as copy_fees)", check=lambda records: check_records(records),
+    _run, pipeline="the loop (as copy_fees)", check=lambda records, cut: check_records(records),
     text=lambda run: f"{run.report.summary()}\nerrors: {', '.join(run.errors)}\n{run.timeline()}",
     options=(Option("records", 30, "how many input records (30 or more)", kind=int,
-                    short="-n"),)))
+                    short="-n"),
+             Option("cut", False, "instead of a slow batch, cut the app's commit off from "
+                    "its transaction coordinator until the coordinator aborts", kind=bool))))

@@ -101,7 +101,7 @@ def parse_fault_spec(spec: str) -> FaultSpec:
 class Rule:
     """An armed fault. api_key None matches every request."""
 
-    kind: str  # 'drop' | 'reset' | 'delay' | 'fail'
+    kind: str  # 'drop' | 'reset' | 'delay' | 'fail' | 'hold'
     api_key: int | None
     nth: int = 1
     ms: int = 0

@@ -108,6 +108,7 @@ class FaultProxy:
         self._ports: dict[tuple[str, int], int] = {}
         self._tasks: set[asyncio.Task] = set()
         self._security = protocol.Security()  # the upstream side's, read at start()
+        self._released = threading.Event()  # a held connection goes on (release_held)
         if fault is not None:
             self.apply(fault)
 
@@ -195,6 +196,18 @@ class FaultProxy:
         the broker, so a client that pipelines retries it *behind* a later batch."""
         self._arm(Rule("fail", API_KEYS["Produce"], nth=positive(nth)))
 
+    def hold(self, api: str, nth: int = 1) -> None:
+        """From the Nth <api> request on, every request through the proxy (on any client
+        connection, new ones included) is held before the broker until ``release_held()``:
+        the proxy's clients cut off from the brokers, their requests sent and never arriving,
+        without a reset (a client that times a request out and reconnects is held again)."""
+        self._released.clear()
+        self._arm(Rule("hold", api_key_of(api), nth=positive(nth)))
+
+    def release_held(self) -> None:
+        """Forward what ``hold`` held, in order per connection (the cut heals)."""
+        self._released.set()
+
     def clear(self) -> None:
         """Disarm every fault; traffic flows untouched again."""
         with self._lock:
@@ -211,6 +224,7 @@ class FaultProxy:
                 "connections_reset": self._counts["connections_reset"],
                 "requests_delayed": self._counts["requests_delayed"],
                 "requests_failed": self._counts["requests_failed"],  # answered by the proxy
+                "requests_held": self._counts["requests_held"],
                 "connections": self._counts["connections"],
                 "protocol_errors": self._counts["protocol_errors"],  # should stay 0
             }
@@ -326,6 +340,10 @@ class FaultProxy:
                 return
             if due > loop.time():
                 await asyncio.sleep(due - loop.time())
+            if action == "hold" or (self._counts["requests_held"] and not self._released.is_set()):
+                self._count("requests_held")
+                while not self._released.is_set():  # the requests behind it queue up
+                    await asyncio.sleep(0.05)
             if action == "fail":
                 self._count("requests_failed")
                 refusal = _Refusal(payload, not_leader_answer(payload))
