@@ -42,13 +42,19 @@ def torture_processes() -> list[str]:
     return found
 
 
+def left_behind(find, wait_s: float = 2.0) -> list[str]:
+    """What ``find()`` still lists after up to ``wait_s`` (a killed process may take a
+    moment to be reaped)."""
+    deadline = time.monotonic() + wait_s
+    while find() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return find()
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     yield
-    deadline = time.monotonic() + 2  # a killed process may take a moment to be reaped
-    while torture_processes() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert torture_processes() == []
+    assert left_behind(torture_processes) == []
 
 
 def test_a_transactional_app_is_exactly_once_under_kills(cluster):

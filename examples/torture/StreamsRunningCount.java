@@ -17,6 +17,13 @@
  * file (security.protocol, sasl.jaas.config, ssl.truststore.*) loaded into the app's config.
  * PROCESSING_GUARANTEE in the environment is the same as --guarantee.
  *
+ * --transactional-stores sets enable.transactional.statestores (KIP-892, new in Kafka
+ * Streams 4.4, default false): under exactly_once_v2 a crashed instance keeps its local
+ * state instead of wiping it and restoring it from the changelog. For the `streams-restore`
+ * experiment the app prints one JSON line per event, prefixed "LABKIT ": each store
+ * partition's restore (records restored, its offsets, its milliseconds), the state RUNNING,
+ * and the first record it processes after its start, each with the wall clock in ms.
+ *
  * Input: the lab's JSON records, keyed by their `key` field (labkit.pipelines.data.load_into_topic),
  * so the count groups by the record key with no repartition topic. Output: for every input
  * record, {"key": ..., "count": <the count so far for that key>} keyed by the same key.
@@ -31,6 +38,7 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Properties;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -39,6 +47,7 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 
 public class StreamsRunningCount {
 
@@ -47,12 +56,14 @@ public class StreamsRunningCount {
         long commitIntervalMs = 1000;
         double workMs = 0;
         String stateDir = null;
+        boolean transactionalStores = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--guarantee" -> guarantee = args[++i];
                 case "--commit-interval-ms" -> commitIntervalMs = Long.parseLong(args[++i]);
                 case "--work-ms" -> workMs = Double.parseDouble(args[++i]);
                 case "--state-dir" -> stateDir = args[++i];
+                case "--transactional-stores" -> transactionalStores = true;
                 default -> usage("unknown argument " + args[i]);
             }
         }
@@ -86,6 +97,9 @@ public class StreamsRunningCount {
         // at once instead of waiting for the dead one's session to time out.
         props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, appId + "-1");
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        if (transactionalStores) {
+            props.put(StreamsConfig.TRANSACTIONAL_STATE_STORES_CONFIG, true);
+        }
         // The cluster's connection settings (TLS, SASL), as a deployment hands them to an app.
         String clientConfig = System.getenv("LABKIT_KAFKA_JAVA_CONFIG");
         if (clientConfig != null && !clientConfig.isEmpty()) {
@@ -98,7 +112,13 @@ public class StreamsRunningCount {
         long workNanos = (long) (workMs * 1_000_000);
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(env("LABKIT_INPUT_TOPIC"), Consumed.with(Serdes.String(), Serdes.String()))
-                .peek((key, value) -> work(workNanos))  // a real app does something per record
+                .peek((key, value) -> {
+                    if (!firstRecord) {
+                        firstRecord = true;
+                        event("first-record", Map.of());
+                    }
+                    work(workNanos);  // a real app does something per record
+                })
                 .groupByKey()
                 .count(Materialized.as("running-count"))
                 .toStream()
@@ -125,13 +145,58 @@ public class StreamsRunningCount {
             if (now == KafkaStreams.State.ERROR) {
                 Runtime.getRuntime().halt(1);
             }
+            if (now == KafkaStreams.State.RUNNING) {
+                event("running", Map.of());
+            }
         });
+        streams.setGlobalStateRestoreListener(new RestoreCounter());
         // SIGTERM: close cleanly (commit, flush); SIGKILL, the harness's fault, skips this.
         Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(5))));
         System.out.println("StreamsRunningCount: " + guarantee + ", commit.interval.ms="
-                + commitIntervalMs + ", state.dir=" + stateDir);
+                + commitIntervalMs + ", state.dir=" + stateDir
+                + ", enable.transactional.statestores=" + transactionalStores);
         streams.start();
         Thread.currentThread().join();  // runs until stopped, like a real streaming app
+    }
+
+    private static volatile boolean firstRecord = false;
+
+    /** One line "LABKIT {json}" on stdout: what happened, and when (the wall clock, ms). */
+    private static synchronized void event(String what, Map<String, Object> fields) {
+        Map<String, Object> line = new LinkedHashMap<>();
+        line.put("event", what);
+        line.put("at_ms", System.currentTimeMillis());
+        line.putAll(fields);
+        try {
+            System.out.println("LABKIT " + new ObjectMapper().writeValueAsString(line));
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+        System.out.flush();
+    }
+
+    /** Each store partition's restore from its changelog: how many records, from where. */
+    private static final class RestoreCounter implements StateRestoreListener {
+        private final Map<TopicPartition, long[]> restoring = new java.util.concurrent.ConcurrentHashMap<>();
+
+        @Override
+        public void onRestoreStart(TopicPartition partition, String store, long start, long end) {
+            restoring.put(partition, new long[] {0, System.currentTimeMillis()});
+            event("restore-start", Map.of("store", store, "changelog", partition.toString(),
+                    "start_offset", start, "end_offset", end));
+        }
+
+        @Override
+        public void onBatchRestored(TopicPartition partition, String store, long batchEnd, long n) {
+            restoring.computeIfAbsent(partition, p -> new long[] {0, System.currentTimeMillis()})[0] += n;
+        }
+
+        @Override
+        public void onRestoreEnd(TopicPartition partition, String store, long total) {
+            long[] seen = restoring.getOrDefault(partition, new long[] {0, System.currentTimeMillis()});
+            event("restore-end", Map.of("store", store, "changelog", partition.toString(),
+                    "restored", total, "ms", System.currentTimeMillis() - seen[1]));
+        }
     }
 
     private static void work(long nanos) {
@@ -156,7 +221,7 @@ public class StreamsRunningCount {
     private static void usage(String problem) {
         System.err.println("StreamsRunningCount: " + problem + "\nusage: java -cp <kafka-streams jars> "
                 + "StreamsRunningCount.java [--guarantee at_least_once|exactly_once_v2] "
-                + "[--commit-interval-ms N] [--work-ms MS] [--state-dir DIR]");
+                + "[--commit-interval-ms N] [--work-ms MS] [--state-dir DIR] [--transactional-stores]");
         System.exit(2);
     }
 }

@@ -145,3 +145,23 @@ def _run_maven(cmd: list[str], title: str) -> None:
 
 def classpath(profile: str) -> str:
     return os.pathsep.join(str(p) for p in resolve(profile))
+
+
+STREAMS_APP = "StreamsRunningCount.java"
+
+
+def streams_app(*args: str) -> list[str]:
+    """examples/torture/StreamsRunningCount.java (a running count in real Kafka Streams) with
+    ``args``, as a command: Java 17's single-file launcher compiles it in memory at each
+    start (no build step), on the kafka-streams jars (resolved once). The app reads the
+    LABKIT_* environment itself; ``labkit.torture.apps.streams_command`` and the
+    ``streams-restore`` experiment choose its arguments."""
+    from labkit.paths import project_root
+
+    java = check_java()
+    resolve("streams")
+    return [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            # a classpath wildcard (expanded by java itself) keeps the command readable
+            "-cp", str(jar_dir("streams") / "*"),
+            str(project_root() / "examples" / "torture" / STREAMS_APP), *args]

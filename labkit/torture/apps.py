@@ -15,7 +15,7 @@ from pathlib import Path
 from labkit import proc, settings
 
 from labkit.faults.proxy import FaultProxy
-from labkit.kafka import connection, topics
+from labkit.kafka import connection, jvm, topics
 from labkit.kafka import names as namespace
 from labkit.pipelines import data
 from labkit.progress import status
@@ -35,8 +35,6 @@ def copier_command(transaction_size: int = 10, transaction_timeout_ms: int = 300
     offset *before* it calls initTransactions: while its killed predecessor's transaction
     (holding an offset commit) is open, that fetch waits, and only the broker's timeout
     aborts it (the copier's default, 60 s, would stall every restart for a minute)."""
-    from labkit.kafka import jvm
-
     java = jvm.check_java()
     jvm.resolve("tools")
     # A classpath wildcard (expanded by java itself) keeps the command line short enough to
@@ -73,7 +71,7 @@ def copy_with_java(bootstrap: str, name: str, records: list[dict], transaction_s
 
 
 STREAMS_GUARANTEES = ("at_least_once", "exactly_once_v2")
-STREAMS_APP = "StreamsRunningCount.java"
+STREAMS_APP = jvm.STREAMS_APP  # its file name (notebook 07 shows its source)
 
 
 def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: int = 1500,
@@ -88,21 +86,11 @@ def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: i
     ``work_ms`` the processing time per record, so a run lasts long enough for the kills to
     land while it works. The defaults are those of tests/test_harness_streams.py and
     notebook 07 (with ``kill_clock="commit"``, ``kill_after_s=(0.5, 1.0)``)."""
-    from labkit.kafka import jvm
-    from labkit.paths import project_root
-
     if guarantee not in STREAMS_GUARANTEES:
         raise HarnessError(f"unknown processing.guarantee {guarantee!r}: use one of "
                            f"{', '.join(STREAMS_GUARANTEES)}")
-    java = jvm.check_java()
-    jvm.resolve("streams")
-    return [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            # a classpath wildcard (expanded by java itself) keeps the command readable
-            "-cp", str(jvm.jar_dir("streams") / "*"),
-            str(project_root() / "examples" / "torture" / STREAMS_APP),
-            "--guarantee", guarantee, "--commit-interval-ms", str(commit_interval_ms),
-            "--work-ms", str(work_ms)]
+    return jvm.streams_app("--guarantee", guarantee, "--commit-interval-ms",
+                           str(commit_interval_ms), "--work-ms", str(work_ms))
 
 
 # quixstreams 3.28 needs confluent-kafka < 2.13 while the lab pins 2.16.1: like any user's
