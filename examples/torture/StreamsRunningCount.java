@@ -112,13 +112,7 @@ public class StreamsRunningCount {
         long workNanos = (long) (workMs * 1_000_000);
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(env("LABKIT_INPUT_TOPIC"), Consumed.with(Serdes.String(), Serdes.String()))
-                .peek((key, value) -> {
-                    if (!firstRecord) {
-                        firstRecord = true;
-                        event("first-record", Map.of());
-                    }
-                    work(workNanos);  // a real app does something per record
-                })
+                .peek((key, value) -> work(workNanos))  // a real app does something per record
                 .groupByKey()
                 .count(Materialized.as("running-count"))
                 .toStream()
@@ -200,6 +194,10 @@ public class StreamsRunningCount {
     }
 
     private static void work(long nanos) {
+        if (!firstRecord) {  // for streams-restore: when processing resumed after a start
+            firstRecord = true;
+            event("first-record", Map.of());
+        }
         if (nanos <= 0) {
             return;
         }
