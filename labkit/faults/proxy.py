@@ -109,6 +109,7 @@ class FaultProxy:
         self._tasks: set[asyncio.Task] = set()
         self._security = protocol.Security()  # the upstream side's, read at start()
         self._released = threading.Event()  # a held connection goes on (release_held)
+        self._holding = False  # a hold rule fired and was not released yet
         if fault is not None:
             self.apply(fault)
 
@@ -206,6 +207,7 @@ class FaultProxy:
 
     def release_held(self) -> None:
         """Forward what ``hold`` held, in order per connection (the cut heals)."""
+        self._holding = False
         self._released.set()
 
     def clear(self) -> None:
@@ -340,7 +342,9 @@ class FaultProxy:
                 return
             if due > loop.time():
                 await asyncio.sleep(due - loop.time())
-            if action == "hold" or (self._counts["requests_held"] and not self._released.is_set()):
+            if action == "hold":
+                self._holding = not self._released.is_set()
+            if self._holding:
                 self._count("requests_held")
                 while not self._released.is_set():  # the requests behind it queue up
                     await asyncio.sleep(0.05)
