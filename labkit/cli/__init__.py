@@ -34,9 +34,39 @@ def setup() -> None:
             typer.echo(f"{profile}: {len(jars)} jars in {jvm.jar_dir(profile)}")
     except LabkitSetupError as exc:
         _fail(str(exc))
+    _save_startup_archives(java)
     versions = jvm.pinned_versions()
     typer.echo(f"java: {java}; Kafka {versions['kafka.version']}, "
                f"Spark connector {versions['spark.version']} (Scala {versions['scala.binary.version']})")
+
+
+def _save_startup_archives(java: str) -> None:
+    """Once: the classes a broker and a Spark driver load at start, saved for later starts
+    (labkit.kafka.startup_archive). Without them the lab works, only starts slower."""
+    import tempfile
+
+    from labkit.kafka import jvm, startup_archive, topics
+    from labkit.pipelines import data
+    from labkit.progress import status
+    from labkit.spark.session import driver_classpath_key, make_startup_archive
+
+    try:
+        if not startup_archive.archive_file("broker", java, jvm.classpath("kafka")).is_file():
+            with status("Saving a broker's startup classes (once)"), \
+                    tempfile.TemporaryDirectory() as home, startup_archive.making("broker"):
+                cluster = LocalCluster(brokers=1, home=home).start()
+                try:  # the classes of a produce and a fetch too, not only of a start
+                    topics.create(cluster.bootstrap, "startup")
+                    data.load_into_topic(cluster.bootstrap, "startup", data.generate(100))
+                    topics.read(cluster.bootstrap, "startup")
+                finally:
+                    cluster.stop()
+        if not startup_archive.archive_file("spark", java, driver_classpath_key()).is_file():
+            with status("Saving a Spark driver's startup classes (once)"):
+                make_startup_archive()
+    except Exception as exc:  # noqa: BLE001 - an archive only saves time; say why, go on
+        typer.secho(f"note: no startup archive ({exc}); the lab works, its JVMs start slower",
+                    err=True)
 
 
 @app.command()

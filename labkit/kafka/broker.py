@@ -11,6 +11,7 @@ from pathlib import Path
 
 from labkit import proc, settings
 
+from labkit.kafka import startup_archive
 from labkit.kafka.reach import ClusterError
 
 BROKER_MARK = "kafka.Kafka"  # in every broker JVM's command line (its main class)
@@ -47,8 +48,11 @@ class Broker:
 
 def jvm_command(java: str, classpath: str, b: Broker, main: list[str]) -> list[str]:
     """A JVM running ``main`` with this broker's heap, log4j2 file and log directory."""
+    now = settings.current()
     return [
-        java, f"-Xmx{settings.current().broker_heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+        java, f"-Xmx{now.broker_heap}", "-Xms128m", *now.broker_java_opts.split(),
+        *startup_archive.options("broker", java, classpath),
+        "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={Path(b.dir) / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={b.dir}",

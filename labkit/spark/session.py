@@ -3,11 +3,12 @@ Connect session to a shared server when LABKIT_SPARK_REMOTE is set (labkit.spark
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 from labkit import settings
 
-from labkit.kafka import jvm
+from labkit.kafka import jvm, startup_archive
 from labkit.paths import spark_remote
 from labkit.progress import status
 
@@ -20,6 +21,29 @@ from labkit.progress import status
 # the static ones below (jars, memory, UI, bind address) are the server's (labkit.spark.connect).
 REMOTE_CONF = {"spark.sql.shuffle.partitions": "2",
                "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"}
+
+
+def driver_classpath_key() -> str:
+    """What the local driver's classpath depends on (spark-submit builds it from pyspark's
+    jars): a startup archive is kept per value of this."""
+    import pyspark
+
+    return f"{os.path.dirname(pyspark.__file__)}:{pyspark.__version__}"
+
+
+def make_startup_archive() -> None:
+    """Start a local driver that writes Spark's startup archive when it exits (in a process
+    of its own: the archive is written when the JVM exits). Once, from `labkit setup`."""
+    code = ("from labkit.kafka import startup_archive\n"
+            "from labkit.spark.session import session\n"
+            "with startup_archive.making('spark'):\n"
+            "    spark = session('labkit-setup', local=True)\n"
+            "spark.range(100).selectExpr('id % 7 AS k').groupBy('k').count().collect()\n"
+            "spark.stop()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"the Spark driver failed:\n{out.stderr[-1500:]}")
 
 
 def session(app_name: str = "labkit", java_options: str = "", *, local: bool = False, **conf: str):
@@ -68,7 +92,9 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level=WARN {java_options}".strip())
+        .config("spark.driver.extraJavaOptions",
+                " ".join(["-Dlog4j2.level=WARN", *startup_archive.options(
+                    "spark", java, driver_classpath_key()), java_options]).strip())
     )
     for key, value in conf.items():
         builder = builder.config(key.replace("_", "."), value)
