@@ -62,6 +62,14 @@ EXPERIMENTS = [
                                         "--input", "200", "--timeout", "300", "--json", "--",
                                         sys.executable, str(EXAMPLES / "exactly_once_app.py")],
                _exact, "lost 0, duplicated 0"),
+    Experiment("isolated-leader", [LABKIT, "scenario", "isolated-leader", "--acks", "all",
+                                   "--min-insync", "2", "--json"],
+               lambda r: r.get("lost_acknowledged") == 0,
+               "acks=all, min.insync=2: lost_acknowledged 0 (nothing acknowledged in the split)"),
+    Experiment("isolated-leader-acks-1", [LABKIT, "scenario", "isolated-leader", "--acks", "1",
+                                          "--json"],
+               lambda r: r.get("lost_acknowledged") == 20,
+               "acks=1: lost_acknowledged 20, the same every run (the writes the isolated leader took)"),
 ]
 
 

@@ -67,7 +67,8 @@ class CoordinatorRun(RunBasics):
     steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
     def to_json(self) -> str:
         return json.dumps({**json.loads(self.report.to_json()),
-                           "coordinators": self.coordinators, "errors": self.errors})
+                           "coordinators": self.coordinators, "errors": self.errors,
+                           "timeline": self.timeline().splitlines()})
 
 
 def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
