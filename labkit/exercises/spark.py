@@ -10,9 +10,10 @@ Also 08a: the learner writes a foreachBatch function that survives the replay; t
 runs it (labkit.spark.scenarios.experiment(sink=...)) under the same crash into a table keyed
 by the payment id, and audits the table.
 
-08b: the learner writes the Kafka source options that keep a transactional input's aborted
-records out of the transactional sink; the check runs the real query with those options on
-a freshly written input (some transactions aborted) and audits the table.
+08b: the learner predicts how many records of aborted transactions reach the transactional
+sink when a colleague sets ``isolation.level`` without Spark's ``kafka.`` prefix; the check
+runs the real query with that option on a freshly written input (some transactions aborted)
+and audits the table.
 """
 from __future__ import annotations
 
@@ -87,35 +88,36 @@ def check_naive_duplicates(prediction: dict[str, int | None], bootstrap: str) ->
 TXN_SCENARIO = "spark-txn-input-default"  # the transactional input, read with given options
 
 
+# A colleague's fix of 08b's input: the consumer setting's name as Kafka documents it,
+# without Spark's "kafka." prefix.
+UNPREFIXED = {"isolation.level": "read_committed"}
+
+
 @exercise("08b_spark_kafka_in_and_out")
-def check_source_options(options: dict[str, str] | None, bootstrap: str) -> Verdict:
-    """08b · Kafka source options under which no aborted record reaches the sink: measured by
-    running the query with them and auditing its table (aborted read 0, exactly once)."""
-    if unanswered(options):
-        return check(False, "", "fill in my_options (a dict of Spark Kafka source options); "
-                                "then run this cell again.")
-    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in options.items()):
-        return check(False, "", "my_options must be a dict of option name -> value, both "
-                                "strings, as .option(name, value) takes them.")
-    try:
-        exp = experiments.run(TXN_SCENARIO, cluster=bootstrap,
-                              guarantee="exactly_once", crash_at=None,
-                              records=RECORDS, spare=False,
-                              source_options=options)
-    except Exception as exc:  # Spark refuses some Kafka options outright: say which
-        return check(False, "", f"Spark refused these options: {str(exc).splitlines()[0][:300]}")
+def check_unprefixed_option(prediction: int | None, bootstrap: str) -> Verdict:
+    """08b · predict how many records of aborted transactions reach the transactional sink's
+    table when the source gets ``isolation.level`` without the ``kafka.`` prefix: measured by
+    running the query with that option on a fresh input and auditing its table."""
+    if unanswered(prediction):
+        return check(False, "", "fill in my_aborted_visible (a number of records); then run "
+                                "this cell again.")
+    if isinstance(prediction, bool) or not isinstance(prediction, int) or prediction < 0:
+        return check(False, "", "my_aborted_visible must be a whole number, 0 or more.")
+    exp = experiments.run(TXN_SCENARIO, cluster=bootstrap, guarantee="exactly_once",
+                          crash_at=None, records=RECORDS, spare=False,
+                          source_options=UNPREFIXED)
     try:
         r = exp.report
     finally:
         exp.cleanup()
-    return check(r.aborted_visible == 0 and r.exactly_once,
-                 f"the table holds the {r.produced} committed records once each and no record "
-                 "of an aborted transaction.",
-                 f"the audit still found {r.aborted_visible} records of aborted transactions in "
-                 f"the table (lost {r.lost}, duplicated {r.duplicated}). Spark ignores a source "
-                 "option it does not know, silently: check how the notebook hands settings to "
-                 "the Kafka consumer inside Spark's source.")
+    return check(prediction == r.aborted_visible,
+                 f"the audit found {r.aborted_visible} records of aborted transactions in the "
+                 f"table ({r.produced} committed ones, lost {r.lost}). Spark hands its Kafka "
+                 "consumers only the options named kafka.*, and ignores any other it does not "
+                 "know, silently: the Java consumer never saw isolation.level.",
+                 "that is not what the run measured. Which of a Kafka source's options reach "
+                 "the Java consumer Spark creates, and what does that consumer read when "
+                 "isolation.level is not set?")
 
 
 IDEMPOTENT_SCENARIO = "spark-idempotent"  # its table's key is the payment id, as a real one's
