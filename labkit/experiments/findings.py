@@ -178,3 +178,33 @@ def commit_wait_falls_with_interval(grid_table: pd.DataFrame) -> bool:
         if len(waits) < 2 or any(a <= b for a, b in zip(waits, waits[1:])):
             return False
     return True
+
+
+def _span(low: pd.Series, high: pd.Series, digits: int = 1) -> pd.Series:
+    if digits == 0:
+        return low.round().astype(int).astype(str) + " to " + high.round().astype(int).astype(str)
+    return low.round(digits).astype(str) + " to " + high.round(digits).astype(str)
+
+
+def guarantees_view(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summarize(runs)`` as a reader's table: six columns with plain names."""
+    return pd.DataFrame({
+        "records/s": summary["records_per_s"].round().astype(int),
+        "range of rounds": _span(summary["records_per_s_min"], summary["records_per_s_max"], 0),
+        "vs at_least_once %": summary["throughput_vs_baseline_pct"].round(1),
+        "middle half %": _span(summary["vs_baseline_pct_q1"], summary["vs_baseline_pct_q3"]),
+        "wait p50 ms": summary["latency_p50_ms"].round(1),
+        "wait p99 ms": summary["latency_p99_ms"].round(1),
+    })
+
+
+def grid_view(grid_table: pd.DataFrame) -> pd.DataFrame:
+    """``summarize_grid(grid)`` as a reader's table: six columns with plain names."""
+    return pd.DataFrame({
+        "records/s": grid_table["records_per_s"].round().astype(int),
+        "vs at_least_once %": grid_table["throughput_vs_baseline_pct"].round(1),
+        "middle half %": _span(grid_table["vs_baseline_pct_q1"], grid_table["vs_baseline_pct_q3"]),
+        "committing %": grid_table["commit_wait_pct"].round(1),
+        "ms per commit": grid_table["ms_per_commit"].round(1),
+        "of it flush": grid_table["flush_ms_per_commit"].round(1),
+    })
