@@ -122,38 +122,6 @@ def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-# The longest files start first (their minutes of test time, measured in a `make test` run
-# of 2026-11-26: docs/measurements.md): `make test` hands whole files to its workers in
-# this order (--no-loadscope-reorder), and a long file started last would run alone for
-# minutes at the end while the other workers sit idle. Files not named here follow.
-LONGEST_FIRST = (
-    "tests/test_pipelines_matrix.py", "tests/test_groups.py", "tests/test_spark_scenarios.py",
-    "tests/test_coordinator_failover.py", "tests/test_secure.py",
-    "notebooks/08d_spark_replay_that_computes_something_else.ipynb", "tests/test_failover.py",
-    "notebooks/08c_spark_delta_idempotent_writes.ipynb", "tests/test_harness.py",
-    "notebooks/08a_spark_checkpoints_and_sinks.ipynb", "tests/test_spark_learner_code.py",
-    "tests/test_nondeterminism.py", "tests/test_secure_edges.py", "tests/test_spark_connect.py",
-    "notebooks/08b_spark_kafka_in_and_out.ipynb", "tests/test_streams_restore.py",
-    "tests/test_spark_delta.py", "tests/test_harness_quix.py",
-    "notebooks/07_stateful_exactly_once.ipynb", "tests/test_isolated_leader.py",
-    "notebooks/09_cost.ipynb", "tests/test_exercises_capstone.py", "tests/test_spark_postgres.py",
-    "notebooks/05b_when_the_coordinator_fails.ipynb", "tests/test_exercises_spark.py",
-    "tests/test_spark_parts.py", "tests/test_cluster.py",
-    "notebooks/03b_when_the_broker_fails.ipynb", "notebooks/05_consume_transform_produce.ipynb",
-    "notebooks/11_share_groups.ipynb", "notebooks/06_zombies.ipynb",
-)
-_RANK = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
-
-
-def _longest_first(item) -> int:
-    path = Path(str(getattr(item, "fspath", ""))).resolve()
-    try:
-        name = path.relative_to(Path(__file__).resolve().parent).as_posix()
-    except ValueError:  # collected from elsewhere (a copy of this file, the leak test)
-        return len(LONGEST_FIRST)
-    return _RANK.get(name, len(LONGEST_FIRST))
-
-
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """nbval compares what a notebook *shows* (audits, verdicts, tables), not stderr: that
     stream carries progress spinners and librdkafka's log lines, whose timing varies."""
@@ -162,7 +130,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         skip = getattr(parent, "skip_compare", None)
         if skip is not None and "stderr" not in skip:
             parent.skip_compare = (*skip, "stderr")
-    items.sort(key=_longest_first)  # stable: each file's tests and cells keep their order
 
 
 # ---------------------------------------------------------------- no notebook leaves processes behind
