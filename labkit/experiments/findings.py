@@ -180,19 +180,18 @@ def commit_wait_falls_with_interval(grid_table: pd.DataFrame) -> bool:
     return True
 
 
-def _span(low: pd.Series, high: pd.Series, digits: int = 1) -> pd.Series:
-    if digits == 0:
-        return low.round().astype(int).astype(str) + " to " + high.round().astype(int).astype(str)
-    return low.round(digits).astype(str) + " to " + high.round(digits).astype(str)
+def _span(low: pd.Series, high: pd.Series, spec: str) -> pd.Series:
+    """"low to high" per row, each number formatted with ``spec``."""
+    return pd.Series([f"{a:{spec}} to {b:{spec}}" for a, b in zip(low, high)], index=low.index)
 
 
 def guarantees_view(summary: pd.DataFrame) -> pd.DataFrame:
     """``summarize(runs)`` as a reader's table: six columns with plain names."""
     return pd.DataFrame({
         "records/s": summary["records_per_s"].round().astype(int),
-        "range of rounds": _span(summary["records_per_s_min"], summary["records_per_s_max"], 0),
+        "range of rounds": _span(summary["records_per_s_min"], summary["records_per_s_max"], ".0f"),
         "vs at_least_once %": summary["throughput_vs_baseline_pct"].round(1),
-        "middle half %": _span(summary["vs_baseline_pct_q1"], summary["vs_baseline_pct_q3"]),
+        "middle half %": _span(summary["vs_baseline_pct_q1"], summary["vs_baseline_pct_q3"], "+.1f"),
         "wait p50 ms": summary["latency_p50_ms"].round(1),
         "wait p99 ms": summary["latency_p99_ms"].round(1),
     })
@@ -203,7 +202,7 @@ def grid_view(grid_table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "records/s": grid_table["records_per_s"].round().astype(int),
         "vs at_least_once %": grid_table["throughput_vs_baseline_pct"].round(1),
-        "middle half %": _span(grid_table["vs_baseline_pct_q1"], grid_table["vs_baseline_pct_q3"]),
+        "middle half %": _span(grid_table["vs_baseline_pct_q1"], grid_table["vs_baseline_pct_q3"], "+.1f"),
         "committing %": grid_table["commit_wait_pct"].round(1),
         "ms per commit": grid_table["ms_per_commit"].round(1),
         "of it flush": grid_table["flush_ms_per_commit"].round(1),
