@@ -39,6 +39,12 @@ class SettingsError(ValueError):
     """A LABKIT_* variable holds something the lab cannot use; the message says what to set."""
 
 
+# The lab's JVMs (brokers, Spark drivers, the Streams app) live minutes and move little data:
+# C1 only and the serial GC halve the CPU of a broker's start (12 s -> 6.5 s measured), which
+# a 2-core laptop feels.
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 @dataclass(frozen=True)
 class Settings:
     # where the lab's cluster is and how to talk to it
@@ -127,16 +133,12 @@ def current() -> Settings:
         java=env.get("LABKIT_JAVA", "").strip(),
         mvn=env.get("LABKIT_MVN", "").strip(),
         broker_heap=env.get("LABKIT_BROKER_HEAP", "").strip() or "512m",
-        # A lab broker lives minutes and moves little data: C1 only and the serial GC halve
-        # the CPU of a start (12 s -> 6.5 s measured), which a 2-core laptop feels.
-        broker_java_opts=(env.get("LABKIT_BROKER_JAVA_OPTS", "").strip()
-                          or "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"),
+        broker_java_opts=env.get("LABKIT_BROKER_JAVA_OPTS", "").strip() or SHORT_LIVED_JVM,
         spark_master=env.get("LABKIT_SPARK_MASTER", "").strip() or "local[2,4]",
         spark_memory=env.get("LABKIT_SPARK_MEMORY", "").strip() or "1g",
         spark_server_memory=env.get("LABKIT_SPARK_SERVER_MEMORY", "").strip() or "2g",
         spark_jars=env.get("LABKIT_SPARK_JARS", "").strip(),
-        spark_java_opts=(env.get("LABKIT_SPARK_JAVA_OPTS", "").strip()
-                         or "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"),
+        spark_java_opts=env.get("LABKIT_SPARK_JAVA_OPTS", "").strip() or SHORT_LIVED_JVM,
         spark_remote_set=env.get(SPARK_REMOTE, "").strip(),
         pg_dsn=env.get("LABKIT_PG_DSN", "").strip(),
         widgets=env.get("LABKIT_WIDGETS", "").strip().lower(),

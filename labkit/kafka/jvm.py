@@ -160,7 +160,7 @@ def streams_app(*args: str) -> list[str]:
 
     java = check_java()
     resolve("streams")
-    return [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+    return [java, "-Xmx256m", *settings.SHORT_LIVED_JVM.split(),
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             # a classpath wildcard (expanded by java itself) keeps the command readable
             "-cp", str(jar_dir("streams") / "*"),
