@@ -18,9 +18,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
-	@# --no-compile: byte-compiling all of pyspark and jupyter took 44 of the install's 79 s;
-	@# Python compiles what is imported, once, on first use
-	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 setup: $(STAMP)
