@@ -38,7 +38,8 @@ def pom_file() -> Path:
 
 
 def cache_dir() -> Path:
-    """Maven repository and copied jars; gitignored, reused by later runs."""
+    """The copied jars, startup archives and app environments; gitignored, reused by later
+    runs (the Maven repository itself is Maven's own, ~/.m2)."""
     return settings.current().cache or project_root() / ".cache"
 
 

@@ -53,7 +53,7 @@ class Settings:
     namespace_set: str             # LABKIT_NAMESPACE as written ("" when unset)
     # where things are kept
     project: Path | None           # LABKIT_PROJECT: the checkout (found automatically)
-    cache: Path | None             # LABKIT_CACHE: Maven repository and jars
+    cache: Path | None             # LABKIT_CACHE: jars, startup archives, app envs
     home: Path | None              # LABKIT_HOME: running clusters, logs, state
     # the JVMs the lab starts
     java: str                      # LABKIT_JAVA: the java binary ("" = JAVA_HOME / PATH)

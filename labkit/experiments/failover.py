@@ -182,7 +182,6 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
         wait_until_replicated(lab, topic, len(first))
         step(f"{len(first)} records written, copied to all 3", LEADER)
         with lab.frozen(*FOLLOWERS):
-            frozen_at = time.monotonic()
             if out_of_sync:
                 wait_until(lambda: replica_state(lab, topic, LEADER).isr == (LEADER,),
                       "the leader to drop the frozen followers from the ISR",
@@ -193,6 +192,7 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
                 # not after it: frozen followers send the controller no heartbeat, and once
                 # broker.session.timeout.ms (4 s) has passed they are fenced and leave the
                 # ISR. A CI run under load got there before the kill (03b: "election: none").
+                frozen_at = time.monotonic()
                 step("followers frozen (still in the ISR)", LEADER)
                 time.sleep(max(0.0, SETTLE_S - (time.monotonic() - frozen_at)))
             for rec in second:
