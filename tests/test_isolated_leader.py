@@ -126,7 +126,9 @@ def test_acks_all_with_min_insync_2_acknowledges_nothing_during_the_split(partit
     timed_out = sum(run.not_acknowledged.values())
     assert timed_out > 0 and timed_out + run.acknowledged_during_split == DURING_SPLIT, \
         run.summary()
-    assert run.acknowledged == RECORDS - timed_out == run.in_log, run.summary()
+    assert run.acknowledged == RECORDS - timed_out, run.summary()
+    # a timed-out record is not a "no": broker 2 may have written it after all (a CI run
+    # found one in the log), so only the acknowledged ones are owed
     assert run.lost_acknowledged == 0 and run.report.lost == 0, run.summary()
     assert set(run.old_leader_process) == {"running"}, run.timeline()
 

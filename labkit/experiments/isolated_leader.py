@@ -23,7 +23,10 @@ The experiment, on real brokers whose links to each other go through cuttable fo
 6. The audit reads the partition back: an id the producer was told was written and that is
    not there is ``lost_acknowledged``. With acks=1 that is every record written during the
    split (the design fixes it: ``records - records // 2``, all acknowledged by broker 1);
-   with acks=all and min.insync.replicas=2, none.
+   with acks=all and min.insync.replicas=2, none. A record that timed out is not known to
+   be missing: the new leader may have written it. And librdkafka's idempotence holds
+   within one producer epoch only: a record timing out in flight starts a new one, and the
+   records resent after it can be written twice (seen once: 7 duplicates).
 
 Which broker acknowledged a record: the partition's leader in the producer's own metadata
 (librdkafka's statistics, every 100 ms) when its acknowledgement arrived; a producer sends
