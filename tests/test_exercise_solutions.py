@@ -16,6 +16,8 @@ from tests.solution_code import SOLVED, UNSOLVED, checks_in_place, exercise_indi
 # Their check comes cells after the exercise, so nbval runs them as shipped (the cells in
 # between show the unsolved run): their solution runs here, in a notebook of its own.
 CHECKED_LATER = [n for n in NAMES if not checks_in_place(read(n))]
+# what its verdict must also say (the capstone's: every experiment it ran was exact)
+VERDICT_SAYS = {"10_capstone": "all 7 experiments audited exactly-once"}
 EXECUTE = """
 import sys, nbformat
 from nbclient import NotebookClient
@@ -54,4 +56,5 @@ def test_the_solved_notebook_passes_its_check(name):
     nb = nbformat.reads(out.stdout, as_version=4)
     text = "".join(all_output_text(c) for c in nb.cells if c.cell_type == "code")
     assert SOLVED in text, f"{name}: no '{SOLVED}' verdict:\n{text[-2000:]}"
+    assert VERDICT_SAYS[name] in text, text[-2000:]
     assert UNSOLVED not in text
