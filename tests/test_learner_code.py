@@ -104,3 +104,13 @@ def test_an_edited_copy_is_a_function_the_lab_can_send_and_its_diff_is_the_edit(
                                                  "     return bootstrap + step"]
     with pytest.raises(LearnerCodeError, match="occurs 0 times"):
         edited(app, "nope", {"step = 3": "step = 4"})
+
+
+def test_06s_metadata_function_asking_for_what_the_lab_lacks_is_refused_before_anything_runs(cluster):
+    from labkit import experiments
+
+    def metadata(consumer, generation):  # the lab gives consumer, bootstrap and group_id
+        return consumer.consumer_group_metadata()
+
+    with pytest.raises(LearnerCodeError, match="provides: bootstrap, consumer, group_id"):
+        experiments.run("zombie-rebalance", pipeline=metadata, cluster=cluster.bootstrap)

@@ -2,13 +2,19 @@
 group gives its partition to another instance, then woken to commit (KIP-447's fencing).
 
     run = experiments.run("zombie-rebalance", fencing="group")   # -> ZombieRun
+    run = experiments.run("zombie-rebalance", pipeline=my_metadata)  # the learner's line
     run.zombie_error        # what the group coordinator told the woken instance
+
+``pipeline=`` is the learner's function ``(consumer, bootstrap, group_id)`` that returns
+the group metadata the offsets carry into the transaction (notebook 06 §5): the one line
+that decides whether the woken instance can be fenced. It runs in both instances.
 """
 from __future__ import annotations
 
 import json
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from labkit.checking import audit, history, timeline
@@ -19,11 +25,12 @@ from labkit.faults.runner import run_zombie
 from labkit.kafka import names as namespace
 from labkit.kafka import topics
 from labkit.paths import lab_home
-from labkit.pipelines import ctp, data
+from labkit.pipelines import ctp, data, learner
 from labkit.pipelines.group import GROUP_PROTOCOLS, check_group_protocol
 
 ZOMBIE = "zombie-rebalance"
 FENCING_MODES = ctp.FENCING_MODES
+METADATA_ARGS = {"consumer", "bootstrap", "group_id"}  # what the learner's function may ask for
 
 
 @dataclass
@@ -50,7 +57,7 @@ class ZombieRun:
 
 def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: str = "group",
                      records: int = 40, group_protocol: str = "classic",
-                     keep_topics: bool = True) -> ZombieRun:
+                     keep_topics: bool = True, metadata: Callable | None = None) -> ZombieRun:
     """Instance A reads a batch and writes its output inside a transaction, then freezes
     (SIGSTOP) before sending its offsets. B joins; once A's session times out the group gives
     B the partition, and B processes everything, A's batch included. Then A wakes up and
@@ -59,7 +66,8 @@ def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: s
     ``fencing="group"``: A's offsets carry its group generation; the broker refuses them
     (KIP-447), A aborts, nothing is duplicated. ``fencing="none"``: the offsets carry the
     group id only (the pre-KIP-447 pattern); A's commit succeeds and its batch is duplicated.
-    ``keep_topics=False`` deletes its topics at the end.
+    ``keep_topics=False`` deletes its topics at the end. ``metadata``: the learner's
+    function in place of ``fencing`` (its name is the run's ``fencing``).
     """
     if guarantee != "exactly_once":
         raise ValueError(f"{ZOMBIE} is an exactly_once experiment (zombie fencing); "
@@ -68,6 +76,12 @@ def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: s
         raise ValueError(f"unknown fencing {fencing!r}; choose one of {', '.join(FENCING_MODES)}")
     check_group_protocol(group_protocol)
     check_records(records)
+    learned = {}
+    if metadata is not None:
+        learner.check_parameters(metadata, METADATA_ARGS)
+        learned = {"metadata_code": learner.code_of(metadata),
+                   "metadata_function": metadata.__name__}
+        fencing = metadata.__name__
     base = namespace.qualify(f"zombie-{fencing}-{uuid.uuid4().hex[:8]}")  # as in scenarios.run_detailed
     names_ = {"input": f"{base}-in", "output": f"{base}-out"}
     workdir = lab_home() / "runs" / base
@@ -75,8 +89,8 @@ def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: s
     inputs = data.generate(records)
     common = {"bootstrap": bootstrap, "input_topic": names_["input"],
               "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
-              "batch_size": batch_size(records), "fencing": fencing,
-              "group_protocol": group_protocol}
+              "batch_size": batch_size(records), "group_protocol": group_protocol,
+              **({"fencing": fencing} if metadata is None else learned)}
     history_file = workdir / "history.jsonl"
     try:
         data.load_into_topic(bootstrap, names_["input"], inputs)
@@ -99,7 +113,7 @@ def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: s
 
 
 def _run(context, **options) -> ZombieRun:
-    return zombie_rebalance(context.bootstrap, **options)
+    return zombie_rebalance(context.bootstrap, **options, metadata=context.pipeline)
 
 
 def _text(run: ZombieRun) -> str:
@@ -108,7 +122,8 @@ def _text(run: ZombieRun) -> str:
 
 register(Experiment(
     ZOMBIE, "an instance frozen mid-transaction wakes up after a rebalance: is it fenced?",
-    _run, where="lab", text=_text, options=(
+    _run, where="lab", text=_text,
+    pipeline="the function that gives the group metadata the offsets carry", options=(
         Option("guarantee", "exactly_once", "exactly_once only (zombie fencing)",
                ("exactly_once",), short="-g"),
         Option("fencing", "group", "the offsets carry the group metadata (KIP-447) or the "

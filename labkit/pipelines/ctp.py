@@ -17,6 +17,8 @@ Kafka transaction cannot take that write back, so a crash before the commit repe
 ``lookup=path`` screens each batch with the review threshold read from that table when the
 batch is processed (labkit.pipelines.lookup): a transform that is not deterministic across a
 replay when the table changes in between (labkit.experiments.nondeterminism).
+``metadata_code`` is a learner's cell defining ``metadata_function(consumer, bootstrap,
+group_id)``, whose result goes with the offsets into the transaction (notebook 06).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from contextlib import closing
 from confluent_kafka import Message
 
 from labkit.kafka import names
-from labkit.pipelines import consumer as ledger
+from labkit.pipelines import consumer as ledger, learner
 from labkit.pipelines.common import (PIPELINE_TUNING, commit, next_offsets, produce_in_halves,
                                      record_of)
 from labkit.pipelines.group import GroupInput, first_start, bare_group_metadata, run_batches
@@ -55,7 +57,8 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
         offset_delta: int = 1, side_effect_db: str | None = None,
         group_protocol: str = "classic", instance_id: str | None = None,
         fencing: str = "group", max_batches: int | None = None, group_size: int = 1,
-        lookup: str | None = None) -> None:
+        lookup: str | None = None, metadata_code: str | None = None,
+        metadata_function: str = "") -> None:
     """Transform ``input_topic`` into ``output_topic`` until the input's end.
 
     ``instance_id`` makes this instance a static group member; ``fencing="none"`` sends the
@@ -72,6 +75,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
         offsets = "in-transaction"  # no transaction to be outside of: the guarantee's own place
     out = g.open_output(bootstrap, transactional_id, PIPELINE_TUNING)  # fences a predecessor first
     bare = bare_group_metadata(bootstrap, group_id) if fencing == "none" else None
+    metadata_of = learner.load(metadata_code, metadata_function) if metadata_code else None
     side_db = ledger.connect(side_effect_db) if side_effect_db else None
     done = 0
 
@@ -81,7 +85,10 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str,
         def process(batch: list[Message]) -> None:
             nonlocal done
             positions = next_offsets(batch, offset_delta)
-            read_in = bare or source.consumer.consumer_group_metadata()  # before anything polls
+            # before anything polls
+            read_in = (learner.call(metadata_of, consumer=source.consumer, bootstrap=bootstrap,
+                                    group_id=group_id) if metadata_of else
+                       bare or source.consumer.consumer_group_metadata())
             if side_db is not None:
                 for msg in batch:  # autocommit: each write is final at once, whatever Kafka does
                     ledger.insert(side_db, msg)

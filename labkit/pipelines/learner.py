@@ -55,17 +55,25 @@ def load(code: str, function: str) -> Callable:
     return target
 
 
-def call(target: Callable, **settings: object) -> object:
-    """Call ``target`` with the ``settings`` it names, only those its parameters ask for; a
-    parameter without a default that the lab does not provide is an error that lists what
-    it does provide."""
+def check_parameters(target: Callable, provided: set[str]) -> None:
+    """A LearnerCodeError, before anything runs, for a parameter without a default that the
+    lab does not provide; the message lists what it does provide."""
+    if not callable(target):
+        raise LearnerCodeError(f"{target!r} is not a function: pass the function itself")
     wanted = inspect.signature(target).parameters
-    missing = [name for name, p in wanted.items() if name not in settings
+    missing = [name for name, p in wanted.items() if name not in provided
                and p.default is inspect.Parameter.empty
                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if missing:
         raise LearnerCodeError(f"{target.__name__}() asks for {missing}, which the lab does not "
-                               f"provide; it provides: {', '.join(sorted(settings))}")
+                               f"provide; it provides: {', '.join(sorted(provided))}")
+
+
+def call(target: Callable, **settings: object) -> object:
+    """Call ``target`` with the ``settings`` it names, only those its parameters ask for
+    (``check_parameters`` first)."""
+    check_parameters(target, set(settings))
+    wanted = inspect.signature(target).parameters
     takes_all = any(p.kind is p.VAR_KEYWORD for p in wanted.values())
     return target(**{k: v for k, v in settings.items() if takes_all or k in wanted})
 
