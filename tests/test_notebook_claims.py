@@ -36,6 +36,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
     "03_idempotent_producer": [
         ("confluent-kafka with default settings", "producer id: -1"),
         ('"records in the log"', "records in the log"),
+        ("pipeline=produce_payments_idempotently", "lost=0 duplicated=0"),
+        ("print(diff(produce_payments", '+        "enable.idempotence": True'),
         ("producer ids in the log", "base sequences: [0, 5, 10, 15, 20, 25, 30, 35]"),
         ("def send_payments", "idempotent=False: produced=20 delivered_unique=20 lost=0 duplicated=0 reordered=2"),
         ("def send_payments", "idempotent=True: produced=20 delivered_unique=20 lost=0 duplicated=0 reordered=0"),

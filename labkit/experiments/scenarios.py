@@ -186,11 +186,10 @@ def run_detailed(name: str, bootstrap: str, guarantee: str, crash_at: str | None
     instead of the scenario's own pipeline (``labkit.pipelines.learner``): it gets the
     scenario's settings it names as parameters (``bootstrap``, ``input_topic``, ``output_topic``,
     ``group_id``, ``transactional_id``, ``instance_id``, ``batch_size``; the consumer's sink:
-    ``db_path`` and ``sink_table``, the SQLite file and table the audit reads), and
+    ``db_path`` and ``sink_table``, the SQLite file and table the audit reads; the producer's
+    source: ``records``, the list of payments to write), and
     its ``crash_point(...)`` calls are where ``crash_at`` kills it. The audit is the same."""
     scenario = _scenario(name)
-    if code is not None and not scenario.reads_input:
-        raise ValueError(f"code= replaces a pipeline that reads an input topic, not {name!r}")
     check_guarantee(guarantee)
     _instances(scenario, instances, partitions, crash_instance)
     check_group_protocol(group_protocol)
@@ -442,7 +441,7 @@ def _registered(scenario: Scenario) -> Experiment:
         _fault(fault)
 
     return Experiment(scenario.name, scenario.description, body, OPTIONS, check=check,
-                      pipeline="the worker's function" if scenario.reads_input else "",
+                      pipeline="the worker's function",
                       crash_points=lambda guarantee=None: crash_points(scenario.name, guarantee))
 
 
