@@ -185,6 +185,11 @@ def _span(low: pd.Series, high: pd.Series, spec: str) -> pd.Series:
     return pd.Series([f"{a:{spec}} to {b:{spec}}" for a, b in zip(low, high)], index=low.index)
 
 
+def _shown(values: pd.Series, spec: str) -> pd.Series:
+    """Each number formatted with ``spec``; blank where there is none (a baseline's row)."""
+    return values.map(lambda v: "" if pd.isna(v) else f"{v:{spec}}")
+
+
 def _with(main: pd.Series, aside: pd.Series, spec: str) -> pd.Series:
     """"main (aside)" per row: two numbers a reader compares, in one column."""
     return pd.Series([f"{a:{spec}} ({b})" if pd.notna(a) else "" for a, b in zip(main, aside)],
@@ -211,11 +216,11 @@ def guarantees_view(summary: pd.DataFrame) -> pd.DataFrame:
 
 def grid_view(grid_table: pd.DataFrame) -> pd.DataFrame:
     """``summarize_grid(grid)`` as a reader's table: four columns with plain names."""
-    flush = grid_table["flush_ms_per_commit"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
     return pd.DataFrame({
         "records/s": grid_table["records_per_s"].round().astype(int),
         "vs at_least_once % (middle half)": _vs_baseline(grid_table),
-        "committing %": grid_table["commit_wait_pct"].map(
-            lambda v: "" if pd.isna(v) else f"{v:.1f}"),
-        "ms per commit (of it flush)": _with(grid_table["ms_per_commit"], flush, ".1f"),
+        "committing %": _shown(grid_table["commit_wait_pct"], ".1f"),
+        "ms per commit (of it flush)": _with(grid_table["ms_per_commit"],
+                                             _shown(grid_table["flush_ms_per_commit"], ".1f"),
+                                             ".1f"),
     })

@@ -76,11 +76,11 @@ def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: s
         raise ValueError(f"unknown fencing {fencing!r}; choose one of {', '.join(FENCING_MODES)}")
     check_group_protocol(group_protocol)
     check_records(records)
-    learned = {}
+    offsets_carry = {"fencing": fencing}  # what ctp.run sends with the offsets
     if metadata is not None:
         learner.check_parameters(metadata, METADATA_ARGS)
-        learned = {"metadata_code": learner.code_of(metadata),
-                   "metadata_function": metadata.__name__}
+        offsets_carry = {"metadata_code": learner.code_of(metadata),
+                         "metadata_function": metadata.__name__}
         fencing = metadata.__name__
     base = namespace.qualify(f"zombie-{fencing}-{uuid.uuid4().hex[:8]}")  # as in scenarios.run_detailed
     names_ = {"input": f"{base}-in", "output": f"{base}-out"}
@@ -90,7 +90,7 @@ def zombie_rebalance(bootstrap: str, guarantee: str = "exactly_once", fencing: s
     common = {"bootstrap": bootstrap, "input_topic": names_["input"],
               "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
               "batch_size": batch_size(records), "group_protocol": group_protocol,
-              **({"fencing": fencing} if metadata is None else learned)}
+              **offsets_carry}
     history_file = workdir / "history.jsonl"
     try:
         data.load_into_topic(bootstrap, names_["input"], inputs)
