@@ -216,10 +216,31 @@ def _output_text(outputs) -> str:
 
 
 try:
+    import nbval.kernel
+    from jupyter_client.manager import KernelManager
     from nbval.plugin import IPyNbCell, IPyNbFile
 except ImportError:  # nbval is a dev dependency; without it there is nothing to swap
     IPyNbFile = None
 else:
+    class UnixSocketKernelManager(KernelManager):
+        """A kernel that talks to nbval over Unix sockets in a directory of its own.
+
+        Over TCP (the default), jupyter_client picks five free ports and lets them go before
+        the kernel binds them. The suite's brokers, proxies and Spark drivers open ports all
+        the time, and a port taken in between kills the kernel at start: a fresh-clone run
+        lost notebook 11 to "Kernel died before replying to kernel_info" (nbval discards the
+        kernel's stderr, so the port is the likely cause, not a proven one). A socket path
+        that nobody else uses cannot be taken."""
+
+        sockets = tempfile.TemporaryDirectory(prefix="nbval-kernels-")  # gone at exit
+
+        def __init__(self, **kwargs):
+            kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("ip", os.path.join(self.sockets.name, uuid.uuid4().hex[:8]))
+            super().__init__(**kwargs)
+
+    nbval.kernel.KernelManager = UnixSocketKernelManager
+
     class SolvedExerciseCell(IPyNbCell):
         """An exercise cell run with its solution: its check must say "Well done" (its stored,
         unsolved output is not compared)."""
