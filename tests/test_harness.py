@@ -223,12 +223,15 @@ def test_counts_are_compared_with_a_recount_of_the_input(cluster, tmp_path, kill
 
 def test_a_network_fault_between_the_app_and_the_broker(cluster):
     # The 2nd Produce reaches the log but its ack is dropped: the app's producer retries,
-    # and its idempotence (transactions imply it) keeps the log free of the copy.
-    result = harness.torture(EXACT, input=100, kills=1, seed=5, fault="drop-ack:produce:2",
+    # and its idempotence (transactions imply it) keeps the log free of the copy. No kill
+    # beside it: a kill while that Produce is on its way closes the app's connection before
+    # the broker answers, leaving the proxy no answer to drop (the fault then never happens).
+    result = harness.torture(EXACT, input=100, kills=0, seed=5, fault="drop-ack:produce:2",
                              cluster=cluster)
     assert result.report.fault == "drop-ack:produce:2"
     assert result.fault_stats["responses_dropped"] == 1  # the fault did fire
-    assert (result.kills, result.verdict) == (1, "exactly once"), result.summary()
+    assert result.fault_stats["requests"]["Produce"] >= 5  # 100 records, 20 per transaction
+    assert (result.kills, result.verdict) == (0, "exactly once"), result.summary()
 
 
 def test_a_bad_fault_spec_lists_the_forms():

@@ -140,14 +140,17 @@ def test_torture_apps_on_the_secure_lab(secure_lab):
     # of the Python app, whose side is then plaintext.
     python_app = harness.torture(PYTHON_APP, input=200, kills=2, seed=1, cluster=secure_lab)
     copier = harness.torture(COPIER, input=300, kills=1, seed=1, cluster=secure_lab)
-    faulted = harness.torture(PYTHON_APP, input=100, kills=1, seed=1, cluster=secure_lab,
+    # No kill in the faulted run: a kill landing while the 3rd Produce is on its way takes the
+    # app's connection down before the broker's answer reaches the proxy, so there is no
+    # answer left to drop (CI saw responses_dropped 0 once). The other two runs kill.
+    faulted = harness.torture(PYTHON_APP, input=100, kills=0, seed=1, cluster=secure_lab,
                               fault="drop-ack:produce:3")
     for result in (python_app, copier, faulted):
         r = result.report
         assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == \
             (r.produced, r.produced, 0, 0), result.summary()
         assert result.verdict == "exactly once", result.summary()
-    assert (python_app.kills, copier.kills, faulted.kills) == (2, 1, 1)
+    assert (python_app.kills, copier.kills, faulted.kills) == (2, 1, 0)
     assert faulted.fault_stats["responses_dropped"] == 1
 
 
