@@ -40,3 +40,18 @@ def is_compared(cell) -> bool:
     tags = cell.get("metadata", {}).get("tags", [])
     return (not any(m in cell.source for m in UNCOMPARED_MARKS)
             and not any(t in tags for t in UNCOMPARED_TAGS))
+
+
+def as_cell(source: str, function: str):
+    """``function`` defined by ``source`` as a notebook cell defines it (the lab sends the
+    whole cell; only its definitions run here, as in the worker)."""
+    import uuid
+
+    from labkit.pipelines.learner import from_text
+
+    return from_text(source, function, f"<cell-{uuid.uuid4().hex[:8]}>")
+
+
+def edited(source: str, old: str, new: str) -> str:
+    assert old in source, f"the notebook's code no longer contains {old!r}"
+    return source.replace(old, new)

@@ -47,12 +47,7 @@ def definitions(code: str) -> ast.Module:
 def load(code: str, function: str) -> Callable:
     """Execute the definitions of ``code`` (a cell's text) and return its function named
     ``function``."""
-    namespace: dict[str, object] = {"__name__": "learner_code"}
-    exec(compile(definitions(code), f"<{function}>", "exec"), namespace)
-    target = namespace.get(function)
-    if not callable(target):
-        raise LearnerCodeError(f"the code defines no function named {function!r}")
-    return target
+    return _define(code, function, f"<{function}>")
 
 
 def check_parameters(target: Callable, provided: set[str]) -> None:
@@ -96,11 +91,24 @@ def edited(function: Callable, name: str, changes: dict[str, str]) -> Callable:
                                    f"{function.__name__}, not once")
         code = code.replace(old, new)
     code = code.replace(f"def {function.__name__}(", f"def {name}(", 1)
-    filename = f"<edited {name}>"
+    return from_text(code, name, f"<edited {name}>")
+
+
+def from_text(code: str, function: str, filename: str) -> Callable:
+    """``function`` defined by ``code`` as a notebook cell defines it: the text is kept in
+    ``linecache`` under ``filename`` (IPython does the same for each cell), so ``code_of``
+    finds the whole cell; only its definitions run (an exercise cell ends by calling its check)."""
     linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    return _define(code, function, filename)
+
+
+def _define(code: str, function: str, filename: str) -> Callable:
     namespace: dict[str, object] = {"__name__": "learner_code"}
     exec(compile(definitions(code), filename, "exec"), namespace)
-    return namespace[name]
+    target = namespace.get(function)
+    if not callable(target):
+        raise LearnerCodeError(f"the code defines no function named {function!r}")
+    return target
 
 
 def diff(before: Callable, after: Callable) -> str:
