@@ -1,4 +1,4 @@
-"""The sink functions 08a, 08b and 08c show are the code their crash experiments run.
+"""The sink, query and transform functions 08a-08d show are the code their crash experiments run.
 
 Each test takes the cell that defines a notebook's foreachBatch function, changes one thing
 in it, and runs the notebook's experiment with the changed function (from a module file, as
@@ -9,14 +9,11 @@ own sink.
 """
 from __future__ import annotations
 
-import linecache
-import uuid
-
 import pytest
 
-from tests.notebook_cells import compared_text, read
-from labkit.pipelines.learner import definitions
+from tests.notebook_cells import as_cell as load, compared_text, edited, read
 from labkit import experiments
+from labkit.pipelines.learner import LearnerCodeError
 
 pytestmark = pytest.mark.spark
 
@@ -33,22 +30,6 @@ def shown_audit(notebook: str, call: str) -> str:
     """The stored output of the notebook's cell that runs ``call`` (as nbval compares it)."""
     (cell,) = [c for c in read(notebook).cells if c.cell_type == "code" and call in c.source]
     return compared_text(cell)
-
-
-def load(source: str, function: str):
-    """``function`` defined by ``source`` as a notebook cell defines it: the text is kept in
-    linecache under a name of its own (IPython does the same), so the lab sends the whole
-    cell; only its definitions run here, as in the worker (an exercise cell calls its check)."""
-    filename = f"<cell-{uuid.uuid4().hex[:8]}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict = {}
-    exec(compile(definitions(source), filename, "exec"), namespace)
-    return namespace[function]
-
-
-def edited(source: str, old: str, new: str) -> str:
-    assert old in source, f"the notebook's sink no longer contains {old!r}"
-    return source.replace(old, new)
 
 
 def test_08a_a_naive_sink_that_drops_half_of_each_batch_loses_it(bootstrap, tmp_path):
@@ -113,3 +94,88 @@ def test_08a_exercise_2_as_shipped_gets_a_hint_and_a_changed_but_wrong_sink_is_c
     verdict = check_my_sink(changed, bootstrap)
     assert not verdict.passed and "refused the replay" in verdict.message, verdict.message
     assert "Not yet" in str(check_my_sink(None, bootstrap))
+
+
+def test_08a_the_query_on_screen_sets_what_a_replay_rewrites(bootstrap, tmp_path):
+    """08a's query is a cell too: with up to 30 records per micro-batch instead of 20, the
+    batch replayed after the crash (batch 1) is larger than the 20 the notebook shows, and the
+    naive sink duplicates exactly its rows. (Spark splits the 30 over the two partitions by
+    their backlog and rounds, so the batch need not be exactly 30: 29 here.)"""
+    notebook = "08a_spark_checkpoints_and_sinks"
+    assert "duplicated=20" in shown_audit(notebook, "print(naive.report.summary())")
+    query = edited(sink_cell(notebook, "payments_query"), '.option("maxOffsetsPerTrigger", 20)',
+                   '.option("maxOffsetsPerTrigger", 30)')
+    exp = experiments.run("spark-naive", cluster=bootstrap, guarantee="at_least_once",
+                          crash_at=CRASH_AT, records=60, workdir=tmp_path / "run",
+                          pipeline=load(sink_cell(notebook, "naive_sink"), "naive_sink"),
+                          query=load(query, "payments_query"))
+    r = exp.report
+    (replayed,) = exp.run.timeline.query("replay")["rows"]
+    assert (r.produced, r.lost, r.duplicated) == (60, 0, replayed), r.summary()
+    assert 20 < replayed <= 30
+
+
+def test_a_query_that_is_never_started_is_refused_with_what_to_change(bootstrap, tmp_path):
+    notebook = "08a_spark_checkpoints_and_sinks"
+    query = edited(sink_cell(notebook, "payments_query"), ".start())", ")")
+    with pytest.raises(Exception, match=r"not a started query: end it with \.start\(\)"):
+        experiments.run("spark-naive", cluster=bootstrap, guarantee="at_least_once",
+                        crash_at=None, records=60, workdir=tmp_path / "run",
+                        query=load(query, "payments_query"), spare=False)
+
+
+def test_a_query_asking_for_what_the_lab_does_not_pass_is_refused_before_spark_runs(bootstrap):
+    def payments_query(spark, bootstrap_servers, sink):
+        return None
+
+    with pytest.raises(ValueError, match=r"asks for \['bootstrap_servers'\].*provides: checkpoint"):
+        experiments.run("spark-naive", cluster=bootstrap, guarantee="at_least_once",
+                        crash_at=None, records=60, query=payments_query)
+
+
+def test_a_query_that_drops_a_column_the_audit_reads_is_refused_with_the_columns(bootstrap,
+                                                                                   tmp_path):
+    notebook = "08a_spark_checkpoints_and_sinks"
+    query = edited(sink_cell(notebook, "payments_query"), '"topic", "partition", "offset"))',
+                   '"topic", "partition"))')
+    with pytest.raises(Exception, match=r"the query's rows lack \['offset'\]"):
+        experiments.run("spark-naive", cluster=bootstrap, guarantee="at_least_once",
+                        crash_at=None, records=60, workdir=tmp_path / "run",
+                        query=load(query, "payments_query"), spare=False)
+
+
+def test_08b_the_query_on_screen_decides_the_isolation(bootstrap, tmp_path):
+    """08b's read_committed fix is a line of the learner's query: without it the same
+    scenario, whose lab query would read committed, shows the aborted payments."""
+    notebook = "08b_spark_kafka_in_and_out"
+    assert "aborted_visible=0" in shown_audit(notebook, "print(exact.report.summary())")
+    exp = experiments.run("spark-txn-input", cluster=bootstrap, guarantee="exactly_once",
+                          crash_at=None, records=60, workdir=tmp_path / "run", spare=False,
+                          query=load(sink_cell(notebook, "ledger_query"), "ledger_query"))
+    assert exp.report.aborted_visible == 20 and exp.job.source_options == {}, exp.report.summary()
+    with pytest.raises(ValueError, match="set them there"):
+        experiments.run("spark-txn-input", cluster=bootstrap, guarantee="exactly_once",
+                        records=60, query=load(sink_cell(notebook, "ledger_query"), "ledger_query"),
+                        source_options={"kafka.isolation.level": "read_committed"})
+
+
+def test_08d_the_transform_on_screen_decides_what_the_replay_writes(bootstrap, tmp_path):
+    """08d's upsert mixes two attempts because `review` looks the threshold up when the batch
+    is processed; the same cell with the threshold fixed in its code (the same answer on
+    every attempt) leaves one processing."""
+    notebook = "08d_spark_replay_that_computes_something_else"
+    assert "matches NO single processing" in shown_audit(notebook, "print(upsert.summary())")
+    source = edited(sink_cell(notebook, "review"),
+                    "version, cents = current_threshold(threshold_table)",
+                    'version, cents = "v1", 50_000')
+    exp = experiments.run("spark-replay", cluster=bootstrap, sink="idempotent", records=30,
+                          workdir=tmp_path / "run", spare=False, pipeline=load(source, "review"))
+    assert exp.mixed.valid and len(exp.output) == 30, exp.summary()
+
+
+def test_a_transform_asking_for_what_the_lab_does_not_pass_is_refused_before_spark_runs(bootstrap):
+    def review(rows, lookup_url):
+        return rows
+
+    with pytest.raises(LearnerCodeError, match="threshold_table"):
+        experiments.run("spark-replay", cluster=bootstrap, sink="idempotent", pipeline=review)

@@ -5,7 +5,8 @@ killed at a crash point and restarted from its checkpoint, the sink audited.
                           crash_at="spark-after-sink-before-commit", pipeline=my_sink)
 
 ``pipeline`` is a learner's ``foreachBatch`` function (its cell's text runs in the Spark
-driver); without it the scenario's own sink runs. What each scenario's sink does:
+driver); without it the scenario's own sink runs. ``query=`` is a learner's function that
+builds and starts the query itself (``labkit.spark.scenarios.experiment``). What each scenario's sink does:
 ``labkit.spark.scenarios``.
 """
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _registered(name: str, guarantees: dict[str, str]) -> Experiment:
             Option("source_options", None, "the Kafka source's options", kind=dict, cli=False),
             Option("workdir", None, "where the checkpoint and tables go", cli=False),
             Option("on_event", None, "called with each batch event", kind=object, cli=False),
+            Option("query", None, "a learner's function that builds and starts the query",
+                   kind=object, cli=False),
         ))
 
 
@@ -65,8 +68,11 @@ for _name, _guarantees in PIPELINES.items():
 register(Experiment(
     "spark-replay", "Spark's sink crashed before its commit while the lookup changes: does "
     "the table match one processing?",
-    lambda context, sink, **options: replay.experiment(context.bootstrap, sink, **options),
-    group="Spark", stall_s=STALL_S, options=(
+    lambda context, sink, **options: replay.experiment(context.bootstrap, sink,
+                                                       transform=context.pipeline, **options),
+    group="Spark", stall_s=STALL_S,
+    pipeline="the transform of each micro-batch's rows (rows, threshold_table -> rows)",
+    options=(
         Option("sink", REQUIRED, " | ".join(replay.SINKS), replay.SINKS),
         Option("records", 60, "how many input records", kind=int, short="-n"),
         Option("spare", True, "start a spare Spark worker for the next run", kind=bool,

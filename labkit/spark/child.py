@@ -5,7 +5,8 @@ It reads one JSON job per line from JOBS_FD and answers with JSON event lines on
 (stdout/stderr belong to Spark's logging). Jobs:
 
 - ``stream``: a Structured Streaming query, Kafka source -> foreachBatch sink, run with
-  ``trigger(availableNow=True)`` until everything present at start is processed;
+  ``trigger(availableNow=True)`` until everything present at start is processed (the lab's
+  query, or a learner's function that builds and starts it: ``query_code``);
 - ``recount``: the batch recomputation (``spark.read.format("kafka")``) of counts per key;
 
 Both take ``source_options``, extra Kafka source options (``kafka.isolation.level``).
@@ -102,11 +103,22 @@ def _learner_sink(job: dict, spec: SinkSpec):
     return write
 
 
-def run_stream(spark, job: dict, send) -> dict:
+# The columns the lab's sinks and audit read from each micro-batch (a learner's query too)
+ROW_COLUMNS = ("id", "key", "value", "topic", "partition", "offset")
+# What a learner's functions may name, and so what this worker passes them: the query that
+# builds and starts the stream, and the transform of each batch's rows (scenarios and replay
+# check a learner's function against these before any Spark starts).
+QUERY_PROVIDES = frozenset({"spark", "kafka_options", "input_topic", "checkpoint",
+                            "starting_offsets", "sink"})
+TRANSFORM_PROVIDES = frozenset({"rows", "threshold_table"})
+# A learner's query left running (a trigger other than availableNow) is stopped after this.
+LEARNER_QUERY_BOUND_S = 180.0
+
+
+def _lab_query(spark, job: dict, stateful: bool, each_batch):
+    """The lab's own query: the Kafka source, the payment columns, ``foreachBatch``."""
     from pyspark.sql import functions as F
 
-    spec = SinkSpec(**job["sink"])
-    sink = _learner_sink(job, spec)
     reader = (spark.readStream.format("kafka")
               .options(**javaconfig.spark_options(job["bootstrap"]))  # + LABKIT_KAFKA_CONFIG
               .option("subscribe", job["topic"])
@@ -122,21 +134,85 @@ def run_stream(spark, job: dict, send) -> dict:
                          F.col("key").cast("string").alias("key"),
                          F.col("value").cast("string").alias("value"),
                          "topic", "partition", "offset")
-    stateful = spec.kind in STATEFUL_KINDS
     frame = records.groupBy("key").count() if stateful else records
+    return (frame.writeStream.queryName(job["query"])
+            .option("checkpointLocation", job["checkpoint"])
+            .outputMode("update" if stateful else "append")
+            .trigger(availableNow=True)
+            .foreachBatch(each_batch)
+            .start())
+
+
+def _learner_query(spark, job: dict, each_batch):
+    """The learner's query function (job["query_code"]), called with what it names of:
+    spark, kafka_options, input_topic, checkpoint, starting_offsets, sink (the lab's
+    foreachBatch: the learner's or the scenario's sink, with the crash points around it)."""
+    from pyspark.sql.streaming import StreamingQuery
+
+    from labkit.pipelines import learner
+
+    code = job["query_code"]
+    target = learner.load(code["code"], code["function"])
+    # Spark's group id prefix in the learner's namespace: a room's group ACLs cover it
+    options = {**javaconfig.spark_options(job["bootstrap"]),
+               "groupIdPrefix": names.group("spark-kafka-source")}
+    provided = {"spark": spark, "kafka_options": options, "input_topic": job["topic"],
+                "checkpoint": job["checkpoint"], "starting_offsets": job["starting_offsets"],
+                "sink": each_batch}
+    assert provided.keys() == QUERY_PROVIDES  # what scenarios.experiment checks the query for
+    query = learner.call(target, **provided)
+    if not isinstance(query, StreamingQuery):
+        raise learner.LearnerCodeError(
+            f"{code['function']}() returned {type(query).__name__}, not a started query: end "
+            "it with .start() and return what that gives")
+    return query
+
+
+def _lookup_transform(job: dict):
+    """What each batch's rows go through when processed, with the lookup table: the learner's
+    transform (job["transform_code"]) or the lab's ``apply_threshold``."""
+    from labkit.pipelines import learner
+    from labkit.pipelines.lookup import apply_threshold
+
+    code = job.get("transform_code")
+    if code is None:
+        return lambda rows: apply_threshold(job["lookup"], rows)
+    target = learner.load(code["code"], code["function"])
+
+    def learners(rows: list[dict]) -> list[dict]:
+        provided = {"rows": rows, "threshold_table": job["lookup"]}
+        assert provided.keys() == TRANSFORM_PROVIDES  # what replay.experiment checks it for
+        out = learner.call(target, **provided)
+        if not isinstance(out, list) or any(not isinstance(r, dict) for r in out):
+            raise learner.LearnerCodeError(
+                f"{code['function']}() returned {type(out).__name__}: return the list of rows "
+                "(dicts) to write, each with the columns it was given")
+        return out
+
+    return learners
+
+
+def run_stream(spark, job: dict, send) -> dict:
+    spec = SinkSpec(**job["sink"])
+    sink = _learner_sink(job, spec)
+    stateful = spec.kind in STATEFUL_KINDS
+    transform = _lookup_transform(job) if job.get("lookup") else None
     watcher = _CommitWatcher(job["checkpoint"])
     seen: list[int] = []
     t0 = time.monotonic()
 
     def each_batch(df, batch_id: int) -> None:
         watcher.wait()  # hold this batch until the previous batch's commit watch is over
+        if not stateful and (missing := [c for c in ROW_COLUMNS if c not in df.columns]):
+            from labkit.pipelines.learner import LearnerCodeError
+
+            raise LearnerCodeError(f"the query's rows lack {missing}: the sinks and the audit "
+                                   f"read {', '.join(ROW_COLUMNS)} (it has {df.columns})")
         started = time.monotonic()
         order = ["key"] if stateful else ["partition", "offset"]
         rows = [r.asDict() for r in df.orderBy(*order).collect()]
         if job.get("lookup"):  # the non-deterministic transform (labkit.spark.replay)
-            from labkit.pipelines.lookup import apply_threshold
-
-            rows = apply_threshold(job["lookup"], rows)
+            rows = transform(rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
               "t": round(started - t0, 3)})
         ranges = _batch_ranges(job, batch_id)
@@ -148,14 +224,19 @@ def run_stream(spark, job: dict, send) -> dict:
         crash_point("spark-after-sink-before-commit")
         watcher.watch(batch_id)
 
-    query = (frame.writeStream.queryName(job["query"])
-             .option("checkpointLocation", job["checkpoint"])
-             .outputMode("update" if stateful else "append")
-             .trigger(availableNow=True)
-             .foreachBatch(each_batch)
-             .start())
+    learners = bool(job.get("query_code"))
+    query = (_learner_query(spark, job, each_batch) if learners
+             else _lab_query(spark, job, stateful, each_batch))
     try:
-        query.awaitTermination()
+        if learners:  # bounded: a learner's trigger may never end by itself
+            if not query.awaitTermination(LEARNER_QUERY_BOUND_S):
+                query.stop()
+                raise RuntimeError(
+                    f"the query was still running after {LEARNER_QUERY_BOUND_S:.0f} s: the lab "
+                    "waits for it to end, so give it .trigger(availableNow=True) (everything "
+                    "there at the start, then stop)")
+        else:
+            query.awaitTermination()
     except BaseException:
         watcher.cancelled.set()
         raise

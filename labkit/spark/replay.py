@@ -36,12 +36,13 @@ from labkit.checking import checkers
 
 from labkit.kafka import names
 
-from labkit.pipelines import data
+from labkit.pipelines import data, learner
 from labkit.checking.audit import AuditReport, mixed_report
 from labkit.checking.checkers import Result
 from labkit.spark import check, tables
 from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
 from labkit.spark.db import default_url
+from labkit.spark.child import TRANSFORM_PROVIDES
 from labkit.spark.runner import StreamJob
 from labkit.spark.supervised import Run, run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
@@ -52,7 +53,12 @@ CRASH_AT, CRASH_HIT, BATCHES, PARTITIONS = "spark-after-sink-before-commit", 2, 
 
 def observed(output: pd.DataFrame) -> list[tuple[str, str]]:
     """(id, threshold version) of every output row, duplicates included."""
-    return [(i, json.loads(v)[VERSION_FIELD]) for i, v in zip(output["id"], output["value"])]
+    values = [json.loads(v) for v in output["value"]]
+    if untagged := [i for i, v in zip(output["id"], values) if VERSION_FIELD not in v]:
+        raise learner.LearnerCodeError(
+            f"{len(untagged)} rows were written without {VERSION_FIELD!r} in their value (e.g. "
+            f"{untagged[0]}): the audit reads it, so the transform must tag each row it keeps")
+    return [(i, v[VERSION_FIELD]) for i, v in zip(output["id"], values)]
 
 
 def audit(inputs: list[dict], output: pd.DataFrame) -> Result:
@@ -110,12 +116,21 @@ class ReplayExperiment:
 def experiment(bootstrap: str, sink: str, records: int = 60, *,
                workdir: str | Path | None = None,
                on_event: Callable[[dict], None] | None = None,
-               spare: bool = True) -> ReplayExperiment:
+               spare: bool = True,
+               transform: Callable[..., list[dict]] | None = None) -> ReplayExperiment:
     """Run the threshold pipeline into ``sink`` (one of SINKS), crash it
     between its sink and the commit log in the 2nd micro-batch, lower the threshold while it
-    is down, restart it, and audit the output for mixed attempts."""
+    is down, restart it, and audit the output for mixed attempts.
+
+    ``transform``: the learner's function for each micro-batch's rows (it may name ``rows``,
+    the batch's rows as dicts, and ``threshold_table``, the lookup's SQLite file) returning
+    the rows to write; without it, the lab's ``lookup.apply_threshold``."""
     if sink not in SINKS:
         raise ValueError(f"unknown sink {sink!r} for the replay experiment; valid: {', '.join(SINKS)}")
+    transform_code = None
+    if transform is not None:
+        learner.check_parameters(transform, TRANSFORM_PROVIDES)
+        transform_code = {"code": learner.code_of(transform), "function": transform.__name__}
     workdir = Path(workdir or tempfile.mkdtemp(prefix="labkit-replay-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
@@ -129,7 +144,8 @@ def experiment(bootstrap: str, sink: str, records: int = 60, *,
             else SinkSpec(sink, db_url=default_url(workdir), table=table))
     job = StreamJob(query=f"replay-{sink}", topic=topic, bootstrap=bootstrap,
                     checkpoint=str(workdir / "checkpoint"), sink=spec,
-                    max_offsets_per_trigger=math.ceil(records / BATCHES), lookup=lookup)
+                    max_offsets_per_trigger=math.ceil(records / BATCHES), lookup=lookup,
+                    transform_code=transform_code)
 
     def between(event: dict) -> None:
         if event.get("event") == "crashed":  # the query is down: risk ops edit the table

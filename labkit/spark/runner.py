@@ -67,6 +67,12 @@ class StreamJob:
     # cell that defines it, "function": its name} (labkit.pipelines.learner). The sink's
     # tables are still the lab's, so the audit reads the same columns.
     sink_code: dict[str, str] | None = None
+    # A learner's query function instead of the lab's query (same form as sink_code): it
+    # builds the Kafka source and starts the stream with the lab's foreachBatch (child.py).
+    query_code: dict[str, str] | None = None
+    # A learner's transform of each batch's rows, with the lookup (same form as sink_code):
+    # called as the lab's ``lookup.apply_threshold`` would be (child.py).
+    transform_code: dict[str, str] | None = None
 
     def message(self) -> dict:
         return {"op": "stream", **asdict(self)}  # asdict turns the nested SinkSpec into a dict too

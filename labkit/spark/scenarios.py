@@ -55,9 +55,10 @@ from labkit.kafka.inspect import describe_topic
 from labkit.pipelines import learner
 from labkit.spark import check, tables
 from labkit.spark.db import default_url
+from labkit.spark.child import QUERY_PROVIDES
 from labkit.spark.runner import SPARK_CRASH_POINTS, StreamJob, recount
 from labkit.spark.supervised import Run, run_until_done
-from labkit.spark.sinks import DELTA_KINDS, SinkSpec
+from labkit.spark.sinks import DELTA_KINDS, STATEFUL_KINDS, SinkSpec
 
 PIPELINES: dict[str, dict[str, str]] = {  # scenario -> guarantee -> sink kind
     "spark-naive": {"at_least_once": "naive"},
@@ -153,7 +154,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
                watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
                spare: bool = True,
                source_options: dict[str, str] | None = None,
-               sink: Callable | None = None) -> SparkExperiment:
+               sink: Callable | None = None,
+               query: Callable | None = None) -> SparkExperiment:
     """Run scenario ``name`` and audit it; keeps the checkpoint and database in ``workdir``.
 
     ``resume`` overrides where a restart starts: the transactional sink resumes from the
@@ -171,6 +173,13 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     stay where the worker and the function put them; the tables, the replay and the audit
     are the scenario's). It names what it needs among batch_df, batch_id, db_url, table,
     path, app_id, output_topic, kafka_options and ranges.
+
+    ``query`` is a learner's function that builds and starts the Structured Streaming query
+    (``spark.readStream.format("kafka")`` ... ``.foreachBatch(sink).start()``), run by the
+    worker in place of the lab's own. It names what it needs among spark, kafka_options,
+    input_topic, checkpoint, starting_offsets and sink (the lab's foreachBatch: the crash
+    points, the events, and the learner's or the scenario's sink); its rows must keep the
+    columns id, key, value, topic, partition, offset, which the sinks and the audit read.
     """
     kind = validate(name, guarantee, crash_at, records)
     sink_code = None
@@ -179,12 +188,25 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
             raise ValueError(f"{TASK_FAILURE} fails a task of the lab's own Kafka sink: run "
                              "it without sink=")
         sink_code = {"code": learner.code_of(sink), "function": sink.__name__}
+    query_code = None
+    if query is not None:
+        if kind in STATEFUL_KINDS:
+            raise ValueError(f"{name} counts per key with the lab's own query; run it without "
+                             "query=")
+        learner.check_parameters(query, QUERY_PROVIDES)
+        query_code = {"code": learner.code_of(query), "function": query.__name__}
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"labkit-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
     # In the learner's namespace (labkit.kafka.names): Spark's Kafka source and sink get these names.
     topic, out_topic = names.topic(f"{name}-{run_id}-in"), names.topic(f"{name}-{run_id}-out")
-    source_options = TXN_INPUT.get(name, {}) if source_options is None else source_options
+    if query_code is not None:  # the learner's query sets its own source options, on screen
+        if source_options:
+            raise ValueError("with query= the Kafka source's options are your query's: set "
+                             "them there (.option(...)), not in source_options")
+        source_options = {}
+    elif source_options is None:
+        source_options = TXN_INPUT.get(name, {})
     if name in TXN_INPUT:  # only the committed records are input; aborted ones must not show
         inputs, _ = load_transactional(bootstrap, topic, data.generate(records, seed=0))
     else:
@@ -201,7 +223,8 @@ def experiment(name: str, bootstrap: str, guarantee: str, crash_at: str | None =
     job = StreamJob(query=name, topic=topic, bootstrap=bootstrap,
                     checkpoint=str(workdir / "checkpoint"), sink=spec,
                     max_offsets_per_trigger=math.ceil(span / BATCHES),
-                    source_options=dict(source_options), sink_code=sink_code)
+                    source_options=dict(source_options), sink_code=sink_code,
+                    query_code=query_code)
     made = {"input": topic, **({"output": out_topic} if kind == "kafka" else {})}
     with watch(made) if watch else nullcontext():
         run = run_until_done(job, crash_at, CRASH_HIT, log_dir=workdir, on_event=on_event,
