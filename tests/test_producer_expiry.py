@@ -17,7 +17,7 @@ def test_a_retry_after_the_broker_forgot_the_producer_is_written_twice(tmp_path)
         (RECORDS, RECORDS, 0, RECORDS), run
     # the producer was told of the second copy only; nobody was told of the first
     assert run["acknowledged"] == RECORDS and run["acknowledged_at"] == [RECORDS, 2 * RECORDS - 1], run
-    assert run["produce_requests"] == 2 and run["produce_errors"] == [], run
+    assert run["produce_requests"] == 2 and run["produce_errors"] == [], run["produce_trace"]
 
 
 def test_while_the_broker_remembers_the_producer_the_retry_is_written_once():
@@ -27,7 +27,7 @@ def test_while_the_broker_remembers_the_producer_the_retry_is_written_once():
     assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (RECORDS, RECORDS, 0, 0), r.summary()
     # the retry was answered with the offsets of the first (and only) copy
     assert (run.acknowledged, run.acknowledged_at) == (RECORDS, (0, RECORDS - 1)), run.to_json()
-    assert run.produce_requests == 2, run.to_json()
+    assert run.produce_requests == 2, run.produce_trace
 
 
 def test_the_cli_refuses_what_it_cannot_run_before_any_broker_starts(tmp_path):

@@ -55,13 +55,16 @@ class ExpiryRun(RunBasics):
     produce_requests: int  # Produce requests the proxy saw (the retry included)
     # the errors the broker answered Produce requests with, each once (the proxy's record)
     produce_errors: list[str] = field(default_factory=list)
+    # each Produce request as the proxy saw it, in order: who sent it and what came back
+    produce_trace: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({**json.loads(self.report.to_json()),
                            "expiration_ms": self.expiration_ms, "acknowledged": self.acknowledged,
                            "acknowledged_at": list(self.acknowledged_at),
                            "produce_requests": self.produce_requests,
-                           "produce_errors": self.produce_errors})
+                           "produce_errors": self.produce_errors,
+                           "produce_trace": self.produce_trace})
 
     def summary(self) -> str:
         return (f"producer.id.expiration.ms={self.expiration_ms}: "
@@ -121,12 +124,21 @@ def producer_expiry(expiration_ms: int = EXPIRATION_MS, records: int = 10,
             offsets = send(proxy.bootstrap, topic, payments)
             stats = proxy.stats()
         errors = protocol.errors_answered(wire, "Produce")
+        trace = [_described(exchange) for exchange in wire if exchange["api"] == "Produce"]
         # idempotent, not transactional: at-least-once delivery, deduplicated by the broker
         report = audit.audit_topic(lab.bootstrap, topic, payments, SCENARIO, "at_least_once",
                                    fault=f"{FAULT}, each Produce held {HOLD_MS} ms")
     return ExpiryRun(report, expiration_ms, len(offsets),
                      (min(offsets, default=-1), max(offsets, default=-1)),
-                     stats["requests"].get("Produce", 0), errors)
+                     stats["requests"].get("Produce", 0), errors, trace)
+
+
+def _described(exchange: dict) -> str:
+    """One Produce exchange of the proxy's trace in words, for a report a reader can check."""
+    answer = "answer dropped" if exchange.get("dropped") else \
+        f"answered {exchange['error'] or 'no error'}"
+    return (f"client {exchange['client_id']} correlation {exchange['correlation_id']}: "
+            f"{answer} after {exchange['ms']:.0f} ms")
 
 
 register(Experiment(
