@@ -24,7 +24,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("committed offset of the group", "committed offset of the group: [{0: 40}]"),
         ("the lost payments are the last ones sent", "in one piece: True"),
         ("retried.report.summary()", "lost=0 duplicated=0"),
-        ("poll_table(on_poll)", "unprocessed_committed"),
+        ("poll_table(on_poll)", "skipped by a crash now"),
         ("poll_table(after_process)", "none"),
     ],
     "02_at_least_once": [
@@ -165,7 +165,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
     ],
     "10_capstone": [
         ("results = capstone.run_capstone", "lost produce ack"),
-        ("capstone.check_capstone(settings, results)", "🔁 Not yet"),
+        ("capstone.check_capstone(ledger_service, accounting_reads, results)", "🔁 Not yet"),
     ],
     "11_share_groups": [
         ("print(crash.summary())", "lost=0 duplicated=1"),
