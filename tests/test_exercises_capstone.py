@@ -1,52 +1,96 @@
-"""10 · capstone: the documented solution passes the audit, the starting settings fail it."""
+"""10 · capstone: the learner's service is what runs. The team's code as shipped fails the
+audit with findings and hints; the documented solution is tried at every crash point it
+passes and a lost ack (its passing run is the solved notebook's, test_exercise_solutions)."""
 from __future__ import annotations
 
+import re
+
+import pandas as pd
 import pytest
 
 from labkit.exercises import capstone
-from tests.solution_code import solution_scope
+from tests.notebook_cells import as_cell, edited, read
+from tests.solution_code import exercise_indices, solution_code
+
+NOTEBOOK = "10_capstone"
 
 
-def solution_settings() -> dict:
-    return solution_scope("10_capstone")["settings"]
+def team_cell() -> str:
+    nb = read(NOTEBOOK)
+    (index,) = exercise_indices(nb)
+    return nb.cells[index].source
+
+
+def team_service():
+    return as_cell(team_cell(), "ledger_service")
+
+
+def solution_service():
+    return as_cell(solution_code(NOTEBOOK), "ledger_service")
 
 
 def test_the_documented_solution_is_tried_at_every_crash_point_and_a_lost_ack():
-    """Its run is the solved notebook's (test_exercise_solutions), whose verdict must say
-    that all 7 experiments were audited exactly-once."""
-    settings = solution_settings()
-    capstone.validate(settings)
-    assert len(capstone.experiments(settings)) == 7
+    service = solution_service()
+    capstone.validate(service, "read_committed")
+    assert capstone.crash_points_in(service) == [
+        "after-poll-before-process", "mid-batch", "after-produce-before-flush",
+        "in-transaction-before-commit", "after-send-offsets-before-commit", "after-commit"]
+    assert len(capstone.experiments(service)) == 7
 
 
-def test_the_starting_settings_fail_with_findings_and_hints(bootstrap):
-    settings = capstone.starting_settings()
-    results = capstone.run_capstone(settings, bootstrap)
+def test_a_cell_with_the_fix_below_the_teams_code_is_judged_by_the_fix():
+    """The solved notebook keeps the team's def and adds the fix under it: the last def runs,
+    so only its crash points count (the team's after-process-before-commit is not in it)."""
+    both = as_cell(team_cell() + "\n" + solution_code(NOTEBOOK), "ledger_service")
+    assert "after-process-before-commit" not in capstone.crash_points_in(both)
+    assert len(capstone.experiments(both)) == 7
+
+
+def test_the_teams_code_fails_with_findings_and_hints(bootstrap):
+    service = team_service()
+    results = capstone.run_capstone(service, "read_uncommitted", bootstrap)
     assert (results["payments"] == capstone.PAYMENTS).all()
     crashes = results[results["experiment"].str.startswith("crash")]
-    assert (crashes["charged_twice"] > 0).all()  # at_least_once + the off-by-one commit
+    assert len(crashes) == 5 and (crashes["charged_twice"] > 0).all()  # + the off-by-one
     # the idempotent producer does handle the lost ack
     assert results.set_index("experiment").loc["lost produce ack", "exactly_once"]
-    verdict = capstone.check_capstone(settings, results)
+    verdict = capstone.check_capstone(service, "read_uncommitted", results)
     assert not verdict.passed
-    assert "charged twice" in verdict.message and "one transaction" in verdict.message
+    assert "charged twice" in verdict.message and "commit together" in verdict.message
+    assert "next one to read" in verdict.message  # the off-by-one's hint
 
 
-def test_an_edited_results_table_is_measured_again(bootstrap):
-    """The check never takes a table's word for it: edited rows mean a fresh measurement."""
-    settings = capstone.starting_settings()
-    edited = capstone.run_capstone(settings, bootstrap, payments=40)
-    edited["exactly_once"] = True
-    assert not capstone.check_capstone(settings, edited, bootstrap).passed
+def test_a_transactional_service_read_uncommitted_gets_the_aborted_hint(bootstrap):
+    """The hint for aborted payments comes once the learner's code has transactions."""
+    verdict = capstone.check_capstone(solution_service(), "read_uncommitted",
+                                      capstone.run_capstone(solution_service(),
+                                                            "read_uncommitted", bootstrap,
+                                                            payments=40))
+    assert not verdict.passed
+    assert "aborted visible" in verdict.message and "ABORTED transactions" in verdict.message
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({**capstone.STARTING_SETTINGS, "processing_guarantee": "exactly_twice"}, "choose one of"),
-    ({"processing_guarantee": "exactly_once"}, "missing"),
-    ({**capstone.STARTING_SETTINGS, "acks": "all"}, "unknown"),
+def test_a_table_claiming_success_is_measured_again(bootstrap):
+    """The check never takes a table's word for it: a table that did not come from this code
+    (here: one written by hand, every row exact) means a fresh measurement."""
+    service = team_service()
+    claimed = pd.DataFrame([{"experiment": f"crash at {point}", "payments": capstone.PAYMENTS,
+                             "lost": 0, "charged_twice": 0, "reordered": 0,
+                             "aborted_visible": 0, "exactly_once": True}
+                            for point in capstone.crash_points_in(service)])
+    verdict = capstone.check_capstone(service, "read_uncommitted", claimed, bootstrap)
+    assert not verdict.passed and "charged twice" in verdict.message
+
+
+@pytest.mark.parametrize("change, reads, message", [
+    (None, "read_comitted", "choose one of"),
+    (('                crash_point("mid-batch")\n', ""), "read_committed",
+     "no longer calls crash_point() at ['mid-batch']"),
 ])
-def test_bad_settings_get_a_clear_message(settings, message):
-    with pytest.raises(ValueError, match=message):
-        capstone.validate(settings)
-    verdict = capstone.check_capstone(settings)
+def test_bad_input_gets_a_message_that_says_what_to_change(change, reads, message):
+    source = edited(team_cell(), *change) if change else team_cell()
+    service = as_cell(source, "ledger_service")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        capstone.validate(service, reads)
+    verdict = capstone.check_capstone(service, reads)
     assert not verdict.passed and message in verdict.message
