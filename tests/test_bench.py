@@ -293,3 +293,39 @@ def test_a_reader_stops_at_a_consumer_error_and_the_next_run_says_so(bootstrap):
         assert reader.error.args[0].code() == KafkaError._AUTO_OFFSET_RESET
         with pytest.raises(KafkaException):  # at once, not after the drain timeout
             lane.run(3)
+
+
+def _notebook_loop(changes: dict[str, str] | None = None):
+    """09's transactional_loop as its cell defines it, with ``changes`` made to the text."""
+    from tests.notebook_cells import as_cell, read
+
+    (source,) = [c.source for c in read("09_cost").cells
+                 if c.cell_type == "code" and "def transactional_loop(" in c.source]
+    for old, new in (changes or {}).items():
+        assert old in source, f"09's loop no longer contains {old!r}"
+        source = source.replace(old, new)
+    return as_cell(source, "transactional_loop")
+
+
+def test_09_the_loop_on_screen_is_what_the_transactional_lane_runs(bootstrap):
+    """The same rounds with 09's loop as shipped and with its produce line doubled: the
+    read_committed reader gets every record once, then copies of them (it stops counting
+    once every record has arrived, so not necessarily all), in both modes."""
+    doubled = _notebook_loop({"        producer.produce(topic, value=value)\n":
+                              "        producer.produce(topic, value=value)\n" * 2})
+    for loop, doubles in ((_notebook_loop(), False), (doubled, True)):
+        runs = bench.compare_guarantees(bootstrap, guarantees=("transactional",), records=500,
+                                        repeats=1, latency_records=100, latency_repeats=1,
+                                        transactional_loop=loop)
+        assert list(runs["mode"]) == ["throughput", "latency"]
+        for run in runs.itertuples():
+            assert run.delivered == run.records and (run.duplicates > 0) == doubles, run
+
+
+def test_a_loop_asking_for_what_the_lane_does_not_pass_is_refused_before_any_topic(bootstrap):
+    def transactional_loop(producer, topic, records):
+        pass
+
+    with pytest.raises(ValueError, match="values"):
+        bench.compare_guarantees(bootstrap, guarantees=("transactional",),
+                                 transactional_loop=transactional_loop)

@@ -10,7 +10,8 @@ in rounds.
 Each run is one ``Measurement`` on a ``Lane`` (``labkit.experiments.lane``: one guarantee's
 topic, producer and reader, set up once). ``compare_guarantees`` and ``commit_grid`` open one
 lane per configuration and let them take turns, round after round, in alternating order
-(ABCD DCBA ...), so the noise of a shared machine hits every guarantee alike; each guarantee
+(ABCD DCBA ...), so the noise of a shared machine hits every guarantee alike (paced latency
+runs go side by side, taking turns record by record); each guarantee
 is then compared with the baseline *within* a round (a paired ratio,
 ``labkit.experiments.findings``), and the spread of those ratios over the rounds says
 whether a difference is larger than the noise. ``labkit.experiments.published`` sets the
@@ -18,12 +19,15 @@ published figures beside them.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict
 
 import pandas as pd
 
-from labkit.experiments.lane import DEFAULT_COMMIT_INTERVAL_MS, GUARANTEES, Lane
+from labkit.experiments.lane import (DEFAULT_COMMIT_INTERVAL_MS, GUARANTEES, Lane,
+                                    run_side_by_side)
+from labkit.experiments.loop_run import LoopLane
 
 
 def _turns(keys: list, repeat: int) -> list:
@@ -32,32 +36,52 @@ def _turns(keys: list, repeat: int) -> list:
     return keys if repeat % 2 == 0 else keys[::-1]
 
 
+def _lane(bootstrap: str, guarantee: str, value_bytes: int, loop: Callable | None) -> Lane:
+    """The guarantee's lane; the transactional one runs ``loop`` when given (the learner's)."""
+    if loop is not None and GUARANTEES[guarantee].transactional:
+        return LoopLane(bootstrap, loop, value_bytes)
+    return Lane(bootstrap, guarantee, value_bytes)
+
+
 def compare_guarantees(bootstrap: str, guarantees: tuple[str, ...] = tuple(GUARANTEES),
                        records: int = 20_000, value_bytes: int = 1024, repeats: int = 3,
                        commit_interval_ms: float = DEFAULT_COMMIT_INTERVAL_MS,
                        latency_rate: float = 1000.0, latency_records: int = 1000,
-                       latency_repeats: int | None = None) -> pd.DataFrame:
+                       latency_repeats: int | None = None,
+                       transactional_loop: Callable | None = None) -> pd.DataFrame:
     """``repeats`` rounds of throughput runs (unpaced, ``records``), then ``latency_repeats``
     (default ``repeats``) rounds of latency runs (paced at ``latency_rate``); one row each,
-    ``mode`` says which and ``repeat`` the round. In every round each guarantee takes its
-    turn on its own lane, in alternating order."""
+    ``mode`` says which and ``repeat`` the round. In a throughput round each guarantee
+    takes its turn on its own lane, in alternating order; in a latency round the lanes run
+    side by side, record by record (``lane.run_side_by_side``). ``transactional_loop``: the
+    learner's loop runs the transactional lane (``labkit.experiments.loop_run``)."""
     latency_repeats = repeats if latency_repeats is None else latency_repeats
     rows = []
     with ExitStack() as stack:
-        lanes = {g: stack.enter_context(Lane(bootstrap, g, value_bytes)) for g in guarantees}
-        for mode, rounds, n, rate in (("throughput", repeats, records, None),
-                                      ("latency", latency_repeats, latency_records, latency_rate)):
-            for repeat in range(rounds):
-                for g in _turns(list(guarantees), repeat):
-                    interval = commit_interval_ms if GUARANTEES[g].transactional else None
-                    m = lanes[g].run(n, commit_interval_ms=interval, rate=rate)
-                    rows.append({"mode": mode, "repeat": repeat, **asdict(m)})
+        lanes = {g: stack.enter_context(_lane(bootstrap, g, value_bytes, transactional_loop))
+                 for g in guarantees}
+
+        def interval(g: str) -> float | None:
+            return commit_interval_ms if GUARANTEES[g].transactional else None
+
+        for repeat in range(repeats):
+            for g in _turns(list(guarantees), repeat):
+                m = lanes[g].run(records, commit_interval_ms=interval(g))
+                rows.append({"mode": "throughput", "repeat": repeat, **asdict(m)})
+        for repeat in range(latency_repeats):
+            # Side by side, record by record: a pause of the machine delays every guarantee's
+            # records alike, so it cannot make one of them look slow (one after another, a
+            # pause during one lane's 0.3 s did just that in a CI run).
+            turns = [(lanes[g], None, interval(g)) for g in _turns(list(guarantees), repeat)]
+            for m in run_side_by_side(turns, latency_records, latency_rate):
+                rows.append({"mode": "latency", "repeat": repeat, **asdict(m)})
     return pd.DataFrame(rows)
 
 
 def commit_grid(bootstrap: str, value_sizes: tuple[int, ...] = (100, 1024),
                 intervals_ms: tuple[float, ...] = (10.0, 100.0),
-                records: int | dict[int, int] = 20_000, repeats: int = 5) -> pd.DataFrame:
+                records: int | dict[int, int] = 20_000, repeats: int = 5,
+                transactional_loop: Callable | None = None) -> pd.DataFrame:
     """Throughput of transactional runs committing every ``interval`` ms, per value size,
     each beside an ``at_least_once`` run of the same size in the same round (the paired
     baseline). ``records`` may be given per value size. Rows as ``compare_guarantees``
@@ -66,7 +90,7 @@ def commit_grid(bootstrap: str, value_sizes: tuple[int, ...] = (100, 1024),
     for size in value_sizes:  # one size's topics are gone before the next size's are made
         n = records[size] if isinstance(records, dict) else records
         with Lane(bootstrap, "at_least_once", size) as alo, \
-                Lane(bootstrap, "transactional", size) as txn:
+                _lane(bootstrap, "transactional", size, transactional_loop) as txn:
             configs = [("at_least_once", alo, None)] + [
                 (f"transactional@{interval:g}ms", txn, interval) for interval in intervals_ms]
             for repeat in range(repeats):

@@ -235,6 +235,11 @@ class Lane:
         if not self.keep:
             _delete(self.bootstrap, self.topic)
 
+    def new_run(self, records: int, records_per_txn: int | None,
+                commit_interval_ms: float | None, rate: float | None) -> "_Run":
+        """One run's state on this lane (a LoopLane's runs are the learner's loop)."""
+        return _Run(self, records, records_per_txn, commit_interval_ms, rate)
+
     def _warm_up(self) -> None:
         pad = b"x" * (self.value_bytes - HEADER.size)
         if self.transactional:
@@ -252,88 +257,133 @@ class Lane:
         mostly queueing); a paced run (e.g. ``rate=1000`` records/s) measures latency below
         saturation. Transactional without either commit setting commits every 100 ms.
         """
-        _check(self.guarantee, records, self.value_bytes, records_per_txn, commit_interval_ms, rate)
-        if self.transactional and records_per_txn is None and commit_interval_ms is None:
+        return run_side_by_side([(self, records_per_txn, commit_interval_ms)], records, rate)[0]
+
+
+def run_side_by_side(runs: list[tuple[Lane, int | None, float | None]], records: int,
+                     rate: float | None) -> list[Measurement]:
+    """One run on each lane (``(lane, records_per_txn, commit_interval_ms)``), the lanes
+    taking turns record by record: a pause of the machine (another process on the cores, a
+    broker's garbage collection) then delays every lane's records alike, where lanes run one
+    after another would each meet a different moment. Paced runs only when more than one."""
+    if len(runs) > 1 and rate is None:
+        raise ValueError("lanes run side by side only when paced (give a rate)")
+    active = [lane.new_run(records, per_txn, interval, rate) for lane, per_txn, interval in runs]
+    try:
+        gap_ns = int(1e9 / rate) if rate else 0
+        started = time.perf_counter_ns()
+        for run in active:
+            run.begin(started)
+        for i in range(records):
+            now = time.perf_counter_ns()
+            while gap_ns and now < started + i * gap_ns:  # paced: wait for this record's turn
+                share = (started + i * gap_ns - now) / 1e9 / len(active)
+                for run in active:  # serve each producer's events; poll returns early on one
+                    run.producer.poll(share)
+                now = time.perf_counter_ns()
+            for run in active:
+                run.send(i)
+        for run in active:
+            run.end_producing()
+    finally:  # also when producing fails: a reader left holding off would never read again
+        for run in active:
+            run.lane.reader.reading.set()
+    return [run.measurement() for run in active]
+
+
+class _Run:
+    """One run's state on one lane: what it sent, its transactions, the time they took."""
+
+    def __init__(self, lane: Lane, records: int, records_per_txn: int | None,
+                 commit_interval_ms: float | None, rate: float | None):
+        _check(lane.guarantee, records, lane.value_bytes, records_per_txn, commit_interval_ms, rate)
+        if lane.transactional and records_per_txn is None and commit_interval_ms is None:
             commit_interval_ms = DEFAULT_COMMIT_INTERVAL_MS
-        producer, reader, topic = self.producer, self.reader, self.topic
+        reader = lane.reader
         if reader.error is not None or not reader.is_alive():
             # A reader that stopped never says "done": waiting for it would only time out.
             raise reader.error or RuntimeError("the lane's reader has stopped")
-        first = self.next_seq
-        self.next_seq += records
-        reader.expect(first, records)
+        self.lane, self.producer, self.records, self.rate = lane, lane.producer, records, rate
+        self.records_per_txn, self.commit_interval_ms = records_per_txn, commit_interval_ms
+        self.first = lane.next_seq
+        lane.next_seq += records
+        reader.expect(self.first, records)
         if rate is None:
             # A throughput run: the reader counts after the producer is done, so its Python
             # work does not compete with the producer's loop for the interpreter (the GIL).
             reader.reading.clear()
-        pad = b"x" * (self.value_bytes - HEADER.size)
-        errors: list[str] = []
+        self.pad = b"x" * (lane.value_bytes - HEADER.size)
+        self.errors: list[str] = []
+        self.transactions, self.in_txn, self.commit_ns, self.flush_ns = 0, 0, 0, 0
+        self.interval_ns = int(commit_interval_ms * 1e6) if commit_interval_ms else None
+        self.started = self.txn_started = 0
+        self.left, self.seconds = 0, 0.0
 
-        def on_delivery(err, _msg) -> None:
-            if err is not None:
-                errors.append(str(err))
+    def _on_delivery(self, err, _msg) -> None:
+        if err is not None:
+            self.errors.append(str(err))
 
-        transactions, in_txn, commit_ns, flush_ns = 0, 0, 0, 0
-        interval_ns = int(commit_interval_ms * 1e6) if commit_interval_ms else None
-        gap_ns = int(1e9 / rate) if rate else 0
+    def begin(self, started: int) -> None:
+        self.started = self.txn_started = started
+        if self.lane.transactional:
+            self.producer.begin_transaction()
 
-        def commit() -> None:
-            # commit_transaction() flushes first; flushing explicitly splits the producer's
-            # wait into the records' acknowledgements and the commit (EndTxn) itself
-            nonlocal transactions, commit_ns, flush_ns
-            t = time.perf_counter_ns()
-            producer.flush(30)
-            flushed = time.perf_counter_ns()
-            producer.commit_transaction(30)
-            commit_ns += time.perf_counter_ns() - t
-            flush_ns += flushed - t
-            transactions += 1
+    def _commit(self) -> None:
+        # commit_transaction() flushes first; flushing explicitly splits the producer's
+        # wait into the records' acknowledgements and the commit (EndTxn) itself
+        t = time.perf_counter_ns()
+        self.producer.flush(30)
+        flushed = time.perf_counter_ns()
+        self.producer.commit_transaction(30)
+        self.commit_ns += time.perf_counter_ns() - t
+        self.flush_ns += flushed - t
+        self.transactions += 1
 
-        try:
-            started = time.perf_counter_ns()
-            txn_started = started
-            if self.transactional:
-                producer.begin_transaction()
-            for i in range(records):
-                now = time.perf_counter_ns()
-                while gap_ns and now < started + i * gap_ns:  # paced: wait for this record's turn
-                    producer.poll((started + i * gap_ns - now) / 1e9)  # returns early on events
-                    now = time.perf_counter_ns()
-                if self.transactional and in_txn and (
-                        (records_per_txn and in_txn >= records_per_txn)
-                        or (interval_ns and now - txn_started >= interval_ns)):
-                    commit()
-                    producer.begin_transaction()
-                    in_txn, txn_started = 0, time.perf_counter_ns()
-                    now = txn_started
-                _send(producer, topic, HEADER.pack(now, first + i) + pad, on_delivery)
-                producer.poll(0)
-                in_txn += 1
-            if self.transactional:
-                commit()
-            left = producer.flush(30)
-            seconds = (time.perf_counter_ns() - started) / 1e9
-        finally:  # also when producing fails: a reader left holding off would never read again
-            reader.reading.set()
+    def send(self, i: int) -> None:
+        now = time.perf_counter_ns()
+        if self.lane.transactional and self.in_txn and (
+                (self.records_per_txn and self.in_txn >= self.records_per_txn)
+                or (self.interval_ns and now - self.txn_started >= self.interval_ns)):
+            self._commit()
+            self.producer.begin_transaction()
+            self.in_txn, self.txn_started = 0, time.perf_counter_ns()
+            now = self.txn_started
+        _send(self.producer, self.lane.topic, HEADER.pack(now, self.first + i) + self.pad,
+              self._on_delivery)
+        self.producer.poll(0)
+        self.in_txn += 1
+
+    def end_producing(self) -> None:
+        if self.lane.transactional:
+            self._commit()
+        self.left = self.producer.flush(30)
+        self.seconds = (time.perf_counter_ns() - self.started) / 1e9
+
+    def measurement(self) -> Measurement:
+        """Wait until the reader has every record (or 30 s passed), then the run's numbers."""
+        lane, reader, records = self.lane, self.lane.reader, self.records
         reader.done.wait(DRAIN_TIMEOUT_S)
         if reader.error is not None:
             raise reader.error
-        if left or (errors and GUARANTEES[self.guarantee].delivery_errors_fail):
-            raise RuntimeError(f"{self.guarantee}: {left} record(s) undelivered, errors {errors[:3]}")
+        if self.left or (self.errors and GUARANTEES[lane.guarantee].delivery_errors_fail):
+            raise RuntimeError(f"{lane.guarantee}: {self.left} record(s) undelivered, "
+                               f"errors {self.errors[:3]}")
         with reader.lock:
             # latency only means something when the reader read alongside (paced runs)
-            lat = sorted(reader.latencies_ns) if rate is not None and reader.latencies_ns else None
+            lat = sorted(reader.latencies_ns) if self.rate is not None and reader.latencies_ns else None
             delivered, duplicates = len(reader.seen), reader.duplicates
+        seconds = self.seconds
         return Measurement(
-            guarantee=self.guarantee, records_per_txn=records_per_txn,
-            commit_interval_ms=commit_interval_ms, records=records,
-            value_bytes=self.value_bytes, rate=rate, transactions=transactions,
+            guarantee=lane.guarantee, records_per_txn=self.records_per_txn,
+            commit_interval_ms=self.commit_interval_ms, records=records,
+            value_bytes=lane.value_bytes, rate=self.rate, transactions=self.transactions,
             seconds=round(seconds, 4), records_per_s=round(records / seconds, 1),
-            mb_per_s=round(records * self.value_bytes / seconds / 1e6, 2),
+            mb_per_s=round(records * lane.value_bytes / seconds / 1e6, 2),
             latency_p50_ms=round(_percentile(lat, 50) / 1e6, 3) if lat else float("nan"),
             latency_p99_ms=round(_percentile(lat, 99) / 1e6, 3) if lat else float("nan"),
             delivered=delivered, duplicates=duplicates,
-            commit_seconds=round(commit_ns / 1e9, 4), flush_seconds=round(flush_ns / 1e9, 4))
+            commit_seconds=round(self.commit_ns / 1e9, 4),
+            flush_seconds=round(self.flush_ns / 1e9, 4))
 
 
 def measure(bootstrap: str, guarantee: str, records: int = 20_000, value_bytes: int = 1024,
