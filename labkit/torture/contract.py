@@ -16,6 +16,7 @@ from labkit import settings
 from labkit.checking import audit, history
 from labkit.checking.audit import AuditReport
 from labkit.kafka import connection, javaconfig, topics
+from labkit.kafka import names as namespace
 
 ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = settings.BOOTSTRAP, settings.INPUT_TOPIC, settings.OUTPUT_TOPIC
 ENV_GROUP, ENV_TRANSACTIONAL_ID = settings.GROUP_ID, settings.TRANSACTIONAL_ID
@@ -37,7 +38,11 @@ def app_environment(bootstrap: str, names: dict[str, str], run_dir: Path) -> dic
     in the Java client's names, ``labkit.kafka.javaconfig``, written to the run's directory). Neither
     when ``bootstrap`` needs none (no LABKIT_KAFKA_CONFIG, or the fault proxy's plaintext side)."""
     env = {**os.environ, **names, history.ENV_FILE: str(run_dir / "history.jsonl"),
-           ENV_BOOTSTRAP: bootstrap}
+           ENV_BOOTSTRAP: bootstrap,
+           # The harness's namespace, set even when empty: an app that names things through
+           # the lab's helpers (client_config) would otherwise see LABKIT_BOOTSTRAP, take the
+           # login name as its namespace (an external cluster's default) and join another group.
+           settings.NAMESPACE: namespace.namespace()}
     env.pop(settings.KAFKA_CONFIG, None)
     env.pop(settings.KAFKA_JAVA_CONFIG, None)
     if connection.for_client(bootstrap):
