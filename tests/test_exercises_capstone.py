@@ -70,6 +70,42 @@ def test_a_transactional_service_read_uncommitted_gets_the_aborted_hint(bootstra
     assert "aborted visible" in verdict.message and "ABORTED transactions" in verdict.message
 
 
+OFFSETS_IN_THE_TRANSACTION = """            producer.send_offsets_to_transaction(
+                [TopicPartition(last.topic(), last.partition(), last.offset() + 1)],
+                consumer.consumer_group_metadata(), 60)
+            crash_point("after-send-offsets-before-commit")
+            producer.commit_transaction(60)
+"""
+OFFSETS_BY_THE_CONSUMER = """            consumer.commit(offsets=[TopicPartition(last.topic(), last.partition(),
+                                                    last.offset() + 1)], asynchronous=False)
+            crash_point("after-send-offsets-before-commit")
+            producer.commit_transaction(60)
+"""
+
+
+def test_a_loop_that_commits_its_offsets_outside_the_transaction_gets_a_hint(bootstrap):
+    """The documented solution with one change: the consumer commits the offsets itself,
+    where the offsets were sent to the transaction. A crash before the transaction commits
+    aborts the batch's output, and its offsets say it was done: lost."""
+    service = as_cell(edited(solution_code(NOTEBOOK), OFFSETS_IN_THE_TRANSACTION,
+                             OFFSETS_BY_THE_CONSUMER), "ledger_service")
+    results = capstone.run_capstone(service, "read_committed", bootstrap, payments=40)
+    by_point = results.set_index("experiment")
+    assert by_point.loc["crash at after-send-offsets-before-commit", "lost"] > 0, results
+    verdict = capstone.check_capstone(service, "read_committed", results, bootstrap)
+    assert not verdict.passed and "payments were LOST" in verdict.message
+
+
+def test_the_teams_loop_under_torture_is_not_exactly_once(bootstrap):
+    """The torture that follows the named points kills the learner's own function at random
+    moments: the team's loop (offsets committed off by one, after the write) writes a
+    payment twice at its first restart, whichever moment the kill hits."""
+    tortured = capstone.torture_service(team_service(), bootstrap)
+    assert tortured.kills >= 1, tortured.summary()
+    assert tortured.report.duplicated > 0 and tortured.verdict != "exactly once", \
+        tortured.summary()
+
+
 def test_a_table_claiming_success_is_measured_again(bootstrap):
     """The check never takes a table's word for it: a table that did not come from this code
     (here: one written by hand, every row exact) means a fresh measurement."""

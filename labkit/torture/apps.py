@@ -1,7 +1,9 @@
 """Apps the lab did not write, as commands for ``labkit torture``: Kafka's own
-TransactionalMessageCopier (Java), a Kafka Streams running count (Java, single-file) and a
-quixstreams app (Python, in an environment of its own). ``python -m labkit.torture.apps
-copier`` / ``... streams GUARANTEE`` runs one from the LABKIT_* environment the harness sets."""
+TransactionalMessageCopier (Java), a Kafka Streams running count (Java, single-file), a
+quixstreams app (Python, in an environment of its own), and a learner's consume-transform-
+produce function from a notebook cell. ``python -m labkit.torture.apps copier`` / ``...
+streams GUARANTEE`` / ``... function FILE NAME`` runs one from the LABKIT_* environment the
+harness sets."""
 from __future__ import annotations
 
 import os
@@ -17,7 +19,7 @@ from labkit import proc, settings
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka import connection, jvm, topics
 from labkit.kafka import names as namespace
-from labkit.pipelines import data
+from labkit.pipelines import data, learner
 from labkit.progress import status
 from labkit.torture.contract import (ENV_BOOTSTRAP, ENV_GROUP, ENV_INPUT, ENV_OUTPUT,
                                      ENV_TRANSACTIONAL_ID, HarnessError)
@@ -157,6 +159,29 @@ def quix_command(guarantee: str = "exactly-once", commit_interval_s: float | Non
     return command
 
 
+# What a learner's function may ask for (by parameter name), as the lab's consume-transform-
+# produce worker provides it; the instance id is the one instance's static group member id.
+FUNCTION_PROVIDES = ("bootstrap", "input_topic", "output_topic", "group_id", "transactional_id",
+                     "instance_id")
+
+
+def function_command(code_file: str | Path, function: str) -> list[str]:
+    """A learner's function (the text of the cell that defines it, saved in ``code_file``) as
+    a torture command: it runs in a Python process of its own, called with the run's names
+    (``FUNCTION_PROVIDES``), so the harness kills the learner's loop itself, at random."""
+    target = learner.from_text(Path(code_file).read_text(), function, str(code_file))
+    learner.check_parameters(target, set(FUNCTION_PROVIDES))  # refused before anything runs
+    return [sys.executable, "-m", "labkit.torture.apps", "function", str(code_file), function]
+
+
+def _run_function(code_file: str, function: str) -> None:
+    target = learner.from_text(Path(code_file).read_text(), function, code_file)
+    env = os.environ
+    learner.call(target, bootstrap=env[ENV_BOOTSTRAP], input_topic=env[ENV_INPUT],
+                 output_topic=env[ENV_OUTPUT], group_id=env[ENV_GROUP],
+                 transactional_id=env[ENV_TRANSACTIONAL_ID], instance_id=f"{env[ENV_GROUP]}-1")
+
+
 def _behind_proxy(command: list[str]) -> int:
     """Run ``command`` (Kafka's copier) through the lab's proxy and return its exit code.
 
@@ -181,9 +206,14 @@ if __name__ == "__main__":
             sys.exit(_behind_proxy(cmd))
     elif len(sys.argv) == 3 and sys.argv[1] == "streams" and sys.argv[2] in STREAMS_GUARANTEES:
         cmd = streams_command(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "function":
+        _run_function(sys.argv[2], sys.argv[3])  # the learner's loop, in this process
+        sys.exit(0)
     else:
         sys.exit("usage: python -m labkit.torture.apps copier   (Kafka's TransactionalMessageCopier)\n"
                  f"       python -m labkit.torture.apps streams {'|'.join(STREAMS_GUARANTEES)}   "
                  "(a Kafka Streams running count, for --check counts)\n"
+                 "       python -m labkit.torture.apps function FILE NAME   (the function NAME "
+                 "defined in FILE, a notebook cell's text)\n"
                  "both configured from the LABKIT_* environment that `labkit torture` sets")
     os.execvp(cmd[0], cmd)
