@@ -1,4 +1,4 @@
-"""The loops notebooks 01, 02 and 05 show are the loops their experiments run, and their
+"""The loops notebooks 01, 02, 03, 05 and 06 show are the code their experiments run, and their
 lines are what the audit measures: each function is taken from its notebook cell, a line
 moved or changed in a copy (the commit before or after the work, the offset sent), and the
 copy run through ``experiments.run`` on the real broker. The audit's counts change the way
@@ -101,3 +101,37 @@ def test_05_the_off_by_one_copy_the_notebook_makes_repeats_one_payment(cluster, 
     assert counts(shown) == (40, 0, 0), shown.summary()
     assert counts(off_by_one) == (40, 0, 1), off_by_one.summary()
     assert off_by_one.report.examples["duplicated"] == ["r-000010"]
+
+
+def test_03_the_payments_per_request_on_screen_decide_what_a_lost_ack_duplicates(cluster, tmp_path):
+    """03's producer flushes every 5 payments: one Produce request each, so the request whose
+    acknowledgement is lost, retried, writes 5 payments twice. The same loop edited to flush
+    every 20 payments writes 20 twice."""
+    def lost_ack(loop):
+        return experiments.run("producer", guarantee="at_least_once", fault="drop-ack:produce:1",
+                               records=40, pipeline=loop, cluster=cluster)
+
+    shown = lost_ack(loop_of("03_idempotent_producer", "produce_payments", tmp_path))
+    per_20 = lost_ack(loop_of("03_idempotent_producer", "produce_payments", tmp_path, {
+        "for start in range(0, len(records), 5):": "for start in range(0, len(records), 20):",
+        "records[start:start + 5]": "records[start:start + 20]"}))
+    assert counts(shown) == (40, 0, 5), shown.summary()
+    assert counts(per_20) == (40, 0, 20), per_20.summary()
+
+
+def test_06_the_metadata_the_offsets_carry_decides_whether_the_zombie_is_fenced(cluster, tmp_path):
+    """06 §5's generation_checked returns the member's own group metadata: the zombie's offset
+    commit is refused. Edited to return an outsider's (the group id only), it goes through
+    and the zombie's batch is written twice."""
+    outsider = (
+        "    from confluent_kafka import Consumer\n"
+        "    from labkit.kafka.clientlog import client_config\n"
+        "    outsider = Consumer(client_config({\"bootstrap.servers\": bootstrap, \"group.id\": group_id}))\n"
+        "    metadata = outsider.consumer_group_metadata()\n"
+        "    outsider.close()\n"
+        "    return metadata")
+    edited_run = experiments.run("zombie-rebalance", records=40, cluster=cluster,
+                                 pipeline=loop_of("06_zombies", "generation_checked", tmp_path, {
+                                     "    return consumer.consumer_group_metadata()": outsider}))
+    assert not edited_run.zombie_error, edited_run.zombie_error  # its commit went through
+    assert edited_run.report.duplicated > 0, edited_run.summary()
