@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
+
+import psutil
 
 from labkit.experiments import txn_timeout
 from tests.test_failover import LABKIT, refused_before_any_broker
@@ -44,6 +47,27 @@ def test_a_commit_cut_off_from_its_coordinator_is_aborted_and_never_read_committ
     # app starts another and processes the batch again
     assert got["errors"] == ["_FENCED (fatal)"] and got["producers"] == 2, got
     assert got["verdict"] == "exactly once"
+    # nothing the CLI started outlives it: its workers (and the proxy, in its own process)
+    if "LABKIT_BOOTSTRAP" not in os.environ:  # else every process here has this address
+        assert started_for(bootstrap) == [], "left running after the CLI exited"
+
+
+def started_for(bootstrap: str, wait_s: float = 2.0) -> list[str]:
+    """Processes whose environment names ``bootstrap`` as LABKIT_BOOTSTRAP (what the CLI
+    was given, and what its children inherit), after up to ``wait_s`` for the reaping."""
+    def find() -> list[str]:
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if p.environ().get("LABKIT_BOOTSTRAP") == bootstrap:
+                    found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}")
+            except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+                pass
+        return found
+    deadline = time.monotonic() + wait_s
+    while find() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return find()
 
 
 def test_the_cli_refuses_what_the_scenario_cannot_run_before_writing_anything(tmp_path):
