@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 
 import psutil
 
 from labkit.experiments import txn_timeout
 from tests.test_failover import LABKIT, refused_before_any_broker
+from tests.test_harness import left_behind
 
 RECORDS = 30
 
@@ -52,9 +52,9 @@ def test_a_commit_cut_off_from_its_coordinator_is_aborted_and_never_read_committ
         assert started_for(bootstrap) == [], "left running after the CLI exited"
 
 
-def started_for(bootstrap: str, wait_s: float = 2.0) -> list[str]:
+def started_for(bootstrap: str) -> list[str]:
     """Processes whose environment names ``bootstrap`` as LABKIT_BOOTSTRAP (what the CLI
-    was given, and what its children inherit), after up to ``wait_s`` for the reaping."""
+    was given, and what its children inherit), once they have had time to be reaped."""
     def find() -> list[str]:
         found = []
         for p in psutil.process_iter(["pid", "cmdline"]):
@@ -64,10 +64,7 @@ def started_for(bootstrap: str, wait_s: float = 2.0) -> list[str]:
             except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
                 pass
         return found
-    deadline = time.monotonic() + wait_s
-    while find() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return find()
+    return left_behind(find)
 
 
 def test_the_cli_refuses_what_the_scenario_cannot_run_before_writing_anything(tmp_path):

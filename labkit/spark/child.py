@@ -211,7 +211,7 @@ def run_stream(spark, job: dict, send) -> dict:
         started = time.monotonic()
         order = ["key"] if stateful else ["partition", "offset"]
         rows = [r.asDict() for r in df.orderBy(*order).collect()]
-        if job.get("lookup"):  # the non-deterministic transform (labkit.spark.replay)
+        if transform is not None:  # the non-deterministic transform (labkit.spark.replay)
             rows = transform(rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
               "t": round(started - t0, 3)})
