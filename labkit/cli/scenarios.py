@@ -63,7 +63,8 @@ def command(experiment):
             decls, annotation = [f"{option.flag}/--no-{option.flag[2:]}"], Optional[bool]
         else:
             decls = [option.flag, *([option.short] if option.short else [])]
-            annotation = Optional[int] if option.kind is int else Optional[str]
+            annotation = {int: Optional[int], float: Optional[float]}.get(option.kind,
+                                                                          Optional[str])
         params.append(inspect.Parameter(
             option.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
             default=typer.Option(None, *decls, help=option.help + shown, show_default=False)))

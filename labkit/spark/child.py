@@ -7,6 +7,9 @@ It reads one JSON job per line from JOBS_FD and answers with JSON event lines on
 - ``stream``: a Structured Streaming query, Kafka source -> foreachBatch sink, run with
   ``trigger(availableNow=True)`` until everything present at start is processed (the lab's
   query, or a learner's function that builds and starts it: ``query_code``);
+- ``copy``: a learner's Kafka-to-Kafka query (Spark's Kafka sink, any trigger, real-time
+  mode included) left running until the lab asks it to stop; the lab kills this worker from
+  outside to crash it (``labkit.spark.realtime``);
 - ``recount``: the batch recomputation (``spark.read.format("kafka")``) of counts per key;
 
 Both take ``source_options``, extra Kafka source options (``kafka.isolation.level``).
@@ -113,6 +116,9 @@ QUERY_PROVIDES = frozenset({"spark", "kafka_options", "input_topic", "checkpoint
 TRANSFORM_PROVIDES = frozenset({"rows", "threshold_table"})
 # A learner's query left running (a trigger other than availableNow) is stopped after this.
 LEARNER_QUERY_BOUND_S = 180.0
+# What a learner's Kafka-to-Kafka query may name (labkit.spark.realtime checks it too).
+COPY_PROVIDES = frozenset({"spark", "kafka_options", "input_topic", "output_topic", "checkpoint"})
+HEARTBEAT_S = 1.0  # a copy job's "running" events: the lab's watchdog sees it alive
 
 
 def _lab_query(spark, job: dict, stateful: bool, each_batch):
@@ -244,6 +250,50 @@ def run_stream(spark, job: dict, send) -> dict:
     return {"batches": seen, "seconds": round(time.monotonic() - t0, 3)}
 
 
+def run_copy(spark, job: dict, send) -> dict:
+    """The learner's Kafka-to-Kafka query (job["query_code"]), called with what it names of
+    spark, kafka_options, input_topic, output_topic, checkpoint, and left running until the
+    file job["stop_file"] exists. Its trigger is the learner's (real-time mode runs until
+    stopped), so it is bounded by LEARNER_QUERY_BOUND_S; a query that fails says why."""
+    from pyspark.sql.streaming import StreamingQuery
+
+    from labkit.pipelines import learner
+
+    code = job["query_code"]
+    target = learner.load(code["code"], code["function"])
+    options = {**javaconfig.spark_options(job["bootstrap"]),
+               "groupIdPrefix": names.group("spark-kafka-source")}
+    provided = {"spark": spark, "kafka_options": options, "input_topic": job["topic"],
+                "output_topic": job["output_topic"], "checkpoint": job["checkpoint"]}
+    assert provided.keys() == COPY_PROVIDES
+    query = learner.call(target, **provided)
+    if not isinstance(query, StreamingQuery):
+        raise learner.LearnerCodeError(
+            f"{code['function']}() returned {type(query).__name__}, not a started query: end "
+            "it with .start() and return what that gives")
+    try:  # the trigger as Spark applied it, e.g. RealTimeTrigger(5000) (an internal name)
+        trigger = str(query._jsq.streamingQuery().trigger())
+    except Exception:  # noqa: BLE001 - only a label
+        trigger = "unknown"
+    started = time.monotonic()
+    send({"event": "started", "trigger": trigger})
+    stop, beat = Path(job["stop_file"]), started
+    try:
+        while not stop.exists():
+            if not query.isActive:
+                raise RuntimeError(f"the query stopped by itself: {query.exception()}")
+            if time.monotonic() - started > LEARNER_QUERY_BOUND_S:
+                raise RuntimeError(f"the query ran for {LEARNER_QUERY_BOUND_S:.0f} s without "
+                                   "being asked to stop")
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                beat = time.monotonic()
+                send({"event": "running", "t": round(beat - started, 1)})
+            time.sleep(0.05)
+    finally:
+        query.stop()
+    return {"seconds": round(time.monotonic() - started, 3)}
+
+
 def recount(spark, job: dict, send) -> dict:
     """Counts per key of the whole topic, by a batch query: the ground truth for a stream."""
     reader = (spark.read.format("kafka")
@@ -258,7 +308,7 @@ def recount(spark, job: dict, send) -> dict:
     return {"counts": {r["key"]: int(r["count"]) for r in rows}}
 
 
-JOBS = {"stream": run_stream, "recount": recount, "delta-read": delta.read_job}
+JOBS = {"stream": run_stream, "copy": run_copy, "recount": recount, "delta-read": delta.read_job}
 
 
 def main(argv: list[str]) -> None:

@@ -181,6 +181,14 @@ class SparkWorker:
         proc.kill([self.proc, *proc.find(self._marker)])
         self._cleanup()
 
+    def sigkill(self) -> None:
+        """SIGKILL the worker and its JVM now, from outside (a crash the lab times, where no
+        crash point can be armed): the ``run`` in progress on another thread sees the pipe
+        close, returns ``crashed=True`` and cleans up. Never reused after this."""
+        if self.proc is not None:
+            self.spent = True
+            proc.kill([self.proc, *proc.find(self._marker)])
+
     def close(self) -> None:
         """Ask the worker to stop Spark and exit; kill it if it does not."""
         if self.proc is None:
