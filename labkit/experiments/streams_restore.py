@@ -44,6 +44,7 @@ from labkit.kafka import connection, javaconfig, jvm, names, topics
 from labkit.kafka.clientlog import client_config
 from labkit.paths import lab_home
 from labkit.pipelines import data
+from labkit.pipelines.common import committed_offsets
 from labkit.progress import wait_until
 
 SCENARIO = "streams-restore"
@@ -142,8 +143,9 @@ class StreamsApp:
 
 
 def _committed(consumer: Consumer, topic: str) -> int:
-    """The input offsets the app's group has committed (this consumer never joins it)."""
-    return max(consumer.committed([TopicPartition(topic, 0)], timeout=5)[0].offset, 0)
+    """The input offsets the app's group has committed (this consumer never joins it). On a
+    broker just started the group's coordinator may still be loading: asked again then."""
+    return max(committed_offsets(consumer, topic, [0])[0], 0)
 
 
 def _end_offset(consumer: Consumer, topic: str) -> int:
