@@ -126,6 +126,16 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("def streams_count", "exactly_once_v2 over-count: 0"),
         ("eo_streams.aborted_in_log", "records of aborted transactions in the log: yes | seen by the audit: 0"),
     ],
+    "07b_what_a_crash_costs_kafka_streams": [
+        ("TRANSACTIONAL_STATE_STORES_CONFIG", "props.put(StreamsConfig.TRANSACTIONAL_STATE_STORES_CONFIG, true);"),
+        ("def crash_and_restart", "enable.transactional.statestores=false: exactly once: True, lost=0 "
+                                  "duplicated=0, counts match the input: True"),
+        ("def crash_and_restart", "enable.transactional.statestores=true: exactly once: True, lost=0 "
+                                  "duplicated=0, counts match the input: True"),
+        ("0 < on.restored_records", "false: restored == committed at the kill: True"),
+        ("0 < on.restored_records", "true:  0 < restored < committed at the kill: True"),
+        ("check_short_keys(lab.bootstrap, my_restore)", "🔁 Not yet"),
+    ],
     "08a_spark_checkpoints_and_sinks": [
         ("checkpoint_view(first.checkpoint)", "MISSING"),
         ("batch 1 replayed with the offsets", "planned before the crash: True"),
@@ -155,6 +165,13 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("upsert = experiments.run(\"spark-replay\"", "idempotent: 26 rows, 3 mixed keys -> matches NO single processing"),
         ("upsert = experiments.run(\"spark-replay\"", "delta: 26 rows, 0 mixed keys -> matches ONE processing"),
         ("kafka_eo = experiments.run(\"kafka-replay\"", "10 aborted in the log, 0 mixed keys -> ONE processing"),
+    ],
+    "08e_spark_real_time_mode": [
+        ("the trigger as Spark applied it: {rt.trigger}", "RealTimeTrigger(5000)"),
+        ("the trigger as Spark applied it: {rt.trigger}", "lost: 0; payments written twice: some"),
+        ("micro_batch_query = edited", "ProcessingTimeTrigger(0); lost: 0"),
+        ("after a dedupe by id", "RealTimeTrigger(5000), after a dedupe by id: exactly once (lost=0 duplicated=0)"),
+        ("after a dedupe by id", "ProcessingTimeTrigger(0), after a dedupe by id: exactly once (lost=0 duplicated=0)"),
     ],
     "09_cost": [
         ('summary["all_delivered"]', "every run delivered every record exactly once: True"),
