@@ -34,7 +34,7 @@ def test_a_real_time_query_killed_mid_batch_writes_its_batch_again_and_a_dedupe_
         assert set(ids) == written  # nothing lost
         assert len(ids) - len(set(ids)) == run.report.duplicated > 0
         assert run.deduped.exactly_once and run.deduped.duplicated == 0
-        assert run.latency["p50_ms"] < run.latency["p99_ms"]
+        assert 0 <= run.latency["p50_ms"] <= run.latency["p99_ms"]  # measured, one clock
     finally:
         run.cleanup()
 

@@ -52,7 +52,7 @@ DONE_S = 120.0  # the restarted query copying the rest
 class RealtimeRun:
     report: AuditReport  # the output topic as written
     deduped: AuditReport  # after a downstream dedupe by payment id
-    trigger: str  # the query's trigger, as Spark's progress names it
+    trigger: str  # the trigger Spark applied, by its class name: RealTimeTrigger(5000)
     records: int  # payments written (the input topic read back)
     killed_after_checkpoint_s: float  # how long the killed driver had run since its checkpoint
     rewritten: int  # records the killed driver wrote that its restart wrote again
