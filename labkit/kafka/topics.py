@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -27,6 +27,9 @@ class Rec:
     offset: int
     key: str | None
     value: Any  # the JSON-decoded value
+    # its timestamp in ms (CreateTime unless the topic says LogAppendTime); not compared:
+    # two reads of one record are equal
+    timestamp_ms: int | None = field(default=None, compare=False)
 
 
 def encode(value: Any) -> bytes:
@@ -174,7 +177,8 @@ def read(bootstrap: str, topic: str, isolation: str = "read_committed",
                 if err is None:
                     key = msg.key()
                     out.append(Rec(msg.partition(), msg.offset(),
-                                   key.decode() if key is not None else None, decode(msg.value())))
+                                   key.decode() if key is not None else None, decode(msg.value()),
+                                   msg.timestamp()[1]))
                 elif err.code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition())
                 elif not err.retriable():

@@ -149,29 +149,38 @@ def _lab_query(spark, job: dict, stateful: bool, each_batch):
             .start())
 
 
-def _learner_query(spark, job: dict, each_batch):
-    """The learner's query function (job["query_code"]), called with what it names of:
-    spark, kafka_options, input_topic, checkpoint, starting_offsets, sink (the lab's
-    foreachBatch: the learner's or the scenario's sink, with the crash points around it)."""
+def _learner_source_options(job: dict) -> dict[str, str]:
+    """The Kafka options a learner's query gets: the lab's, and Spark's group id prefix in
+    the learner's namespace (a room's group ACLs cover it)."""
+    return {**javaconfig.spark_options(job["bootstrap"]),
+            "groupIdPrefix": names.group("spark-kafka-source")}
+
+
+def _start_learner_query(job: dict, provided: dict):
+    """Call the learner's query function (job["query_code"]) with what it names of
+    ``provided``; the started StreamingQuery it must return."""
     from pyspark.sql.streaming import StreamingQuery
 
     from labkit.pipelines import learner
 
     code = job["query_code"]
-    target = learner.load(code["code"], code["function"])
-    # Spark's group id prefix in the learner's namespace: a room's group ACLs cover it
-    options = {**javaconfig.spark_options(job["bootstrap"]),
-               "groupIdPrefix": names.group("spark-kafka-source")}
-    provided = {"spark": spark, "kafka_options": options, "input_topic": job["topic"],
-                "checkpoint": job["checkpoint"], "starting_offsets": job["starting_offsets"],
-                "sink": each_batch}
-    assert provided.keys() == QUERY_PROVIDES  # what scenarios.experiment checks the query for
-    query = learner.call(target, **provided)
+    query = learner.call(learner.load(code["code"], code["function"]), **provided)
     if not isinstance(query, StreamingQuery):
         raise learner.LearnerCodeError(
             f"{code['function']}() returned {type(query).__name__}, not a started query: end "
             "it with .start() and return what that gives")
     return query
+
+
+def _learner_query(spark, job: dict, each_batch):
+    """The learner's query function, called with what it names of: spark, kafka_options,
+    input_topic, checkpoint, starting_offsets, sink (the lab's foreachBatch: the learner's
+    or the scenario's sink, with the crash points around it)."""
+    provided = {"spark": spark, "kafka_options": _learner_source_options(job),
+                "input_topic": job["topic"], "checkpoint": job["checkpoint"],
+                "starting_offsets": job["starting_offsets"], "sink": each_batch}
+    assert provided.keys() == QUERY_PROVIDES  # what scenarios.experiment checks the query for
+    return _start_learner_query(job, provided)
 
 
 def _lookup_transform(job: dict):
@@ -255,22 +264,11 @@ def run_copy(spark, job: dict, send) -> dict:
     spark, kafka_options, input_topic, output_topic, checkpoint, and left running until the
     file job["stop_file"] exists. Its trigger is the learner's (real-time mode runs until
     stopped), so it is bounded by LEARNER_QUERY_BOUND_S; a query that fails says why."""
-    from pyspark.sql.streaming import StreamingQuery
-
-    from labkit.pipelines import learner
-
-    code = job["query_code"]
-    target = learner.load(code["code"], code["function"])
-    options = {**javaconfig.spark_options(job["bootstrap"]),
-               "groupIdPrefix": names.group("spark-kafka-source")}
-    provided = {"spark": spark, "kafka_options": options, "input_topic": job["topic"],
-                "output_topic": job["output_topic"], "checkpoint": job["checkpoint"]}
-    assert provided.keys() == COPY_PROVIDES
-    query = learner.call(target, **provided)
-    if not isinstance(query, StreamingQuery):
-        raise learner.LearnerCodeError(
-            f"{code['function']}() returned {type(query).__name__}, not a started query: end "
-            "it with .start() and return what that gives")
+    provided = {"spark": spark, "kafka_options": _learner_source_options(job),
+                "input_topic": job["topic"], "output_topic": job["output_topic"],
+                "checkpoint": job["checkpoint"]}
+    assert provided.keys() == COPY_PROVIDES  # what realtime.check_query checks the query for
+    query = _start_learner_query(job, provided)
     try:  # the trigger as Spark applied it, e.g. RealTimeTrigger(5000) (an internal name)
         trigger = str(query._jsq.streamingQuery().trigger())
     except Exception:  # noqa: BLE001 - only a label

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from labkit import progress
 from labkit.checking.audit import AuditReport, expected_counts
@@ -153,29 +153,11 @@ def _produce(bootstrap: str, topic: str, payments: list[dict], rate: float,
 
 
 def read_stamped(bootstrap: str, topic: str) -> pd.DataFrame:
-    """Every record of ``topic``: partition, offset, id and key (the payment's), record_key
-    (the Kafka record's key) and created_ms (its CreateTime)."""
-    consumer = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": "labkit-reader",
-                                       "enable.auto.commit": False, "enable.partition.eof": True,
-                                       "isolation.level": "read_committed"}))
-    rows, pending = [], set(topics.assign_all(consumer, topic))
-    deadline = time.monotonic() + 30
-    try:
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=0.1):
-                if msg.error() is None:
-                    value = topics.decode(msg.value())
-                    key = msg.key().decode() if msg.key() is not None else None
-                    rows.append((msg.partition(), msg.offset(), value["id"], value["key"], key,
-                                 msg.timestamp()[1]))
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-    finally:
-        consumer.close()
-    if pending:
-        raise TimeoutError(f"reading {topic} did not reach the end of partitions {sorted(pending)}")
-    return pd.DataFrame(rows, columns=["partition", "offset", "id", "key", "record_key",
-                                       "created_ms"])
+    """Every record of ``topic`` (read_committed): partition, offset, id and key (the
+    payment's), record_key (the Kafka record's key) and created_ms (its CreateTime)."""
+    return pd.DataFrame([(r.partition, r.offset, r.value["id"], r.value["key"], r.key,
+                          r.timestamp_ms) for r in topics.read(bootstrap, topic)],
+                        columns=["partition", "offset", "id", "key", "record_key", "created_ms"])
 
 
 def _end(consumer: Consumer, topic: str, partition: int) -> int:
@@ -204,19 +186,26 @@ def _checkpoints(checkpoint: Path) -> list[float]:
     return sorted(f.stat().st_mtime for f in (checkpoint / "commits").glob("[0-9]*"))
 
 
-def _latency(inputs: pd.DataFrame, output: pd.DataFrame, since_ms: float,
-             until_ms: float) -> dict[str, float]:
-    """p50 and p99 of output CreateTime - input CreateTime of each payment's first copy, over
-    payments produced after ``since_ms`` (the query's first output: steady state) and copied
-    before ``until_ms`` (the kill)."""
-    first = output.groupby("id")["created_ms"].min()
-    born = inputs.set_index("id")["created_ms"]
-    copied = first[(first < until_ms) & (born.reindex(first.index) > since_ms)]
-    delays = sorted((copied - born.reindex(copied.index)).tolist())
+def _latency(output: pd.DataFrame, since_ms: float, until_ms: float) -> dict[str, float]:
+    """p50 and p99 of the delay of each payment's first copy (``_copies``), over payments
+    produced after ``since_ms`` (the query's first output: steady state) and copied before
+    ``until_ms`` (the kill)."""
+    first = output[output["copy"] == 1]
+    born = first["created_ms"] - first["delay_ms"]
+    delays = sorted(first.loc[(first["created_ms"] < until_ms) & (born > since_ms),
+                              "delay_ms"].tolist())
     if len(delays) < 2:
         return {"p50_ms": float("nan"), "p99_ms": float("nan")}
     q = statistics.quantiles(delays, n=100)
     return {"p50_ms": round(q[49], 1), "p99_ms": round(q[98], 1)}
+
+
+def _copies(inputs: pd.DataFrame, output: pd.DataFrame) -> pd.DataFrame:
+    """The output with delay_ms (its CreateTime minus its payment's) and copy (1 for a
+    payment's first record, 2 for the next, ...)."""
+    born = inputs.drop_duplicates("id").set_index("id")["created_ms"]
+    return output.assign(delay_ms=output["created_ms"] - born.reindex(output["id"]).to_numpy(),
+                         copy=output.sort_values("created_ms").groupby("id").cumcount() + 1)
 
 
 class _Driver:
@@ -367,12 +356,10 @@ def _audited(payments: list[dict], inputs: pd.DataFrame, output: pd.DataFrame, t
                                  check.dedupe_by_id(output), expected)
     for r in (report, deduped):
         r.fault = f"driver SIGKILLed {since:.1f} s after its last checkpoint"
+    output = _copies(inputs, output)
     # the killed driver's records (stamped before the kill) that the restart wrote again
-    born = inputs.drop_duplicates("id").set_index("id")["created_ms"]
-    output = output.assign(delay_ms=output["created_ms"] - born.reindex(output["id"]).to_numpy(),
-                           copy=output.sort_values("created_ms").groupby("id").cumcount() + 1)
     before_kill = output[output["created_ms"] < killed_ms]
     rewritten = int(before_kill["id"].isin(output[output["created_ms"] >= killed_ms]["id"]).sum())
     return RealtimeRun(report, deduped, trigger, len(payments), round(since, 1), rewritten,
-                       _latency(inputs, output, first_output_ms, killed_ms), output, killed_ms,
+                       _latency(output, first_output_ms, killed_ms), output, killed_ms,
                        topics=kept, steps=steps, bootstrap=bootstrap)
