@@ -51,6 +51,9 @@ class AuditReport:
     aborted_in_log: int | None = None
     # Examples of each finding, for explanations (not part of the JSON contract).
     examples: dict[str, list] = field(default_factory=dict, repr=False, compare=False)
+    # Findings of the run's other checkers (a zombie's write let through, a fatal error
+    # carried on): judged by the same verdict, named in ``anomalies``.
+    extra: list[Result] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def state_matches(self) -> bool:
@@ -62,7 +65,8 @@ class AuditReport:
         Built from the fields, so a report made by hand is judged by the same rule."""
         counted = [Result(name, getattr(self, f) == 0, getattr(self, f), self.examples.get(f, []))
                    for name, f in COUNT_FIELDS.items()]
-        return [*counted, checkers.state_drift(self.state_expected, self.state_actual)]
+        return [*counted, checkers.state_drift(self.state_expected, self.state_actual),
+                *self.extra]
 
     @property
     def verdict(self) -> str:

@@ -143,14 +143,16 @@ def verdict(results: Iterable[Result]) -> str:
     - exactly once: no checker found anything.
     - at least once: duplicates, nothing lost. at most once: losses, no duplicates.
     - incorrect: losses *and* duplicates; any aborted read (the reader saw data that was
-      never committed) or non-monotonic order (neither guarantee allows either); or state
+      never committed), non-monotonic order, or any other checker's finding (neither
+      guarantee allows them); or state
       drift with neither losses nor duplicates to explain it (the records look right but
       the state does not, e.g. a state store that counted a batch twice).
     State drift next to losses or duplicates is their consequence and adds nothing.
     """
     bad = set(anomalies(results))
     lost, dup = LOST_WRITE in bad, DUPLICATE in bad
-    if (lost and dup) or bad & {ABORTED_READ, NON_MONOTONIC}:
+    # any other checker's finding (a zombie's write let through, ...) breaks every guarantee
+    if (lost and dup) or bad - {LOST_WRITE, DUPLICATE, STATE_DRIFT}:
         return INCORRECT
     if STATE_DRIFT in bad and not (lost or dup):
         return INCORRECT

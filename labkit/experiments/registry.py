@@ -1,4 +1,4 @@
-"""The one way to run an experiment: a pipeline, its faults and the audit, by name.
+"""The one way to run an experiment, and the shape every experiment has.
 
     from labkit import experiments
     run = experiments.run("consume-transform-produce", guarantee="exactly_once",
@@ -6,13 +6,19 @@
     run = experiments.run("leader-failover", cluster=lab, acks="1")        # a failure lab's
     print(run.summary()); run.report.verdict; run.timeline(); run.topics
 
-Each experiment module registers itself once (``register``): its name, a line of help, its
-options with their defaults, where it runs (the lab cluster, a failure lab of its own, a
-broker of its own) and how long it may go without progress. ``run`` checks the options
-before anything starts, finds or starts the cluster, and runs the experiment under the
-watchdog (``labkit.faults.watchdog.watched``): no step for ``stall_s`` stops every process
-it started and raises ExperimentStalled naming its last step. ``labkit scenario`` and its
-help are built from the same registry (``catalog``).
+An experiment is a composition of parts, as a Jepsen test is a map (docs/architecture.md,
+docs/adding-an-experiment.md): its **options** declared once (``Option``: type, default,
+help, choices, bounds; the CLI's flags and the input checks both come from them), a
+**workload** (names, topics, inputs: ``labkit.experiments.parts.Workload``), its
+**clients** (the pipeline under test, the learner's function or the lab's), a **nemesis**
+(fault objects: ``labkit.faults.nemesis``) and its **checkers** (``labkit.checking.checks``).
+``run`` checks the options before anything starts, finds or starts the cluster, and runs
+the phases under the watchdog (``labkit.faults.watchdog.watched``): the workload prepared,
+the clients run under the nemesis (set up before, torn down after, whatever happens), the
+checkers composed into the one audit, the run's topics and files cleaned up. Every
+experiment returns the same record (``labkit.checking.record.RunRecord``). A ``body`` is
+the escape hatch for the few whose faults depend on facts known only while they run.
+``labkit scenario`` and its help are built from the same registry (``catalog``).
 """
 from __future__ import annotations
 
@@ -24,6 +30,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+from labkit.checking.audit import AuditReport
+from labkit.checking.checks import Checker, compose
+from labkit.checking.record import PLAIN, Presentation, RunRecord
+from labkit.experiments.context import RunContext
+from labkit.experiments.parts import Workload, prepare
+from labkit.faults.nemesis import Nemesis
 from labkit.faults.watchdog import watched
 
 LAB, FAILURE_LAB, OWN_BROKER = "lab", "failure-lab", "own-broker"
@@ -81,39 +93,49 @@ class Option:
     cli: bool = True
     cli_default: Any = REQUIRED
     short: str = ""  # e.g. "-g"
+    minimum: float | None = None  # the least value it takes (numbers)
+    why: str = ""  # why that least value, said with the refusal
+
+    def checked(self, experiment: str, value: Any) -> None:
+        """A ValueError that says what to use, for a value out of bounds."""
+        if self.minimum is None or value is None:
+            return
+        if self.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{experiment}: {self.name} must be a whole number, not {value!r}")
+        if value < self.minimum:
+            why = f" ({self.why})" if self.why else ""
+            raise ValueError(f"{self.name} must be {self.minimum:g} or more{why}, not {value}")
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
 
-@dataclass
-class Context:
-    """Where an experiment runs and what the caller gave it besides its options."""
-
-    bootstrap: str | None = None
-    cluster: Any = None  # the failure lab (labkit.kafka.cluster.LocalCluster), if any
-    pipeline: Callable | None = None  # the learner's function, or None: the reference one
-    watch: Callable | None = None  # a live view (a dashboard factory, a ReplicaBoard)
-    announce: Callable[[str], None] = print
-
-
 @dataclass(frozen=True)
 class Experiment:
     name: str
     help: str  # one line: what it shows
-    body: Callable[..., Run]  # body(context, **options)
+    # the escape hatch: body(run, **options) -> AuditReport (facts in run.facts), for faults
+    # that depend on facts known only while it runs; None: the parts below
+    body: Callable[..., Any] | None = None
     options: tuple[Option, ...] = ()
     where: str = LAB
     stall_s: float = STALL_S
     pipeline: str = ""  # what ``pipeline=`` replaces, in words ("" takes none)
-    check: Callable[..., None] | None = None  # checks the options before anything starts
+    check: Callable[..., None] | None = None  # checks the options together, before anything starts
     text: Callable[[Any], str] = field(default=lambda run: run.summary())  # for the terminal
-    group: str = "Kafka"  # the CLI's help lists experiments by group
+    group: str = "Kafka"  # the engine: the CLI's help lists experiments by it
     # the crash points its code passes, for a guarantee or for any (None: it takes no crash_at)
     crash_points: Callable[..., tuple[str, ...]] | None = None
     # a failure lab whose links can be cut (labkit.faults.partition: lab.isolate, lab.heal)
     partitions: bool = False
+    # The parts, each made from the run's options (``o``: attributes) or the run itself.
+    workload: Callable[[Any], Workload] | None = None  # workload(o)
+    clients: Callable[[RunContext], Callable[[RunContext], Any]] | None = None  # clients(run)
+    nemesis: Callable[[Any], Nemesis] | None = None  # nemesis(o)
+    checkers: Callable[[Any], Sequence[Checker]] | None = None  # checkers(o)
+    facts: Callable[[RunContext], dict] | None = None  # what the run found, besides the audit
+    presentation: Presentation = PLAIN  # its summary and JSON, when not the audit's
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Every option's value: the given ones checked by name and choice, defaults else."""
@@ -134,6 +156,7 @@ class Experiment:
             if choices and value is not None and str(value) not in choices:
                 raise ValueError(f"{self.name}: {name} must be one of {', '.join(choices)}, "
                                  f"not {value!r}")
+            known[name].checked(self.name, value)
         if self.check is not None:
             self.check(**values)
         return values
@@ -178,9 +201,9 @@ def crash_points(name: str, guarantee: str | None = None) -> tuple[str, ...]:
 
 def run(name: str, *, pipeline: Callable | None = None, cluster: Any = None,
         watch: Callable | None = None, stall_after: float | None = None,
-        announce: Callable[[str], None] = print, **options: Any) -> Run:
+        announce: Callable[[str], None] = print, **options: Any) -> RunRecord:
     """Run experiment ``name`` with ``options`` (see ``catalog()[name].options``) and return
-    its run. ``pipeline``: the learner's function in place of the lab's reference pipeline
+    its record. ``pipeline``: the learner's function in place of the lab's reference pipeline
     (its cell's text is what the workers run). ``cluster``: the lab to use (a bootstrap
     string or a LocalCluster; for a failure-lab experiment, the ``failure_lab()`` to break;
     default: the lab cluster, or a failure lab started for this run and stopped after it).
@@ -193,18 +216,57 @@ def run(name: str, *, pipeline: Callable | None = None, cluster: Any = None,
     stall_s = experiment.stall_s if stall_after is None else stall_after
     if stall_s <= 0:
         raise ValueError(f"stall_after must be a positive number of seconds, not {stall_after!r}")
-    with _context(experiment, cluster, announce) as context:
-        context.pipeline, context.watch = pipeline, watch
-        stop = context.cluster.kill if experiment.where == FAILURE_LAB else None
-        return watched(name, stall_s, lambda: experiment.body(context, **values), stop=stop)
+    with _context(experiment, cluster, announce) as (bootstrap, lab):
+        context = RunContext(name, values, bootstrap=bootstrap, cluster=lab, pipeline=pipeline,
+                             watch=watch, announce=announce)
+        stop = lab.kill if experiment.where == FAILURE_LAB else None
+        return watched(name, stall_s, lambda: perform(experiment, context), stop=stop)
+
+
+def perform(experiment: Experiment, run: RunContext) -> RunRecord:
+    """The phases, for every experiment: the workload prepared, the clients run under the
+    nemesis (torn down always), the checkers composed, the run's topics and files cleaned
+    up (always), one record."""
+    try:
+        if experiment.body is not None:
+            report = experiment.body(run, **run.options)
+            if not isinstance(report, AuditReport):
+                return report  # not yet a composition (being converted: issue 39)
+        else:
+            report = _phases(experiment, run)
+    finally:
+        run.close()
+    return RunRecord(experiment.name, report, topics=dict(run.topics) if run.keep_topics else {},
+                     history=run.history, steps=run.steps, faults=run.fired_faults,
+                     facts=run.facts, options=run.options,
+                     presentation=experiment.presentation)
+
+
+def _phases(experiment: Experiment, run: RunContext) -> AuditReport:
+    missing = [part for part in ("workload", "clients", "checkers")
+               if getattr(experiment, part) is None]
+    if missing:
+        raise TypeError(f"{experiment.name} has neither a body nor its {', '.join(missing)}")
+    prepare(run, experiment.workload(run.o))
+    clients = experiment.clients(run)
+    if hasattr(clients, "attach"):
+        clients.attach(run)  # e.g. a pool the nemesis arms a crash point in
+    if experiment.nemesis is not None:
+        run.nemesis = experiment.nemesis(run.o)
+    with run.nemesis.active(run):
+        clients(run)
+    report = compose(run, experiment.checkers(run.o))
+    if experiment.facts is not None:
+        run.facts.update(experiment.facts(run))
+    return report
 
 
 @contextmanager
 def _context(experiment: Experiment, cluster: Any,
-             announce: Callable[[str], None]) -> Iterator[Context]:
+             announce: Callable[[str], None]) -> Iterator[tuple[str | None, Any]]:
     """The experiment's cluster: the one given, the lab's, or a failure lab for this run."""
     if experiment.where == OWN_BROKER:
-        yield Context(announce=announce)
+        yield None, None
         return
     if experiment.where == FAILURE_LAB:
         if cluster is not None and not hasattr(cluster, "kill"):
@@ -220,16 +282,14 @@ def _context(experiment: Experiment, cluster: Any,
 
             network = Network() if experiment.partitions else None
             with failure_lab(announce=announce, network=network) as lab:
-                yield Context(lab.bootstrap, lab, announce=announce)
+                yield lab.bootstrap, lab
             return
-        yield Context(cluster.bootstrap, cluster, announce=announce)
+        yield cluster.bootstrap, cluster
         return
     if cluster is None:
         from labkit.kafka import cluster as lab, names
 
         names.namespace()  # a bad LABKIT_NAMESPACE fails here, before a broker is started
-        bootstrap = lab.ensure().bootstrap
-    else:
-        bootstrap = cluster if isinstance(cluster, str) else cluster.bootstrap
-    yield Context(bootstrap, announce=announce)
-
+        yield lab.ensure().bootstrap, None
+        return
+    yield (cluster if isinstance(cluster, str) else cluster.bootstrap), None

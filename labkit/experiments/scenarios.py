@@ -1,46 +1,41 @@
-"""Scenarios: one experiment = generate input, run a pipeline (crashing it, or behind a
-network fault), audit what is observable afterwards.
+"""The lab's reference pipelines as experiments: the producer, the consumer (a table sink),
+consume-transform-produce and the running count, each at one of three guarantees, crashed
+at a named point, killed at random, behind a network fault; or the learner's function in
+their place (``pipeline=``), crashed at its own ``crash_point(...)`` calls.
 
-    report = run("consume-transform-produce", "at_least_once", crash_at="after-process-before-commit")
-    print(report.summary())       # lost=0 duplicated=10 ...
+    run = experiments.run("consume-transform-produce", guarantee="at_least_once",
+                          crash_at="after-process-before-commit")
+    print(run.summary())       # lost=0 duplicated=10 ...
 
-The pieces never reach into each other (Jepsen's split): ``labkit.pipelines.data`` generates, a
-``labkit.pipelines`` module processes (in a child process the ``faults.runner`` crashes and
-restarts), ``labkit.faults.proxy`` breaks the network, ``labkit.checking.audit`` judges.
+Each is the same composition: a workload (generated payments with unique ids in the input
+topic), its clients (``instances`` worker processes of one consumer group over
+``partitions`` partitions), a nemesis (``CrashAt``, ``RandomKills``, ``ProxyFault``) and the
+audit of its output (a topic, or the consumer's table).
 
-Deterministic by construction: fixed seed, one input partition, fixed batches, and the
-crash fires on the ``CRASH_HIT``-th visit of its point. ``instances`` and ``partitions``
-run several members of one consumer group over a partitioned input, as applications run:
-rebalances move partitions between them, and the audit must stay exact all the same.
+Deterministic by construction: fixed seed, fixed batches, and the crash fires on the
+``CRASH_HIT``-th visit of its point. Rebalances move partitions between instances, and the
+audit must stay exact all the same.
 """
 from __future__ import annotations
 
 import inspect
-import json
-import shutil
-import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
-from pathlib import Path
+from contextlib import contextmanager
+from dataclasses import dataclass
 
-import pandas as pd
-
-from labkit.checking import audit, history, timeline
-
-from labkit.kafka import topics
-
-from labkit.pipelines import data
-from labkit.kafka import names as namespace
-from labkit.checking.audit import AuditReport
-from labkit.faults import crashpoints
+from labkit.checking.checks import TableAudit, TopicAudit
+from labkit.experiments.context import RunContext
+from labkit.experiments.parts import Topic, Workers, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
-from labkit.faults.runner import RunResult, run_workers
-from labkit.paths import lab_home
-from labkit.pipelines import consumer, ctp, learner, producer, running_count
+from labkit.faults import crashpoints
+from labkit.faults.nemesis import Nemesis
+from labkit.faults.process_faults import CrashAt, RandomKills
+from labkit.faults.wire_faults import ProxyFault
+from labkit.kafka import topics
+from labkit.kafka.topics import ISOLATION_LEVELS
+from labkit.pipelines import consumer, ctp, data, learner, producer, running_count
 from labkit.pipelines.group import GROUP_PROTOCOLS, check_group_protocol
 from labkit.pipelines.guarantee import GUARANTEES
-from labkit.kafka.topics import ISOLATION_LEVELS
 
 CRASH_HIT = 2  # crash on the second batch: one batch is safely done before the crash
 BATCH_SIZE = 10
@@ -101,41 +96,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 ]}
 
 
-@dataclass
-class ScenarioRun:
-    """A scenario's audit plus how it ran (attempts, topics, fault proxy counters)."""
-
-    report: AuditReport
-    run: RunResult
-    topics: dict[str, str]
-    fault_stats: dict | None = None
-    workdir: str | None = None
-    inputs: list[dict] = field(default_factory=list, repr=False)
-    history: list[dict] = field(default_factory=list, repr=False)  # the workers' events
-
-    def summary(self) -> str:
-        return self.report.summary()
-
-    def to_json(self) -> str:
-        return self.report.to_json()
-
-    def timeline(self) -> str:
-        """The workers' history, one line per event (``labkit.checking.timeline.text``)."""
-        return timeline.text(self.history)
-
-    def ownership(self) -> pd.DataFrame:
-        """Which instance owned which partition, when (see ``labkit.checking.timeline.ownership``)."""
-        return timeline.ownership(self.history)
-
-    def rebalance_pause(self) -> float | None:
-        """Seconds from the crash to its partitions being processed again."""
-        return timeline.rebalance_pause(self.history)
-
-    def takeover(self) -> timeline.Takeover | None:
-        """How the group got over the crash (see ``labkit.checking.timeline.takeover``)."""
-        return timeline.takeover(self.history)
-
-
 def crash_points(name: str, guarantee: str | None = None) -> tuple[str, ...]:
     """The crash points a scenario's code passes (for one guarantee, or for any)."""
     scenario = _scenario(name)
@@ -150,125 +110,25 @@ def batch_size(records: int) -> int:
     return min(BATCH_SIZE, max(1, records // 4))
 
 
-def run_detailed(name: str, bootstrap: str, guarantee: str, crash_at: str | None = None,
-                 fault: str | None = None, records: int = 200, *, seed: int = 0,
-                 hit: int = CRASH_HIT, isolation: str = "read_committed", keep_workdir: bool = False,
-                 options: dict | None = None,
-                 watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
-                 inputs: list[dict] | None = None, instances: int = 1, partitions: int = 1,
-                 group_protocol: str = "classic", crash_instance: int = 0,
-                 kills: int = 0, trace: str | Path | None = None,
-                 keep_topics: bool = True, code: Callable | None = None) -> ScenarioRun:
-    """Run a Kafka scenario; ``options`` go to the pipeline (e.g. ``{"offset_delta": 0}``) and
-    ``isolation`` is how the audited downstream consumer reads the output.
-
-    ``watch(topics)`` is called with the topic names once they exist (and "history": the
-    path of the run's history file) and its context is held while the workers run: a
-    notebook passes a live dashboard factory here, e.g.
-    ``watch=lambda t: Dashboard(bootstrap, t["output"])``.
-
-    ``inputs`` replaces the generated records (e.g. ``data.load_csv("payments")``: each
-    needs a unique ``id`` and a ``key``); ``records`` is then their number.
-
-    ``instances`` workers join one consumer group (``group_protocol`` classic or consumer)
-    over an input of ``partitions`` partitions; the crash fires in ``crash_instance``, which
-    is also SIGKILLed ``kills`` times at random times (seeded by ``seed``).
-
-    ``trace``: a file to write the workers' Kafka protocol exchanges to, one JSON object per
-    request (``api``, ``version``, ``client_id``, ``correlation_id``, ``error``, ``ms``, ...),
-    captured by the fault proxy the workers then talk through.
-
-    ``keep_topics=False`` deletes the run's topics when it ends (also after a failure), as
-    ``labkit scenario`` does; kept by default here, because a notebook's next cells look at
-    them (``run.topics``).
-
-    ``code``: a function written by the learner (e.g. in a notebook cell) that the workers run
-    instead of the scenario's own pipeline (``labkit.pipelines.learner``): it gets the
-    scenario's settings it names as parameters (``bootstrap``, ``input_topic``, ``output_topic``,
-    ``group_id``, ``transactional_id``, ``instance_id``, ``batch_size``; the consumer's sink:
-    ``db_path`` and ``sink_table``, the SQLite file and table the audit reads; the producer's
-    source: ``records``, the list of payments to write), and
-    its ``crash_point(...)`` calls are where ``crash_at`` kills it. The audit is the same."""
-    scenario = _scenario(name)
-    check_guarantee(guarantee)
-    _instances(scenario, instances, partitions, crash_instance)
-    check_group_protocol(group_protocol)
-    if inputs is not None:
-        records = len(inputs)
-    check_records(records)
-    _crash_point(scenario, guarantee, crash_at)
-    spec = _fault(fault)
-    if isolation not in ISOLATION_LEVELS:
-        raise ValueError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
-    options = _options(scenario, options or {})
-
-    run_id = uuid.uuid4().hex[:8]
-    # One stem for the run's topics, group id and transactional ids, put in the learner's
-    # namespace once here (labkit.kafka.names), so every name derived from it carries the prefix.
-    base = namespace.qualify(f"{name}-{guarantee}-{run_id}".replace("_", "-"))
-    names_ = {"input": f"{base}-in", "output": f"{base}-out", "changelog": f"{base}-changelog",
-              "progress": f"{base}-progress"}
-    workdir = lab_home() / "runs" / base
-    workdir.mkdir(parents=True, exist_ok=True)
-    inputs = list(inputs) if inputs is not None else data.generate(records, seed=seed,
-                                                                   keys=data.keys_for(partitions))
-    kwargs = _worker_kwargs(scenario, guarantee, names_, base, workdir, inputs, records)
-    kwargs.update(options)
-    members = _members(scenario, kwargs, base, instances, group_protocol)
-    worker = scenario.worker
-    if code is not None:  # the learner's function, sent as the text of its cell
-        worker, text = learner.run_code, learner.code_of(code)
-        sink = {"sink_table": consumer.SINK_TABLE} if scenario.name == "consumer" else {}
-        members = [{**m, **sink, "code": text, "function": code.__name__} for m in members]
-    history_file = workdir / "history.jsonl"
-    used = {k: v for k, v in names_.items() if k in _topics_used(scenario)}
-    try:
-        topics.create(bootstrap, names_["output"])
-        if scenario.name == "running-count":
-            topics.create(bootstrap, names_["changelog"], config={"cleanup.policy": "compact"})
-        if scenario.name == "producer":
-            topics.create(bootstrap, names_["progress"])
-        else:
-            data.load_into_topic(bootstrap, names_["input"], inputs, partitions=partitions)
-        watched = {**used, "history": str(history_file)}  # a live view may follow the workers
-        with _tracer(trace) as recorder, _proxy(bootstrap, spec, recorder) as proxy, \
-                (watch(watched) if watch else nullcontext()):
-            for member in members:
-                member["bootstrap"] = proxy.bootstrap if proxy else bootstrap
-            result = run_workers(worker, members, crash_at=crash_at, hit=hit,
-                                 crash_instance=crash_instance, label=f"{name} [{guarantee}]",
-                                 history_file=str(history_file), kills=kills, seed=seed)
-            stats = proxy.stats() if proxy else None
-        report = _audit(scenario, bootstrap, names_, workdir, inputs, guarantee, crash_at, fault,
-                        isolation)
-        events = history.read(history_file)
-    finally:
-        if not keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-        if not keep_topics:
-            topics.delete(bootstrap, *names_.values())
-    return ScenarioRun(report, result, used, stats, str(workdir) if keep_workdir else None, inputs,
-                       events)
-
-
 # --------------------------------------------------------------------------- internals
 
 
-def _worker_kwargs(scenario: Scenario, guarantee: str, t: dict[str, str], base: str,
-                   workdir: Path, inputs: list[dict], records: int) -> dict:
-    common = {"guarantee": guarantee, "batch_size": batch_size(records)}
+def _worker_kwargs(scenario: Scenario, guarantee: str, run: RunContext) -> dict:
+    """The settings every instance's worker gets (its bootstrap comes from the run)."""
+    t, base = {role: run.topic_name(role) for role in ROLES}, run.base
+    common = {"guarantee": guarantee, "batch_size": batch_size(len(run.inputs))}
     if scenario.name == "producer":
         return {**common, "output_topic": t["output"], "progress_topic": t["progress"],
-                "transactional_id": f"{base}-txn", "records": inputs}
+                "transactional_id": f"{base}-txn", "records": run.inputs}
     if scenario.name == "consumer":
         return {**common, "input_topic": t["input"], "group_id": base,
-                "db_path": str(workdir / "sink.db")}
+                "db_path": str(run.workdir / "sink.db")}
     if scenario.name == "consume-transform-produce":
         return {**common, "input_topic": t["input"], "output_topic": t["output"],
                 "group_id": base, "transactional_id": f"{base}-txn"}
     return {**common, "input_topic": t["input"], "output_topic": t["output"],
             "changelog_topic": t["changelog"], "group_id": base,
-            "transactional_id": f"{base}-txn", "state_dir": str(workdir / "state")}
+            "transactional_id": f"{base}-txn", "state_dir": str(run.workdir / "state")}
 
 
 def _members(scenario: Scenario, kwargs: dict, base: str, instances: int,
@@ -292,23 +152,6 @@ def _members(scenario: Scenario, kwargs: dict, base: str, instances: int,
     return members
 
 
-def _topics_used(scenario: Scenario) -> tuple[str, ...]:
-    return {"producer": ("output", "progress"), "consumer": ("input",),
-            "consume-transform-produce": ("input", "output"),
-            "running-count": ("input", "output", "changelog")}[scenario.name]
-
-
-def _audit(scenario: Scenario, bootstrap: str, t: dict[str, str], workdir: Path,
-           inputs: list[dict], guarantee: str, crash_at: str | None, fault: str | None,
-           isolation: str) -> AuditReport:
-    if scenario.name == "consumer":
-        return audit.audit_table(str(workdir / "sink.db"), consumer.SINK_TABLE, inputs,
-                                 scenario.name, guarantee, crash_at=crash_at, fault=fault)
-    return audit.audit_topic(bootstrap, t["output"], inputs, scenario.name, guarantee,
-                             crash_at=crash_at, fault=fault, isolation=isolation,
-                             state_field="count" if scenario.stateful else None)
-
-
 @contextmanager
 def deleted_after(bootstrap: str, names_: dict[str, str], keep: bool):
     """Delete a run's topics when the block ends, also after a failure (unless ``keep``)."""
@@ -317,24 +160,6 @@ def deleted_after(bootstrap: str, names_: dict[str, str], keep: bool):
     finally:
         if not keep:
             topics.delete(bootstrap, *names_.values())
-
-
-def _proxy(bootstrap: str, spec, recorder: Callable[[dict], None] | None = None):
-    if spec is None and recorder is None:
-        return nullcontext(None)
-    from labkit.faults.proxy import FaultProxy
-
-    return FaultProxy(bootstrap, fault=spec, trace=recorder)
-
-
-@contextmanager
-def _tracer(path: str | Path | None):
-    """A recorder writing each exchange as a JSON line to ``path`` (None: no recorder)."""
-    if path is None:
-        yield None
-        return
-    with open(path, "w", encoding="utf-8") as out:
-        yield lambda entry: out.write(json.dumps(entry) + "\n")
 
 
 def _scenario(name: str) -> Scenario:
@@ -422,27 +247,85 @@ OPTIONS = (
 )
 
 
-def _registered(scenario: Scenario) -> Experiment:
-    def body(context, **options) -> ScenarioRun:
-        if options["instances"] > options["partitions"]:
-            context.announce(f"note: {options['instances']} instances share "
-                             f"{options['partitions']} partition(s): "
-                             f"{options['instances'] - options['partitions']} instance(s) "
-                             "will stay idle")
-        return run_detailed(scenario.name, context.bootstrap, code=context.pipeline,
-                            watch=context.watch, **options)
+ROLES = ("input", "output", "changelog", "progress")
 
+
+def _workload(scenario: Scenario):
+    def workload(o) -> Workload:
+        inputs = list(o.inputs) if o.inputs is not None else data.generate(
+            o.records, seed=o.seed, keys=data.keys_for(o.partitions))
+        made = {"producer": (Topic("output"), Topic("progress")),
+                "consumer": (),
+                "consume-transform-produce": (Topic("output"),),
+                "running-count": (Topic("output"),
+                                  Topic("changelog", config={"cleanup.policy": "compact"}))}
+        loaded = () if scenario.name == "producer" else \
+            (Topic("input", o.partitions, loaded=True),)
+        return Workload(f"{scenario.name}-{o.guarantee}", (*loaded, *made[scenario.name]),
+                        inputs)
+    return workload
+
+
+def _clients(scenario: Scenario):
+    def clients(run: RunContext) -> Workers:
+        o = run.o
+        if o.instances > o.partitions:
+            run.announce(f"note: {o.instances} instances share {o.partitions} partition(s): "
+                         f"{o.instances - o.partitions} instance(s) will stay idle")
+        kwargs = {**_worker_kwargs(scenario, o.guarantee, run), **(o.options or {})}
+        members = _members(scenario, kwargs, run.base, o.instances, o.group_protocol)
+        worker = scenario.worker
+        if run.pipeline is not None:  # the learner's function, sent as the text of its cell
+            worker, text = learner.run_code, learner.code_of(run.pipeline)
+            sink = {"sink_table": consumer.SINK_TABLE} if scenario.name == "consumer" else {}
+            members = [{**m, **sink, "code": text, "function": run.pipeline.__name__}
+                       for m in members]
+        return Workers(worker, members, label=f"{scenario.name} [{o.guarantee}]",
+                       max_attempts=max(4, o.kills + 2))
+    return clients
+
+
+def _nemesis(o) -> Nemesis:
+    faults = [CrashAt(o.crash_at, o.hit, o.crash_instance)] if o.crash_at else []
+    if o.kills:  # the crashing instance, SIGKILLed at seeded random moments too
+        faults.append(RandomKills(o.kills, instance=o.crash_instance, seed=o.seed))
+    if o.fault or o.trace:
+        faults.append(ProxyFault(o.fault, trace_file=o.trace))
+    return Nemesis(*faults)
+
+
+def _checkers(scenario: Scenario):
+    def checkers(o) -> list:
+        if scenario.name == "consumer":
+            return [TableAudit(scenario.name, o.guarantee, consumer.SINK_TABLE,
+                               db=lambda run: str(run.workdir / "sink.db"),
+                               crash_at=o.crash_at, fault=o.fault)]
+        return [TopicAudit(scenario.name, o.guarantee, o.crash_at, o.fault,
+                           isolation=o.isolation,
+                           state_field="count" if scenario.stateful else None)]
+    return checkers
+
+
+def _facts(run: RunContext) -> dict:
+    return {"inputs": run.inputs, "fault_stats": run.facts.get("fault_stats"),
+            "workdir": str(run.workdir) if run.keep_workdir else None}
+
+
+def _registered(scenario: Scenario) -> Experiment:
     def check(guarantee, crash_at, fault, records, instances, partitions, group_protocol,
-              crash_instance, **_) -> None:  # before any broker starts
+              crash_instance, options, **_) -> None:  # before any broker starts
         _instances(scenario, instances, partitions, crash_instance)
         check_group_protocol(group_protocol)
         check_records(records)
         _crash_point(scenario, guarantee, crash_at)
         _fault(fault)
+        _options(scenario, options or {})
 
-    return Experiment(scenario.name, scenario.description, body, OPTIONS, check=check,
+    return Experiment(scenario.name, scenario.description, options=OPTIONS, check=check,
                       pipeline="the worker's function",
-                      crash_points=lambda guarantee=None: crash_points(scenario.name, guarantee))
+                      crash_points=lambda guarantee=None: crash_points(scenario.name, guarantee),
+                      workload=_workload(scenario), clients=_clients(scenario),
+                      nemesis=_nemesis, checkers=_checkers(scenario), facts=_facts)
 
 
 for _scenario_ in SCENARIOS.values():

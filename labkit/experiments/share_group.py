@@ -25,7 +25,7 @@ from labkit.experiments.scenarios import (AMO, ALO, CRASH_HIT, batch_size, check
                                           check_records, deleted_after)
 from labkit.faults import crashpoints
 from labkit.faults.runner import RunResult, run_frozen, run_workers
-from labkit.faults.runner import target_name as runner_target
+from labkit.faults.pool import target_name as runner_target
 from labkit.kafka import names as namespace
 from labkit.kafka import topics
 from labkit.paths import lab_home

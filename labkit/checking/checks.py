@@ -1,0 +1,98 @@
+"""An experiment's checkers, as parts it composes: each reads what is observable after the
+run (a topic, a table, a count per key) and they add up to the run's one AuditReport.
+
+    checkers = (TopicAudit("consume-transform-produce", "exactly_once", crash_at="mid-batch"),
+                HistoryFinding("zombie-write", zombie_writes))
+    report = compose(run, checkers)
+
+One checker gives the report (the audit of the data); every other gives findings
+(``labkit.checking.checkers.Result``) that join it and the one verdict. ``run`` is the
+experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``history``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from labkit.checking import audit
+from labkit.checking.audit import AuditReport
+from labkit.checking.checkers import Result
+
+
+class Checked(Protocol):
+    """What a checker reads of the run (labkit.experiments.context.RunContext)."""
+
+    experiment: str
+    bootstrap: str
+    topics: dict[str, str]
+    inputs: list[dict]
+    history: list[dict]
+
+
+Checker = Callable[[Any], "AuditReport | list[Result]"]
+
+
+@dataclass(frozen=True)
+class TopicAudit:
+    """The output topic as a downstream consumer reading with ``isolation`` sees it
+    (``labkit.checking.audit.audit_topic``); ``state_field``: also the last value per key
+    against the input's count per key."""
+
+    scenario: str
+    guarantee: str
+    crash_at: str | None = None
+    fault: str | None = None
+    role: str = "output"
+    isolation: str = "read_committed"
+    state_field: str | None = None
+
+    def __call__(self, run: Checked) -> AuditReport:
+        return audit.audit_topic(run.bootstrap, run.topics[self.role], run.inputs,
+                                 self.scenario, self.guarantee, crash_at=self.crash_at,
+                                 fault=self.fault, isolation=self.isolation,
+                                 state_field=self.state_field)
+
+
+@dataclass(frozen=True)
+class TableAudit:
+    """A database sink's table: the rows that ended up there (``labkit.checking.audit``);
+    ``db(run)`` says where the database is."""
+
+    scenario: str
+    guarantee: str
+    table: str
+    db: Callable[[Any], str]
+    crash_at: str | None = None
+    fault: str | None = None
+
+    def __call__(self, run: Checked) -> AuditReport:
+        return audit.audit_table(self.db(run), self.table, run.inputs, self.scenario,
+                                 self.guarantee, crash_at=self.crash_at, fault=self.fault)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Extra findings from the run: ``check(run)`` returns one Result (or None: nothing
+    to judge), named like the audit's (a Jepsen-style anomaly name)."""
+
+    check: Callable[[Any], Result | None]
+
+    def __call__(self, run: Checked) -> list[Result]:
+        found = self.check(run)
+        return [] if found is None else [found]
+
+
+def compose(run: Checked, checkers: Sequence[Checker]) -> AuditReport:
+    """Every checker's result in one report: the one AuditReport, the others' findings
+    joined to it (so to its verdict and anomalies)."""
+    results = [checker(run) for checker in checkers]
+    reports = [r for r in results if isinstance(r, AuditReport)]
+    if len(reports) != 1:
+        raise ValueError(f"an experiment needs exactly one checker that audits its data, "
+                         f"not {len(reports)}")
+    report = reports[0]
+    for found in results:
+        if not isinstance(found, AuditReport):
+            report.extra.extend(found)
+    return report

@@ -1,0 +1,160 @@
+"""A run's context: everything an experiment's parts share while it runs, and the
+boilerplate each experiment used to write for itself.
+
+- **names**: one stem per run (``<experiment>-<label>-<run id>`` in the learner's
+  namespace, ``labkit.kafka.names``) from which its topics (``topic("input")`` is
+  ``<stem>-in``), group id and transactional ids are derived;
+- **topics**: created through it and deleted when the run ends, also after a failure,
+  unless the run keeps them (``keep_topics``); a working directory likewise;
+- **steps**: each ``step`` is a line of the run's timeline, told to the watchdog (progress)
+  and shown on the progress line; ``event`` is what the nemesis's triggers listen to;
+- **facts**: what the run found besides the audit, read back as attributes of its record.
+
+The parts of an experiment (labkit.experiments.parts) receive it; so do the nemesis's
+faults (as ``labkit.faults.nemesis.Run``).
+"""
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from labkit import progress
+from labkit.checking import history
+from labkit.checking.record import FiredFault, Step
+from labkit.faults.nemesis import Event, Fault, Nemesis
+from labkit.kafka import names as namespace
+from labkit.kafka import topics as kafka_topics
+from labkit.paths import lab_home
+
+# role -> the suffix of its topic's name (the names runs have always had)
+SUFFIXES = {"input": "in", "output": "out"}
+
+
+class RunContext:
+    """One run of one experiment (see the module's docstring)."""
+
+    def __init__(self, experiment: str, options: Mapping[str, Any], *,
+                 bootstrap: str | None = None, cluster: Any = None,
+                 pipeline: Callable | None = None, watch: Callable | None = None,
+                 announce: Callable[[str], None] = print):
+        self.experiment = experiment
+        self.options = dict(options)
+        self.o = SimpleNamespace(**self.options)  # the options as attributes
+        self.bootstrap = bootstrap or ""  # the cluster's, for the lab's own reads and writes
+        self.client_bootstrap = self.bootstrap  # the clients': a fault proxy's, when one is between
+        self.cluster, self.pipeline, self.watch, self.announce = cluster, pipeline, watch, announce
+        self.run_id = uuid.uuid4().hex[:8]
+        self.base = ""
+        self.topics: dict[str, str] = {}
+        self.inputs: list[dict] = []
+        self.steps: list[Step] = []
+        self.fired_faults: list[FiredFault] = []
+        self.facts: dict[str, Any] = {}
+        self.history: list[dict] = []
+        self.clients: Any = None
+        self.workers: Any = None  # a labkit.faults.pool.WorkerPool, when the clients are one
+        self.nemesis = Nemesis()
+        self.keep_topics = bool(self.options.get("keep_topics", False))
+        self.keep_workdir = bool(self.options.get("keep_workdir", False))
+        self._made: list[str] = []
+        self._workdir: Path | None = None
+        self._started = time.monotonic()
+        self._say: Callable[[str], None] = lambda line: None
+
+    # ------------------------------------------------------------------ names
+
+    def name(self, stem: str) -> str:
+        """The run's stem, ``<stem>-<run id>`` in the learner's namespace; set once."""
+        if not self.base:
+            self.base = namespace.qualify(f"{stem}-{self.run_id}".replace("_", "-"))
+        return self.base
+
+    def topic_name(self, role: str) -> str:
+        return f"{self.base}-{SUFFIXES.get(role, role)}"
+
+    @property
+    def group_id(self) -> str:
+        return self.base
+
+    def transactional_id(self, instance: int | None = None) -> str:
+        return f"{self.base}-txn" if instance is None else f"{self.base}-txn-{instance}"
+
+    # ------------------------------------------------------------------ topics and files
+
+    def create_topic(self, role: str, *, partitions: int = 1, config: dict | None = None,
+                     replica_assignment: list | None = None, inputs: list[dict] | None = None,
+                     create: bool = True) -> str:
+        """The run's topic for ``role``, created (and loaded with ``inputs``), deleted when
+        the run ends unless it keeps its topics. ``create=False``: named only (a pipeline
+        or Kafka creates it)."""
+        from labkit.pipelines import data
+
+        name = self.topic_name(role)
+        self.topics[role] = name
+        self._made.append(name)
+        if inputs is not None:
+            data.load_into_topic(self.bootstrap, name, inputs, partitions=partitions)
+        elif create:
+            kafka_topics.create(self.bootstrap, name, partitions=partitions, config=config,
+                                replica_assignment=replica_assignment)
+        return name
+
+    def owns(self, *names: str) -> None:
+        """Topics made by others for this run (an app's own), deleted with the run's."""
+        self._made.extend(n for n in names if n not in self._made)
+
+    @property
+    def workdir(self) -> Path:
+        """The run's directory under the lab's home, removed when it ends (unless kept)."""
+        if self._workdir is None:
+            self._workdir = lab_home() / "runs" / (self.base or f"{self.experiment}-{self.run_id}")
+            self._workdir.mkdir(parents=True, exist_ok=True)
+        return self._workdir
+
+    @property
+    def history_file(self) -> Path:
+        return self.workdir / "history.jsonl"
+
+    def close(self) -> None:
+        """The run's end, whatever happened: its topics and directory go unless kept."""
+        if self._workdir is not None and self._workdir.exists():
+            self.history = history.read(self.history_file) or self.history
+            if not self.keep_workdir:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+        if self._made and not self.keep_topics and self.bootstrap:
+            kafka_topics.delete(self.bootstrap, *self._made)
+
+    # ------------------------------------------------------------------ steps and events
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self._started, 1)
+
+    def step(self, what: str, waiting_for: str = "its next step", detail: str = "") -> None:
+        """A line of the timeline: recorded, told to the watchdog, on the progress line."""
+        progress.check()  # a run its watchdog stopped breaks nothing more
+        self.steps.append(Step(self.elapsed(), what, detail))
+        progress.step(what, waiting_for)
+        self._say(what)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Something the clients did that a fault may be waiting for (synchronously: the
+        fault fires before this returns)."""
+        self.nemesis.notify(self, Event(kind, fields))
+
+    def fired(self, fault: Fault, what: str) -> None:
+        """What a fault did: a step of the timeline, and a fault the verdict can name."""
+        self.fired_faults.append(FiredFault(self.elapsed(), fault.name, what))
+        self.step(what)
+
+    def saying(self, say: Callable[[str], None]) -> None:
+        """Where steps are shown (the experiment's progress line)."""
+        self._say = say
+
+
+def options_view(values: Mapping[str, Any]) -> SimpleNamespace:
+    return SimpleNamespace(**values)

@@ -1,0 +1,395 @@
+"""The instances of one application as real child processes, supervised as systemd or
+Kubernetes would: each one that dies is started again with the same settings, until every
+instance has finished its input.
+
+    pool = WorkerPool(ctp.run, [kwargs_a, kwargs_b], label="ctp", history_file=...)
+    pool.arm(0, "mid-batch", hit=2)          # instance 0's first start dies there
+    result = pool.run()                       # blocks; RunResult: attempts, exit codes, ...
+
+The nemesis acts on a running pool from its own thread: ``kill`` (SIGKILL, restarted),
+``freeze``/``thaw`` (SIGSTOP/SIGCONT: a long GC pause, a zombie), ``add`` (a member joins
+the group), ``leave`` (SIGTERM, not restarted: a member leaves), ``replace`` (a successor
+with the same settings, e.g. the same transactional.id, fences it; the old one is not
+restarted once it ends). ``on_event(kind, fields)`` hears each start and exit, and each
+event the workers write to the run's history (``labkit.checking.history``), so a fault can
+fire on the workers' own progress.
+
+A worker that exits with an error (not a kill) raises WorkerFailed with its log's tail, or,
+with ``restart_failed``, is started again like a killed one (a judge's supervisor: what it
+raised is kept in ``RunResult.failures``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from labkit import proc
+
+from labkit.checking import history
+from labkit.faults import crashpoints
+from labkit.progress import beat, check, status, step
+
+LOG_TAIL_LINES = 25
+STOP_GRACE_S = 5.0  # a leaving member's SIGTERM, then SIGKILL
+
+
+class WorkerFailed(RuntimeError):
+    """The worker exited with an error (not the armed crash); the message has its log tail."""
+
+
+@dataclass
+class RunResult:
+    """What the supervisor saw: plain data, for tables and the measurement docs."""
+
+    target: str
+    crash_at: str | None
+    hit: int
+    attempts: int = 0
+    crashed: bool = False  # did the armed crash point fire?
+    exit_codes: list[int] = field(default_factory=list)  # -9 is SIGKILL
+    durations_s: list[float] = field(default_factory=list)  # wall time of each attempt
+    total_s: float = 0.0
+    kills: int = 0  # SIGKILLs sent from outside (random kills, the nemesis)
+    # exits with an error that were restarted (restart_failed): instance, attempt, code, tail
+    failures: list[dict] = field(default_factory=list)
+
+    @property
+    def restart_s(self) -> float | None:
+        """Wall time of the attempts after the crash (start, recover, finish the rest)."""
+        return sum(self.durations_s[1:]) if self.crashed else None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "restart_s": self.restart_s}
+
+
+def target_name(worker: Callable | str) -> str:
+    """``"package.module:function"`` for a module-level function (a child must import it)."""
+    if isinstance(worker, str):
+        module, _, func = worker.partition(":")
+        if not module or not func:
+            raise ValueError(f"worker {worker!r} must look like 'package.module:function'")
+        return worker
+    module, qualname = getattr(worker, "__module__", None), getattr(worker, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname or "." in qualname:
+        raise ValueError(f"worker {worker!r} must be a module-level function in an importable "
+                         "module (not a lambda, a closure, a method or defined in __main__), "
+                         "because it runs in a separate process")
+    return f"{module}:{qualname}"
+
+
+def payload(kwargs: dict) -> bytes:
+    try:
+        return json.dumps(kwargs).encode()
+    except TypeError as exc:
+        raise ValueError(f"worker arguments must be JSON-able plain data: {exc}") from None
+
+
+@dataclass
+class _Instance:
+    kwargs: dict
+    attempts: int = 0
+    armed: dict[str, str] = field(default_factory=dict)  # crash env for its next start
+    armed_point: str | None = None
+    finished: bool = False
+    gone: bool = False  # left or replaced: never started again
+    started_at: float | None = None
+
+
+class WorkerPool:
+    """Instances of ``worker`` (a module-level function, run as ``worker(**kwargs)``)."""
+
+    def __init__(self, worker: Callable | str, instances: list[dict], *,
+                 label: str | None = None, history_file: str | None = None,
+                 max_attempts: int = 4, timeout_s: float = 300.0,
+                 restart_failed: bool = False,
+                 on_event: Callable[[str, dict], None] | None = None,
+                 on_crash: Callable[[], None] | None = None):
+        self.target = target_name(worker)
+        for kwargs in instances:
+            payload(kwargs)  # refused before anything starts
+        self.label = label or self.target
+        self.history_file = history_file
+        self.max_attempts, self.timeout_s = max_attempts, timeout_s
+        self.restart_failed = restart_failed
+        self.on_event, self.on_crash = on_event, on_crash
+        self.instances = [_Instance(dict(k)) for k in instances]
+        # settings every instance gets unless its own say otherwise (known only once the
+        # run has started: e.g. the bootstrap of a fault proxy in between)
+        self.defaults: dict = {}
+        self.result = RunResult(target=self.target, crash_at=None, hit=1)
+        self._lock = threading.RLock()
+        self._children: _Children | None = None
+        self._progress: Callable[[str], None] = lambda line: None
+
+    # ------------------------------------------------------------------ the nemesis's side
+
+    def arm(self, instance: int, point: str, hit: int = 1, stall: bool = False) -> None:
+        """Instance ``instance``'s next start dies (or, ``stall``, freezes) at ``point``'s
+        ``hit``-th visit."""
+        self._check_instance(instance)
+        with self._lock:
+            self.instances[instance].armed = crashpoints.arm(point, hit, stall)
+            if not stall:  # a stall is not a crash: the process comes back by itself
+                self.instances[instance].armed_point = point
+                self.result.crash_at, self.result.hit = point, hit
+
+    def running(self, instance: int) -> bool:
+        with self._lock:
+            return self._children is not None and self._children.alive(instance)
+
+    def started_at(self, instance: int) -> float | None:
+        """When the instance's current attempt started (monotonic), None if not running."""
+        with self._lock:
+            return self.instances[instance].started_at if self.running(instance) else None
+
+    def kill(self, instance: int) -> bool:
+        """SIGKILL the instance (it is started again); was it running?"""
+        with self._lock:
+            if self._children is None or not self._children.kill(instance):
+                return False
+            self.result.kills += 1
+            return True
+
+    def freeze(self, instance: int) -> bool:
+        with self._lock:
+            return self._children is not None and self._children.signal(instance, signal.SIGSTOP)
+
+    def thaw(self, instance: int) -> bool:
+        with self._lock:
+            return self._children is not None and self._children.signal(instance, signal.SIGCONT)
+
+    def frozen(self, instance: int) -> bool:
+        with self._lock:
+            return self._children is not None and self._children.stopped(instance)
+
+    def add(self, kwargs: dict) -> int:
+        """A new instance joins (started now); its number."""
+        payload(kwargs)
+        with self._lock:
+            self.instances.append(_Instance(dict(kwargs)))
+            i = len(self.instances) - 1
+            if self._children is not None:
+                self._start(i)
+            return i
+
+    def leave(self, instance: int) -> None:
+        """The instance leaves for good: SIGTERM (its loop may close its consumer and leave
+        the group), SIGKILL after STOP_GRACE_S; not started again."""
+        with self._lock:
+            self.instances[instance].gone = True
+            children = self._children
+        if children is not None:
+            children.terminate(instance, STOP_GRACE_S)
+
+    def replace(self, instance: int, **changes: object) -> int:
+        """A successor with the instance's settings (``changes`` on top) starts now; the old
+        instance is not started again once it ends (fenced, it should stop by itself)."""
+        with self._lock:
+            self.instances[instance].gone = True
+            return self.add({**self.instances[instance].kwargs, **changes})
+
+    # ------------------------------------------------------------------ supervision
+
+    def run(self) -> RunResult:
+        """Start every instance; restart each that dies until all have finished (or left)."""
+        started = time.monotonic()
+        with status(f"Running {self.label}") as progress, \
+                tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs, \
+                _Children(Path(logs)) as children:
+            self._progress = progress
+            with self._lock:
+                self._children = children
+                for i in range(len(self.instances)):
+                    self._start(i)
+            tail = _Tail(self.history_file)
+            try:
+                while children.running:
+                    if time.monotonic() - started > self.timeout_s:
+                        raise WorkerFailed(f"{self.label}: did not finish within "
+                                           f"{self.timeout_s:.0f} s\n{children.tails()}")
+                    events = tail.new()
+                    if events:
+                        beat("the workers' next batch")  # progress, for the watchdog
+                        for event in events:
+                            self._tell(event.pop("kind"), event)
+                    for i, code, seconds, log in children.reap():
+                        self._ended(i, code, seconds, log)
+                    time.sleep(0.05)
+            finally:
+                with self._lock:
+                    self._children = None
+        self.result.total_s = round(time.monotonic() - started, 3)
+        return self.result
+
+    def _start(self, i: int) -> None:
+        check()  # a run its watchdog stopped restarts nothing
+        inst = self.instances[i]
+        inst.attempts += 1
+        self.result.attempts += 1
+        armed, inst.armed = inst.armed, {}
+        inst.started_at = time.monotonic()
+        self._children.start(i, self.target, payload({**self.defaults, **inst.kwargs}),
+                             f"instance-{i}-attempt-{inst.attempts}.log",
+                             _child_env(armed, i, self.history_file, inst.attempts))
+        step(f"{self.label}: instance {i} started (attempt {inst.attempts})",
+             f"instance {i} to process its input")
+        self._tell("instance-started", {"instance": i, "attempt": inst.attempts})
+
+    def _ended(self, i: int, code: int, seconds: float, log: Path) -> None:
+        inst = self.instances[i]
+        step(f"{self.label}: instance {i} exited with code {code}", "the other instances")
+        self.result.exit_codes.append(code)
+        self.result.durations_s.append(seconds)
+        if self.history_file:
+            history.append(self.history_file, "exited", instance=str(i), attempt=inst.attempts,
+                           code=code)
+        crashed_here = code == crashpoints.CRASH_EXIT_CODE and inst.armed_point is not None
+        if crashed_here:
+            self.result.crashed = True
+        self._tell("instance-exited", {"instance": i, "attempt": inst.attempts, "code": code})
+        with self._lock:
+            if code == 0 or inst.gone:
+                inst.finished = code == 0
+                return
+            if code != crashpoints.CRASH_EXIT_CODE:
+                if not self.restart_failed:
+                    raise WorkerFailed(f"{self.label}: instance {i} attempt {inst.attempts} "
+                                       f"exited with code {code}\n{_tail(log)}")
+                self.result.failures.append({"instance": i, "attempt": inst.attempts,
+                                             "code": code, "log": _tail(log)})
+            if crashed_here:
+                where, inst.armed_point = f"killed at {inst.armed_point}", None
+                if self.on_crash is not None:  # while it is down, before the restart
+                    self.on_crash()
+            elif code == crashpoints.CRASH_EXIT_CODE:
+                where = "killed at a random time"
+            else:
+                where = f"failed with exit code {code}"
+            if inst.attempts >= self.max_attempts:
+                raise WorkerFailed(f"{self.label}: instance {i} ended {inst.attempts} times, "
+                                   f"giving up\n{_tail(log)}")
+            who = f" instance {i}" if len(self.instances) > 1 else ""
+            self._progress(f"{self.label}:{who} {where}, restarting (attempt {inst.attempts + 1})")
+            self._start(i)
+
+    def _tell(self, kind: str, fields: dict) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, fields)
+
+    def _check_instance(self, instance: int) -> None:
+        if not 0 <= instance < len(self.instances):
+            raise ValueError(f"instance must be between 0 and {len(self.instances) - 1}, "
+                             f"not {instance}")
+
+
+def _child_env(armed: dict[str, str], instance: int, history_file: str | None,
+               attempt: int = 1) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in crashpoints.ENV_VARS and k != history.ENV_FILE}
+    env.update(armed)
+    env[history.ENV_INSTANCE] = str(instance)
+    env[history.ENV_ATTEMPT] = str(attempt)
+    if history_file:
+        env[history.ENV_FILE] = str(history_file)
+    return env
+
+
+class _Children:
+    """The worker processes of one run; every one still alive is killed on the way out."""
+
+    def __init__(self, logs: Path):
+        self.logs_dir = logs
+        self.procs: dict[int, tuple[subprocess.Popen, float, Path]] = {}
+        self.logs: list[Path] = []
+
+    @property
+    def running(self) -> bool:
+        return bool(self.procs)
+
+    def start(self, i: int, target: str, data: bytes, log_name: str, env: dict[str, str]) -> None:
+        log = self.logs_dir / log_name
+        with open(log, "wb") as out:
+            child = proc.spawn([sys.executable, "-m", "labkit.faults.runner", target],
+                               stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # registered before it is fed: if feeding fails, __exit__ still stops it
+        self.procs[i] = (child, time.monotonic(), log)
+        self.logs.append(log)
+        child.stdin.write(data)
+        child.stdin.close()
+
+    def reap(self) -> list[tuple[int, int, float, Path]]:
+        """(instance, exit code, seconds, log) of every child that has ended since last asked."""
+        ended = []
+        for i, (child, t0, log) in list(self.procs.items()):
+            code = child.poll()
+            if code is not None:
+                del self.procs[i]
+                ended.append((i, code, round(time.monotonic() - t0, 3), log))
+        return ended
+
+    def alive(self, i: int) -> bool:
+        return i in self.procs and self.procs[i][0].poll() is None
+
+    def stopped(self, i: int) -> bool:
+        return self.alive(i) and proc.is_stopped(self.procs[i][0].pid)
+
+    def kill(self, i: int) -> bool:
+        """SIGKILL instance ``i`` if it is running; was it?"""
+        if not self.alive(i):
+            return False
+        self.procs[i][0].kill()
+        return True
+
+    def signal(self, i: int, signum: int) -> bool:
+        if not self.alive(i):
+            return False
+        self.procs[i][0].send_signal(signum)
+        return True
+
+    def terminate(self, i: int, grace_s: float) -> None:
+        if i in self.procs:
+            child = self.procs[i][0]
+            threading.Thread(target=proc.stop, args=([child], grace_s), daemon=True).start()
+
+    def tails(self) -> str:
+        return "\n".join(f"{log.name}:\n{_tail(log)}" for log in self.logs if log.exists())
+
+    def __enter__(self) -> "_Children":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # a timeout, an error, Ctrl-C / an interrupt: SIGKILL (it also ends a stopped
+        # process) to each worker and whatever it started
+        proc.kill([child for child, _, _ in self.procs.values()])
+        self.procs.clear()
+
+
+def _tail(log: Path) -> str:
+    lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    return "\n".join(f"  | {line}" for line in lines)
+
+
+class _Tail:
+    """The history events appended to a file since the last look (none without a file)."""
+
+    def __init__(self, path: str | None):
+        self.path, self.offset = path, 0
+
+    def new(self) -> list[dict]:
+        if self.path is None or not os.path.exists(self.path):
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits
+        self.offset += len(complete)
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]

@@ -1,0 +1,67 @@
+"""Faults on the wire: the lab's Kafka-protocol-aware proxy (``labkit.faults.proxy``)
+between the clients and the cluster, a fault armed in it from the start or when a trigger
+fires (a lost ack, a reset, a delay, a request answered with an error).
+
+    Nemesis(ProxyFault("drop-ack:produce:1"))                  # from the start
+    Nemesis(ProxyFault("drop-ack:produce:1", on("batch-sent", batch=3)))
+    Nemesis(ProxyFault(trace=exchanges.append))                # every exchange recorded
+
+While it is set up the run's ``client_bootstrap`` is the proxy's, so every client the
+experiment starts afterwards talks through it; the lab's own reads (the audit) go to the
+cluster directly. Its counters end up in the run's facts as ``fault_stats``.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from labkit.faults.faultspec import parse_fault_spec
+from labkit.faults.nemesis import Fault, Run, Trigger
+from labkit.faults.proxy import FaultProxy
+
+
+class ProxyFault(Fault):
+    """``spec`` (a ``labkit.faults.faultspec`` form, or None: the proxy only) armed from the
+    start, or when ``trigger`` fires; each exchange handed to ``trace`` and, with
+    ``trace_file``, written there as a JSON line."""
+
+    def __init__(self, spec: str | None = None, trigger: Trigger | None = None,
+                 trace: Callable[[dict], None] | None = None, trace_file: str | None = None):
+        if spec is not None:
+            parse_fault_spec(spec)  # a bad form is refused here, listing the valid ones
+        self.spec, self.trace, self.trace_file = spec, trace, trace_file
+        self._out = None
+        self.from_start = trigger is None
+        if trigger is not None:
+            self.trigger = trigger
+        self.name = spec or "the fault proxy"
+        self.proxy: FaultProxy | None = None
+
+    def setup(self, run: Run) -> None:
+        if self.trace_file is not None:
+            self._out = open(self.trace_file, "w", encoding="utf-8")
+        self.proxy = FaultProxy(run.bootstrap, fault=self.spec if self.from_start else None,
+                                trace=self._record).start()
+        run.client_bootstrap = self.proxy.bootstrap
+
+    def invoke(self, run: Run) -> None:
+        if self.spec is not None and self.proxy is not None:
+            self.proxy.apply(self.spec)
+            run.fired(self, f"{self.spec} armed in the proxy")
+
+    def _record(self, exchange: dict) -> None:
+        if self.trace is not None:
+            self.trace(exchange)
+        if self._out is not None:
+            self._out.write(json.dumps(exchange) + "\n")
+
+    def teardown(self, run: Run) -> None:
+        if self.proxy is not None:
+            if self.spec is not None:
+                run.facts["fault_stats"] = self.proxy.stats()
+            self.proxy.stop()
+            self.proxy = None
+            run.client_bootstrap = run.bootstrap
+        if self._out is not None:
+            self._out.close()
+            self._out = None
