@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from labkit import experiments
 from labkit.experiments import reorder
 from labkit.faults.faultspec import parse_fault_spec
 from tests.test_failover import LABKIT, refused_before_any_broker
@@ -21,7 +22,7 @@ from tests.test_failover import LABKIT, refused_before_any_broker
 def test_a_failed_request_behind_a_later_one_reorders_only_without_idempotence(
         bootstrap, idempotent, reordered, resent):
     for _ in range(2):  # the same counts every run
-        run = reorder.reorder(bootstrap, idempotent, records=20)
+        run = experiments.run("reorder", cluster=bootstrap, idempotent=idempotent, records=20)
         r = run.report
         assert (r.lost, r.duplicated, r.reordered) == (0, 0, reordered), r.summary()
         assert run.failed == 1 and run.produce_requests - 10 in resent, run.to_json()

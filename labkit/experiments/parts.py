@@ -53,6 +53,12 @@ def prepare(run: Any, workload: Workload) -> None:
                          inputs=run.inputs if topic.loaded else None, create=topic.create)
 
 
+def in_thread(clients: Callable[[Any], Any]) -> Callable[[Any], Callable[[Any], Any]]:
+    """Clients that run in the experiment's own thread: ``clients(run)`` is called once, as
+    the whole client phase (a producer, a lab's loop whose hooks report its events)."""
+    return lambda run: clients
+
+
 @dataclass
 class Workers:
     """N instances of ``worker`` (each called with its ``members[i]`` settings), supervised

@@ -22,15 +22,17 @@ from labkit.faults.proxy import FaultProxy
 
 class ProxyFault(Fault):
     """``spec`` (a ``labkit.faults.faultspec`` form, or None: the proxy only) armed from the
-    start, or when ``trigger`` fires; each exchange handed to ``trace`` and, with
-    ``trace_file``, written there as a JSON line."""
+    start, or when ``trigger`` fires; each exchange handed to ``trace``, kept in
+    ``exchanges`` (``keep=True``) and, with ``trace_file``, written there as a JSON line."""
 
     def __init__(self, spec: str | None = None, trigger: Trigger | None = None,
-                 trace: Callable[[dict], None] | None = None, trace_file: str | None = None):
+                 trace: Callable[[dict], None] | None = None, trace_file: str | None = None,
+                 keep: bool = False):
         if spec is not None:
             parse_fault_spec(spec)  # a bad form is refused here, listing the valid ones
         self.spec, self.trace, self.trace_file = spec, trace, trace_file
         self._out = None
+        self.exchanges: list[dict] | None = [] if keep else None
         self.from_start = trigger is None
         if trigger is not None:
             self.trigger = trigger
@@ -50,6 +52,8 @@ class ProxyFault(Fault):
             run.fired(self, f"{self.spec} armed in the proxy")
 
     def _record(self, exchange: dict) -> None:
+        if self.exchanges is not None:
+            self.exchanges.append(exchange)
         if self.trace is not None:
             self.trace(exchange)
         if self._out is not None:

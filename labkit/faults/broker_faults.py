@@ -1,0 +1,152 @@
+"""Faults done to the brokers of a local lab (``run.cluster``, a LocalCluster): a SIGKILL
+and a restart, a freeze and a thaw, a broker cut off from the others and healed.
+
+    Nemesis(KillBroker(lambda run: coordinator_of(run), on("before-commit", batch=2)),
+            RestartBroker(on("batch-ended", batch=2)),
+            FreezeBroker(1, after(3), thaw_after_s=20))
+
+Which broker may be a number, or a function of the run that says it when the fault fires
+(the transaction coordinator moves when its broker dies: only the run knows where it is
+then). Every fault leaves the lab whole when it is torn down: killed brokers restarted,
+frozen ones thawed, cut links healed.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from labkit.faults.nemesis import Fault, Run, Trigger
+
+Broker = int | Callable[[Any], int]
+
+
+def _which(broker: Broker, run: Run) -> int:
+    return broker(run) if callable(broker) else broker
+
+
+class KillBroker(Fault):
+    """SIGKILL a broker when ``trigger`` fires; ``restart``: start it again at once (the
+    run goes on against the others meanwhile, its restart waited for); else it stays down
+    until teardown (or a ``RestartBroker``) starts it."""
+
+    def __init__(self, broker: Broker, trigger: Trigger, restart: bool = False,
+                 name: str = "", repeat: bool = False):
+        self.broker, self.trigger, self.restart, self.repeat = broker, trigger, restart, repeat
+        self.name = name or "a broker SIGKILLed"
+        self.killed: list[int] = []
+
+    def invoke(self, run: Run) -> None:
+        node = _which(self.broker, run)
+        run.cluster.kill(node)
+        self.killed.append(node)
+        run.fired(self, f"broker {node} SIGKILLed ({self.trigger})")
+        if self.restart:
+            run.cluster.restart(node)
+            run.fired(self, f"broker {node} restarted")
+
+    def teardown(self, run: Run) -> None:
+        if self.killed and not self.restart:
+            run.cluster.restart()  # every broker up again, for the audit and the next run
+
+
+class RestartBroker(Fault):
+    """Start every killed broker of the lab again when ``trigger`` fires (``wait``: until
+    they answer)."""
+
+    def __init__(self, trigger: Trigger, wait: bool = True):
+        self.trigger, self.wait = trigger, wait
+        self.name = "killed brokers restarted"
+
+    def invoke(self, run: Run) -> None:
+        run.cluster.restart(wait=self.wait)
+        run.fired(self, "killed brokers restarted")
+
+
+class FreezeBroker(Fault):
+    """SIGSTOP a broker when ``trigger`` fires: alive to the kernel, silent to everyone (a
+    long GC pause, a hung disk). Thawed ``thaw_after_s`` later (a timer: a freeze must
+    never outlast its purpose and deadlock the run), by ``thaw()``, or at teardown."""
+
+    def __init__(self, broker: Broker, trigger: Trigger, thaw_after_s: float | None = None,
+                 name: str = ""):
+        self.broker, self.trigger, self.thaw_after_s = broker, trigger, thaw_after_s
+        self.name = name or "a broker frozen"
+        self.node: int | None = None
+        self.expired = False  # the timer thawed it
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._run: Run | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.node is not None
+
+    def invoke(self, run: Run) -> None:
+        with self._lock:
+            self._run, self.node, self.expired = run, _which(self.broker, run), False
+            run.cluster.freeze(self.node)
+            if self.thaw_after_s is not None:
+                self._timer = threading.Timer(self.thaw_after_s, self._expire)
+                self._timer.daemon = True
+                self._timer.start()
+        run.fired(self, f"broker {self.node} frozen ({self.trigger})")
+
+    def stop_timer(self) -> bool:
+        """Stop the timer; True if it had already thawed the broker (the freeze is over)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return self.expired
+
+    def thaw(self) -> None:
+        self.stop_timer()
+        self._thaw()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = self.node is not None
+        self._thaw()
+
+    def _thaw(self) -> None:
+        with self._lock:
+            node, self.node = self.node, None
+            if node is not None and self._run is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._run.cluster.thaw(node)
+
+    def teardown(self, run: Run) -> None:
+        self.thaw()
+
+
+class Isolate(Fault):
+    """Cut broker ``broker`` off from the controller and its followers (a partitionable
+    lab: ``labkit.faults.partition``) when ``trigger`` fires; clients still reach it. Healed
+    at teardown, or by a ``Heal``."""
+
+    def __init__(self, broker: Broker, trigger: Trigger):
+        self.broker, self.trigger = broker, trigger
+        self.name = "a broker cut off from the others"
+        self.node: int | None = None
+
+    def invoke(self, run: Run) -> None:
+        self.node = _which(self.broker, run)
+        run.cluster.isolate(self.node)
+        run.fired(self, f"broker {self.node} cut off from the controller and its followers")
+
+    def teardown(self, run: Run) -> None:
+        run.cluster.heal()
+
+
+class Heal(Fault):
+    """Every cut link forwards again when ``trigger`` fires."""
+
+    def __init__(self, trigger: Trigger):
+        self.trigger = trigger
+        self.name = "the network healed"
+
+    def invoke(self, run: Run) -> None:
+        run.cluster.heal()
+        run.fired(self, "the cut links forward again")
