@@ -36,13 +36,14 @@ def test_a_killed_kernels_directory_goes_with_the_next_one(tmp_path, monkeypatch
 
 
 def test_the_verdict_lines_name_a_stall_only_in_a_run_that_had_one():
-    from labkit.torture.result import Stall, TortureResult
+    from labkit.checking.record import RunRecord
+    from labkit.experiments.app_run import Stall
     from labkit.checking.audit import AuditReport
     from labkit.exercises import own_pipeline
 
     report = AuditReport("torture", "unknown", produced=200, delivered_unique=200,
                          aborted_in_log=20)
-    calm = TortureResult(report=report, command=["app"], seed=0, kills=3, restarts=3)
+    calm = RunRecord("torture", report, facts={"kills": 3, "restarts": 3, "stalls": []})
     assert own_pipeline.verdict_lines(calm) == "\n".join([
         "kills: 3, restarts: 3",
         "input records: 200, every one in the output: True",
@@ -52,8 +53,7 @@ def test_the_verdict_lines_name_a_stall_only_in_a_run_that_had_one():
     ])
     stall = Stall(after_s=2.5, stalled_s=8.2, consumed=60, end=200, written=80,
                   attempt=1)
-    hung = TortureResult(report=report, command=["app"], seed=0, kills=0, restarts=1,
-                         stalls=[stall])
+    hung = RunRecord("torture", report, facts={"kills": 0, "restarts": 1, "stalls": [stall]})
     lines = own_pipeline.verdict_lines(hung).splitlines()
     assert lines[:2] == ["kills: 0, restarts: 1", "stalled: 1"]
     assert lines[2:] == own_pipeline.verdict_lines(calm).splitlines()[1:]

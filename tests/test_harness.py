@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from labkit.torture import apps, contract, harness
+from labkit.pipelines import contract
+from labkit.torture import apps, harness
 from labkit.checking.audit import REPORT_KEYS
 from labkit.cli import app
 from labkit.paths import project_root

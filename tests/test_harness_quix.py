@@ -19,7 +19,7 @@ import subprocess
 import pytest
 
 from labkit.torture import apps, harness
-from labkit.torture.result import TortureResult
+from labkit.checking.record import RunRecord
 
 INPUT = 500
 KILLS = 2
@@ -29,7 +29,7 @@ KILL_AFTER_S = (3.5, 6.0)
 
 
 @pytest.fixture(scope="module")
-def quix_runs(cluster) -> dict[str, TortureResult]:
+def quix_runs(cluster) -> dict[str, RunRecord]:
     return {g: harness.torture(apps.quix_command(g, COMMIT_INTERVAL_S), input=INPUT,
                                kills=KILLS, seed=SEED, kill_after_s=KILL_AFTER_S,
                                timeout_s=180, cluster=cluster)

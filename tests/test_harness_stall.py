@@ -6,7 +6,6 @@ transactional app with --hang-after (it hangs inside a transaction, output writt
 not sent)."""
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -19,7 +18,9 @@ from typer.testing import CliRunner
 from labkit import cli
 # no_process_left_behind: test_harness's autouse fixture, applied to these tests too
 
-from labkit.torture import contract, harness, supervise
+from labkit.pipelines import contract
+from labkit.experiments import app_run, catalog
+from labkit.torture import harness
 from tests.test_harness import EXACT, LABKIT, no_process_left_behind  # noqa: F401
 
 
@@ -94,7 +95,7 @@ def test_the_cli_reports_the_stall_in_json_and_on_stderr(bootstrap, tmp_path):
 def test_the_stall_option_is_documented_and_checked():
     result = CliRunner().invoke(cli.app, ["torture", "--help"], env={"COLUMNS": "200"})
     assert "--stall-after" in result.output and "stalled" in result.output
-    default = inspect.signature(cli.torture).parameters["stall_after"].default.default
-    assert default == supervise.STALL_S
+    (default,) = [o.default for o in catalog()["torture"].options if o.flag == "--stall-after"]
+    assert default == app_run.STALL_S
     with pytest.raises(contract.HarnessError, match="positive stall time"):
         harness.torture(EXACT, stall_s=0)

@@ -16,8 +16,9 @@ from labkit.checking import audit
 
 from labkit.pipelines import data
 
-from labkit.torture import apps, contract, harness
-from labkit.torture.result import TortureResult
+from labkit.pipelines import contract
+from labkit.torture import apps, harness
+from labkit.checking.record import RunRecord
 from tests.test_harness import no_process_left_behind  # noqa: F401 (autouse fixture)
 
 RECORDS = 1200
@@ -31,7 +32,7 @@ RUN = dict(input=RECORDS, kills=2, seed=1, check="counts", kill_after_s=(0.5, 1.
 
 
 def test_kafka_streams_at_least_once_over_counts_exactly_once_v2_stays_exact(cluster):
-    def run(guarantee: str) -> TortureResult:
+    def run(guarantee: str) -> RunRecord:
         command = apps.streams_command(guarantee, commit_interval_ms=COMMIT_INTERVAL_MS,
                                        work_ms=5)
         return harness.torture(command, cluster=cluster, **RUN)

@@ -83,6 +83,11 @@ class RunRecord:
     def verdict(self) -> str:
         return self.report.verdict
 
+    def anomalies(self) -> dict[str, dict]:
+        """Checker name -> its count and examples, for the checkers that found something."""
+        return {r.name: {"count": r.count, "examples": r.examples}
+                for r in self.report.findings() if not r.valid}
+
     def summary(self) -> str:
         if self.presentation.summary is not None:
             return self.presentation.summary(self)

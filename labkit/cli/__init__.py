@@ -13,7 +13,23 @@ from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.reach import ClusterError
 from labkit.paths import LabkitSetupError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+class _LabGroup(typer.core.TyperGroup):
+    """The root command: the commands below, and ``labkit torture``, which is the registry's
+    ``torture`` experiment (its options and help come from there, as ``labkit scenario``'s)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return [*super().list_commands(ctx), "torture"]
+
+    def get_command(self, ctx, name: str):
+        if name == "torture":
+            from labkit.cli.scenarios import command
+            from labkit.experiments import catalog
+
+            return command(catalog()["torture"])
+        return super().get_command(ctx, name)
+
+
+app = typer.Typer(cls=_LabGroup, add_completion=False, no_args_is_help=True,
                   help="The delivery-semantics lab: real Kafka, broken on purpose.")
 
 
@@ -247,74 +263,6 @@ def inspect(topic: str = typer.Argument(..., help="topic to inspect"),
             ConnectionError, protocol.ProtocolError) as exc:  # e.g. no credentials: the fix
         _fail(str(exc))
     typer.echo(view.to_json() if as_json else view.to_text())
-
-
-@app.command(context_settings={"allow_interspersed_args": False})
-def torture(
-    command: list[str] = typer.Argument(None, help="the app's command, after `--`"),
-    records: int = typer.Option(200, "--input", "-n", help="input records (unique ids)"),
-    kills: int = typer.Option(3, "--kills", help="SIGKILLs of the app at random times"),
-    seed: int = typer.Option(0, "--seed", help="seeds the input and the kill times"),
-    broker_kills: int = typer.Option(0, "--broker-kills",
-                                     help="SIGKILL + restart the lab broker (local lab only)"),
-    fault: str = typer.Option(None, "--fault",
-                              help="a network fault between app and broker, e.g. drop-ack:produce:3"),
-    timeout: float = typer.Option(120.0, "--timeout", help="seconds for the whole run"),
-    check: str = typer.Option("records", "--check",
-                              help="records (output keeps input ids) | counts (a count per key)"),
-    kill_after: str = typer.Option("1.0,4.0", "--kill-after",
-                                   help="MIN,MAX seconds between faults (seeded uniform)"),
-    kill_clock: str = typer.Option("start", "--kill-clock",
-                                   help="start | commit: the delay counts from the app's "
-                                        "(re)start or from its first offset commit after it"),
-    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
-    partitions: int = typer.Option(1, "--partitions", help="partitions of the input (and output)"),
-    keep_topics: bool = typer.Option(False, "--keep-topics",
-                                     help="keep the run's input and output topics (deleted by default)"),
-    plaintext: bool = typer.Option(False, "--plaintext",
-                                   help="the app reads no LABKIT_KAFKA_CONFIG: on a cluster with "
-                                        "TLS/credentials, the lab's proxy stands in front of it"),
-    # the default is torture.supervise.STALL_S (imported only when the command runs)
-    stall_after: float = typer.Option(30.0, "--stall-after", min=1,
-                                      help="an app alive but without an offset commit or output "
-                                           "for this many seconds, its input not consumed, is "
-                                           "reported as stalled and restarted (3 stalls: error)"),
-) -> None:
-    """Run any COMMAND as the pipeline under test: kill it at random, audit its output.
-
-    The lab writes --input JSON records with unique ids to a new input topic and passes
-    LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC, LABKIT_GROUP_ID and
-    LABKIT_TRANSACTIONAL_ID to the app, which writes records keeping each input id;
-    with LABKIT_KAFKA_CONFIG set, also that file (and LABKIT_KAFKA_JAVA_CONFIG, the same
-    settings in the Java client's names).
-    Example: labkit torture --kills 3 -- python examples/torture/exactly_once_app.py
-    """
-    from labkit.torture import harness
-    from labkit.torture.contract import HarnessError
-
-    try:
-        window = tuple(float(x) for x in kill_after.split(","))
-        if len(window) != 2:
-            raise ValueError
-    except ValueError:
-        _fail(f"--kill-after must be MIN,MAX seconds, e.g. 1.0,4.0 (not {kill_after!r})")
-    try:
-        result = harness.torture(command or [], input=records, kills=kills, seed=seed,
-                                 broker_kills=broker_kills, timeout_s=timeout, check=check,
-                                 kill_after_s=window, fault=fault, partitions=partitions,
-                                 keep_topics=keep_topics, kill_clock=kill_clock,
-                                 plaintext=plaintext, stall_s=stall_after)
-    except (HarnessError, ClusterError, LabkitSetupError) as exc:
-        _fail(str(exc))
-    _to_room(result.report)
-    typer.echo(result.to_json() if as_json else result.summary())
-
-
-def _to_room(report) -> None:
-    """With LABKIT_ROOM set, the audit's counts go to the room's board too."""
-    from labkit.room import board
-
-    board.publish_audit(report)
 
 
 room_app = typer.Typer(no_args_is_help=True, help="A room of learners on one cluster.")

@@ -1,9 +1,12 @@
 """`labkit scenario NAME`: one command per registered experiment, built from the registry.
 
-Nothing here is written per experiment: each command's options, defaults and help come from
-its ``labkit.experiments.registry.Experiment``, and every command also takes ``--json`` and
-``--stall-after``. The catalog is loaded only when a scenario command is asked for, so the
-rest of ``labkit`` starts fast.
+Nothing here is written per experiment or per engine: each command's options, defaults and
+help come from its ``labkit.experiments.registry.Experiment`` (an option marked
+``positional`` is the command's arguments, e.g. an app's command after ``--``), its group
+(the engine: Kafka, Spark, ...) orders the list as the catalog first names it, and every
+command also takes ``--json`` and ``--stall-after`` (unless the experiment has a stall time
+of its own). The catalog is loaded only when a scenario command is asked for, so the rest of
+``labkit`` starts fast.
 """
 import inspect
 import time
@@ -12,8 +15,6 @@ from typing import Any, Optional
 import typer
 
 from labkit.paths import LabkitSetupError
-
-GROUPS = ("Kafka", "Spark")
 
 
 def _fail(message: str) -> None:
@@ -29,9 +30,12 @@ class ScenarioGroup(typer.core.TyperGroup):
 
         from labkit.experiments.registry import WHERE
 
-        # Kafka before Spark; the lab cluster's before those with brokers of their own
-        order = lambda e: (GROUPS.index(e.group), list(WHERE).index(e.where))  # noqa: E731
-        return [e.name for e in sorted(catalog().values(), key=order)]
+        experiments = list(catalog().values())
+        # engines as the catalog first names them; the lab cluster's before those with
+        # brokers of their own
+        groups = list(dict.fromkeys(e.group for e in experiments))
+        order = lambda e: (groups.index(e.group), list(WHERE).index(e.where))  # noqa: E731
+        return [e.name for e in sorted(experiments, key=order)]
 
     def get_command(self, ctx, name: str):
         from labkit.experiments import catalog
@@ -46,7 +50,7 @@ class ScenarioGroup(typer.core.TyperGroup):
         return super().resolve_command(ctx, args)
 
 
-def command(experiment):
+def command(experiment, name: str | None = None):
     """The command that runs ``experiment``: a function whose signature typer reads, made
     from the experiment's options (a parameter each, default None: not given)."""
     from labkit.experiments.registry import REQUIRED, WHERE
@@ -54,6 +58,11 @@ def command(experiment):
     params = []
     for option in experiment.options:
         if not option.cli:
+            continue
+        if option.positional:
+            params.append(inspect.Parameter(
+                option.name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
+                default=typer.Argument(None, help=option.help, show_default=False)))
             continue
         default = option.default if option.cli_default is REQUIRED else option.cli_default
         shown = "" if default in (None, REQUIRED) else f" (default {default})"
@@ -68,29 +77,34 @@ def command(experiment):
         params.append(inspect.Parameter(
             option.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
             default=typer.Option(None, *decls, help=option.help + shown, show_default=False)))
-    params += [
-        inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                          default=typer.Option(False, "--json",
-                                               help="print the run as one JSON object")),
-        inspect.Parameter("stall_after", inspect.Parameter.KEYWORD_ONLY,
-                          annotation=Optional[float], default=typer.Option(
-                              None, "--stall-after", min=1, show_default=False,
-                              help="no progress for this many seconds stops the run with an "
-                                   "error naming its last step (default "
-                                   f"{experiment.stall_s:g})")),
-    ]
+    params.append(inspect.Parameter(
+        "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+        default=typer.Option(False, "--json", help="print the run as one JSON object")))
+    own_stall = any(o.flag == "--stall-after" for o in experiment.options)
+    if not own_stall:
+        params.append(inspect.Parameter(
+            "stall_after", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
+            default=typer.Option(None, "--stall-after", min=1, show_default=False,
+                                 help="no progress for this many seconds stops the run with "
+                                      "an error naming its last step (default "
+                                      f"{experiment.stall_s:g})")))
 
-    def callback(as_json: bool, stall_after: Optional[float], **given: Any) -> None:
-        run_from_terminal(experiment, as_json, stall_after, given)
+    def callback(as_json: bool, **given: Any) -> None:
+        watchdog = None if own_stall else given.pop("stall_after")
+        run_from_terminal(experiment, as_json, watchdog, given)
 
     callback.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     callback.__annotations__ = {}  # typer reads the signature's annotations
     pipeline = experiment.pipeline and \
         f" The pipeline (from Python: pipeline=) is {experiment.pipeline}."
     one = typer.Typer(add_completion=False)
-    one.command(experiment.name, short_help=experiment.help,
-                help=f"{experiment.help}. Runs {WHERE[experiment.where]}.{pipeline or ''}")(
-        callback)
+    about = f"\n\n{experiment.about}" if experiment.about else ""
+    # an app's command after `--` keeps its own options: none of them are the lab's
+    positional = {"allow_interspersed_args": False} if any(
+        o.positional for o in experiment.options) else {}
+    one.command(name or experiment.name, short_help=experiment.help,
+                help=f"{experiment.help}. Runs {WHERE[experiment.where]}.{pipeline or ''}{about}",
+                context_settings=positional)(callback)
     return typer.main.get_command(one)
 
 

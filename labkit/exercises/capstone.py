@@ -26,7 +26,7 @@ from labkit.experiments import registry, scenarios
 from labkit.kafka import cluster as lab
 from labkit.pipelines import data, learner
 from labkit.torture import apps, harness
-from labkit.torture.result import TortureResult
+from labkit.checking.record import RunRecord
 from labkit.exercises import Verdict, check, exercise
 
 SCENARIO = "consume-transform-produce"
@@ -128,7 +128,7 @@ def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None
     return results
 
 
-def torture_service(service: Callable, bootstrap: str | None = None) -> TortureResult:
+def torture_service(service: Callable, bootstrap: str | None = None) -> RunRecord:
     """The service under ``labkit torture``: its cell's text in a file, run as an app of its
     own (``apps.function_command``), SIGKILLed at random moments (``TORTURE``) and restarted,
     its output audited as a read_committed consumer reads it."""

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from labkit import proc
 
-from labkit.torture import contract, harness
-from labkit.torture.result import TortureResult
+from labkit.pipelines import contract
+from labkit.torture import harness
+from labkit.checking.record import RunRecord
 from labkit.exercises import Verdict, check, exercise, unanswered
 
 # The same torture for the notebook's runs and for the check. 600 records at the apps'
@@ -45,7 +46,7 @@ def workdir() -> Path:
     return directory
 
 
-def torture_app(path: str | Path, **overrides) -> TortureResult:
+def torture_app(path: str | Path, **overrides) -> RunRecord:
     """Run the app file ``path`` under the harness with the notebook's settings. The
     learner's app reads no connection settings: on a cluster with TLS and credentials
     (LABKIT_KAFKA_CONFIG) the harness's proxy stands in front of it (``plaintext``)."""
@@ -53,7 +54,7 @@ def torture_app(path: str | Path, **overrides) -> TortureResult:
                            **{**TORTURE, "plaintext": True, **overrides})
 
 
-def verdict_lines(result: TortureResult) -> str:
+def verdict_lines(result: RunRecord) -> str:
     """What a run showed, in words that stay the same between runs (counts vary with the
     kills' timing; whether there are any does not). ``stalled: N`` only for a run in which
     the app stalled (alive, no progress for the harness's ``stall_s``, then restarted)."""

@@ -94,6 +94,8 @@ class Option:
     cli_default: Any = REQUIRED
     short: str = ""  # e.g. "-g"
     minimum: float | None = None  # the least value it takes (numbers)
+    positional: bool = False  # the CLI's arguments (a command after `--`), not a flag
+    cli_flag: str = ""  # the CLI's flag where it is not the name with dashes
     why: str = ""  # why that least value, said with the refusal
 
     def checked(self, experiment: str, value: Any) -> None:
@@ -108,7 +110,7 @@ class Option:
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.cli_flag or "--" + self.name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ class Experiment:
     checkers: Callable[[Any], Sequence[Checker]] | None = None  # checkers(o)
     facts: Callable[[RunContext], dict] | None = None  # what the run found, besides the audit
     presentation: Presentation = PLAIN  # its summary and JSON, when not the audit's
+    about: str = ""  # more help for its command, after the line of ``help``
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Every option's value: the given ones checked by name and choice, defaults else."""
@@ -236,7 +239,9 @@ def perform(experiment: Experiment, run: RunContext) -> RunRecord:
             report = _phases(experiment, run)
     finally:
         run.close()
-    return RunRecord(experiment.name, report, topics=dict(run.topics) if run.keep_topics else {},
+    # an experiment may say more of its topics than their names (torture: whether kept)
+    topics = run.facts.pop("topics", None) or dict(run.topics)
+    return RunRecord(experiment.name, report, topics=topics,
                      history=run.history, steps=run.steps, faults=run.fired_faults,
                      facts=run.facts, options=run.options,
                      presentation=experiment.presentation)
@@ -248,7 +253,7 @@ def _phases(experiment: Experiment, run: RunContext) -> AuditReport:
     if missing:
         raise TypeError(f"{experiment.name} has neither a body nor its {', '.join(missing)}")
     prepare(run, experiment.workload(run.o))
-    clients = experiment.clients(run)
+    clients = run.clients = experiment.clients(run)
     if hasattr(clients, "attach"):
         clients.attach(run)  # e.g. a pool the nemesis arms a crash point in
     if experiment.nemesis is not None:
@@ -290,6 +295,10 @@ def _context(experiment: Experiment, cluster: Any,
         from labkit.kafka import cluster as lab, names
 
         names.namespace()  # a bad LABKIT_NAMESPACE fails here, before a broker is started
-        yield lab.ensure().bootstrap, None
+        running = lab.ensure()
+        yield running.bootstrap, running
         return
-    yield (cluster if isinstance(cluster, str) else cluster.bootstrap), None
+    if isinstance(cluster, str):
+        yield cluster, None
+        return
+    yield cluster.bootstrap, cluster

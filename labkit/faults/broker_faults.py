@@ -17,13 +17,21 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from labkit.checking import history
 from labkit.faults.nemesis import Fault, Run, Trigger
 
-Broker = int | Callable[[Any], int]
+Broker = int | Callable[[Any], int] | None  # None: every broker of the lab
 
 
-def _which(broker: Broker, run: Run) -> int:
+def _which(broker: Broker, run: Run) -> int | None:
     return broker(run) if callable(broker) else broker
+
+
+def _history(run: Run, kind: str, **fields: Any) -> None:
+    """The fault in the run's history too (a tortured app's timeline shows broker kills)."""
+    path = getattr(run, "history_file", None)
+    if path is not None:
+        history.append(path, kind, **fields)
 
 
 class KillBroker(Fault):
@@ -31,20 +39,24 @@ class KillBroker(Fault):
     run goes on against the others meanwhile, its restart waited for); else it stays down
     until teardown (or a ``RestartBroker``) starts it."""
 
-    def __init__(self, broker: Broker, trigger: Trigger, restart: bool = False,
+    def __init__(self, broker: Broker, trigger: Trigger | None = None, restart: bool = False,
                  name: str = "", repeat: bool = False):
-        self.broker, self.trigger, self.restart, self.repeat = broker, trigger, restart, repeat
+        self.broker, self.restart, self.repeat = broker, restart, repeat
+        self.trigger = trigger or Trigger()
         self.name = name or "a broker SIGKILLed"
         self.killed: list[int] = []
 
     def invoke(self, run: Run) -> None:
         node = _which(self.broker, run)
+        which = "the broker" if node is None else f"broker {node}"
+        _history(run, "broker-killed", broker=node)
         run.cluster.kill(node)
         self.killed.append(node)
-        run.fired(self, f"broker {node} SIGKILLed ({self.trigger})")
+        run.fired(self, f"{which} SIGKILLed" + (f" ({self.trigger})" if str(self.trigger) else ""))
         if self.restart:
             run.cluster.restart(node)
-            run.fired(self, f"broker {node} restarted")
+            _history(run, "broker-restarted", broker=node)
+            run.fired(self, f"{which} restarted")
 
     def teardown(self, run: Run) -> None:
         if self.killed and not self.restart:

@@ -42,7 +42,11 @@ class Event:
 
 
 class Trigger:
-    """When a fault fires: never by default (a fault that acts in setup only)."""
+    """When a fault fires: never by default (a fault that acts in setup only, or one a
+    ``labkit.faults.schedule.Schedule`` invokes)."""
+
+    def __str__(self) -> str:
+        return ""
 
     def fires(self, event: Event) -> bool:
         return False

@@ -17,28 +17,30 @@ fire on the workers' own progress.
 A worker that exits with an error (not a kill) raises WorkerFailed with its log's tail, or,
 with ``restart_failed``, is started again like a killed one (a judge's supervisor: what it
 raised is kept in ``RunResult.failures``).
+
+``command=`` runs an app instead of a Python function: each instance is the command in a
+process group of its own (a kill reaches whatever it started: a shell's java, its
+workers), each instance's settings are its environment, and its logs (one per start) stay
+in ``logs_dir``. ``on_tick(pool)`` runs on every turn of the supervision loop (a judge
+watching the app's progress as Kafka shows it; ``finish()`` ends the run).
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit import proc
-
 from labkit.checking import history
 from labkit.faults import crashpoints
+from labkit.faults.children import Children, HistoryTail, logs_dir, tail_of
 from labkit.progress import beat, check, status, step
 
-LOG_TAIL_LINES = 25
 STOP_GRACE_S = 5.0  # a leaving member's SIGTERM, then SIGKILL
 
 
@@ -107,15 +109,22 @@ class _Instance:
 class WorkerPool:
     """Instances of ``worker`` (a module-level function, run as ``worker(**kwargs)``)."""
 
-    def __init__(self, worker: Callable | str, instances: list[dict], *,
+    def __init__(self, worker: Callable | str | None, instances: list[dict], *,
+                 command: list[str] | None = None, logs_dir: Path | None = None,
                  label: str | None = None, history_file: str | None = None,
                  max_attempts: int = 4, timeout_s: float = 300.0,
-                 restart_failed: bool = False,
+                 restart_failed: bool | Callable[[int, int, str], None] = False,
                  on_event: Callable[[str, dict], None] | None = None,
-                 on_crash: Callable[[], None] | None = None):
-        self.target = target_name(worker)
+                 on_crash: Callable[[], None] | None = None,
+                 on_tick: Callable[["WorkerPool"], None] | None = None):
+        if (worker is None) == (command is None):
+            raise ValueError("give a worker function or a command, not both or neither")
+        self.command = list(command) if command is not None else None
+        self.target = target_name(worker) if worker is not None else " ".join(self.command)
         for kwargs in instances:
             payload(kwargs)  # refused before anything starts
+        self.logs_dir = logs_dir
+        self.on_tick = on_tick
         self.label = label or self.target
         self.history_file = history_file
         self.max_attempts, self.timeout_s = max_attempts, timeout_s
@@ -127,7 +136,7 @@ class WorkerPool:
         self.defaults: dict = {}
         self.result = RunResult(target=self.target, crash_at=None, hit=1)
         self._lock = threading.RLock()
-        self._children: _Children | None = None
+        self._children: Children | None = None
         self._progress: Callable[[str], None] = lambda line: None
 
     # ------------------------------------------------------------------ the nemesis's side
@@ -157,6 +166,9 @@ class WorkerPool:
             if self._children is None or not self._children.kill(instance):
                 return False
             self.result.kills += 1
+            if self.history_file:
+                history.append(self.history_file, "killed", instance=str(instance),
+                               attempt=self.instances[instance].attempts)
             return True
 
     def freeze(self, instance: int) -> bool:
@@ -197,20 +209,41 @@ class WorkerPool:
             self.instances[instance].gone = True
             return self.add({**self.instances[instance].kwargs, **changes})
 
+    def finish(self, grace_s: float = STOP_GRACE_S) -> None:
+        """The run is over: every instance stopped (SIGTERM, SIGKILL after ``grace_s``),
+        none started again."""
+        with self._lock:
+            for inst in self.instances:
+                inst.gone = True
+            children = self._children
+        if children is None:
+            return
+        if self.history_file:
+            for i, inst in enumerate(self.instances):
+                if children.alive(i):
+                    history.append(self.history_file, "stopped", instance=str(i),
+                                   attempt=inst.attempts)
+        children.stop_all(grace_s)
+
+    def log_tail(self, instance: int) -> str:
+        """The last lines of the instance's current (or last) attempt's log."""
+        with self._lock:
+            return self._children.tail(instance) if self._children is not None else ""
+
     # ------------------------------------------------------------------ supervision
 
     def run(self) -> RunResult:
         """Start every instance; restart each that dies until all have finished (or left)."""
         started = time.monotonic()
         with status(f"Running {self.label}") as progress, \
-                tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs, \
-                _Children(Path(logs)) as children:
+                logs_dir(self.logs_dir) as logs, \
+                Children(Path(logs), group=self.command is not None) as children:
             self._progress = progress
             with self._lock:
                 self._children = children
                 for i in range(len(self.instances)):
                     self._start(i)
-            tail = _Tail(self.history_file)
+            tail = HistoryTail(self.history_file)
             try:
                 while children.running:
                     if time.monotonic() - started > self.timeout_s:
@@ -223,6 +256,8 @@ class WorkerPool:
                             self._tell(event.pop("kind"), event)
                     for i, code, seconds, log in children.reap():
                         self._ended(i, code, seconds, log)
+                    if self.on_tick is not None and children.running:
+                        self.on_tick(self)
                     time.sleep(0.05)
             finally:
                 with self._lock:
@@ -237,9 +272,19 @@ class WorkerPool:
         self.result.attempts += 1
         armed, inst.armed = inst.armed, {}
         inst.started_at = time.monotonic()
-        self._children.start(i, self.target, payload({**self.defaults, **inst.kwargs}),
-                             f"instance-{i}-attempt-{inst.attempts}.log",
-                             _child_env(armed, i, self.history_file, inst.attempts))
+        settings = {**self.defaults, **inst.kwargs}
+        env = _child_env(armed, i, self.history_file, inst.attempts)
+        if self.command is not None:  # an app: its settings are its environment
+            argv, data = self.command, None
+            env.update({k: str(v) for k, v in settings.items()})
+        else:
+            argv = [sys.executable, "-m", "labkit.faults.runner", self.target]
+            data = payload(settings)
+        pid = self._children.start(i, argv, data, f"instance-{i}-attempt-{inst.attempts}.log",
+                                   env)
+        if self.history_file:
+            history.append(self.history_file, "started", instance=str(i),
+                           attempt=inst.attempts, pid=pid)
         step(f"{self.label}: instance {i} started (attempt {inst.attempts})",
              f"instance {i} to process its input")
         self._tell("instance-started", {"instance": i, "attempt": inst.attempts})
@@ -263,9 +308,11 @@ class WorkerPool:
             if code != crashpoints.CRASH_EXIT_CODE:
                 if not self.restart_failed:
                     raise WorkerFailed(f"{self.label}: instance {i} attempt {inst.attempts} "
-                                       f"exited with code {code}\n{_tail(log)}")
+                                       f"exited with code {code}\n{tail_of(log)}")
                 self.result.failures.append({"instance": i, "attempt": inst.attempts,
-                                             "code": code, "log": _tail(log)})
+                                             "code": code, "log": tail_of(log)})
+                if callable(self.restart_failed):  # may raise: a judge's own limit
+                    self.restart_failed(i, code, tail_of(log))
             if crashed_here:
                 where, inst.armed_point = f"killed at {inst.armed_point}", None
                 if self.on_crash is not None:  # while it is down, before the restart
@@ -276,7 +323,7 @@ class WorkerPool:
                 where = f"failed with exit code {code}"
             if inst.attempts >= self.max_attempts:
                 raise WorkerFailed(f"{self.label}: instance {i} ended {inst.attempts} times, "
-                                   f"giving up\n{_tail(log)}")
+                                   f"giving up\n{tail_of(log)}")
             who = f" instance {i}" if len(self.instances) > 1 else ""
             self._progress(f"{self.label}:{who} {where}, restarting (attempt {inst.attempts + 1})")
             self._start(i)
@@ -301,95 +348,3 @@ def _child_env(armed: dict[str, str], instance: int, history_file: str | None,
     if history_file:
         env[history.ENV_FILE] = str(history_file)
     return env
-
-
-class _Children:
-    """The worker processes of one run; every one still alive is killed on the way out."""
-
-    def __init__(self, logs: Path):
-        self.logs_dir = logs
-        self.procs: dict[int, tuple[subprocess.Popen, float, Path]] = {}
-        self.logs: list[Path] = []
-
-    @property
-    def running(self) -> bool:
-        return bool(self.procs)
-
-    def start(self, i: int, target: str, data: bytes, log_name: str, env: dict[str, str]) -> None:
-        log = self.logs_dir / log_name
-        with open(log, "wb") as out:
-            child = proc.spawn([sys.executable, "-m", "labkit.faults.runner", target],
-                               stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env)
-        # registered before it is fed: if feeding fails, __exit__ still stops it
-        self.procs[i] = (child, time.monotonic(), log)
-        self.logs.append(log)
-        child.stdin.write(data)
-        child.stdin.close()
-
-    def reap(self) -> list[tuple[int, int, float, Path]]:
-        """(instance, exit code, seconds, log) of every child that has ended since last asked."""
-        ended = []
-        for i, (child, t0, log) in list(self.procs.items()):
-            code = child.poll()
-            if code is not None:
-                del self.procs[i]
-                ended.append((i, code, round(time.monotonic() - t0, 3), log))
-        return ended
-
-    def alive(self, i: int) -> bool:
-        return i in self.procs and self.procs[i][0].poll() is None
-
-    def stopped(self, i: int) -> bool:
-        return self.alive(i) and proc.is_stopped(self.procs[i][0].pid)
-
-    def kill(self, i: int) -> bool:
-        """SIGKILL instance ``i`` if it is running; was it?"""
-        if not self.alive(i):
-            return False
-        self.procs[i][0].kill()
-        return True
-
-    def signal(self, i: int, signum: int) -> bool:
-        if not self.alive(i):
-            return False
-        self.procs[i][0].send_signal(signum)
-        return True
-
-    def terminate(self, i: int, grace_s: float) -> None:
-        if i in self.procs:
-            child = self.procs[i][0]
-            threading.Thread(target=proc.stop, args=([child], grace_s), daemon=True).start()
-
-    def tails(self) -> str:
-        return "\n".join(f"{log.name}:\n{_tail(log)}" for log in self.logs if log.exists())
-
-    def __enter__(self) -> "_Children":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        # a timeout, an error, Ctrl-C / an interrupt: SIGKILL (it also ends a stopped
-        # process) to each worker and whatever it started
-        proc.kill([child for child, _, _ in self.procs.values()])
-        self.procs.clear()
-
-
-def _tail(log: Path) -> str:
-    lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-    return "\n".join(f"  | {line}" for line in lines)
-
-
-class _Tail:
-    """The history events appended to a file since the last look (none without a file)."""
-
-    def __init__(self, path: str | None):
-        self.path, self.offset = path, 0
-
-    def new(self) -> list[dict]:
-        if self.path is None or not os.path.exists(self.path):
-            return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
-        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits
-        self.offset += len(complete)
-        return [json.loads(line) for line in complete.splitlines() if line.strip()]

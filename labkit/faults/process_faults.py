@@ -93,15 +93,17 @@ class RandomKills(Fault):
 
 
 class Kill(Fault):
-    """One SIGKILL of instance ``instance`` when ``trigger`` fires (it is restarted)."""
+    """One SIGKILL of instance ``instance`` when ``trigger`` fires (it is restarted); without
+    a trigger, when a ``Schedule`` says."""
 
-    def __init__(self, instance: int, trigger: Trigger):
-        self.instance, self.trigger = instance, trigger
+    def __init__(self, instance: int = 0, trigger: Trigger | None = None):
+        self.instance, self.trigger = instance, trigger or Trigger()
         self.name = f"instance {instance} SIGKILLed"
 
     def invoke(self, run: Run) -> None:
         if run.workers.kill(self.instance):
-            run.fired(self, f"instance {self.instance} SIGKILLed ({self.trigger})")
+            run.fired(self, f"instance {self.instance} SIGKILLed" +
+                      (f" ({self.trigger})" if str(self.trigger) else ""))
 
 
 class Freeze(Fault):

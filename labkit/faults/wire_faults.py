@@ -23,23 +23,28 @@ from labkit.faults.proxy import FaultProxy
 class ProxyFault(Fault):
     """``spec`` (a ``labkit.faults.faultspec`` form, or None: the proxy only) armed from the
     start, or when ``trigger`` fires; each exchange handed to ``trace``, kept in
-    ``exchanges`` (``keep=True``) and, with ``trace_file``, written there as a JSON line."""
+    ``exchanges`` (``keep=True``) and, with ``trace_file``, written there as a JSON line.
+    ``only_if(run)``: whether the run needs the proxy at all (a plaintext app in front of a
+    cluster that wants TLS or credentials)."""
 
     def __init__(self, spec: str | None = None, trigger: Trigger | None = None,
                  trace: Callable[[dict], None] | None = None, trace_file: str | None = None,
-                 keep: bool = False):
+                 keep: bool = False, only_if: Callable[[Run], bool] | None = None):
         if spec is not None:
             parse_fault_spec(spec)  # a bad form is refused here, listing the valid ones
         self.spec, self.trace, self.trace_file = spec, trace, trace_file
         self._out = None
         self.exchanges: list[dict] | None = [] if keep else None
         self.from_start = trigger is None
+        self.only_if = only_if  # set up only where the run needs it (None: always)
         if trigger is not None:
             self.trigger = trigger
         self.name = spec or "the fault proxy"
         self.proxy: FaultProxy | None = None
 
     def setup(self, run: Run) -> None:
+        if self.only_if is not None and not self.only_if(run):
+            return
         if self.trace_file is not None:
             self._out = open(self.trace_file, "w", encoding="utf-8")
         self.proxy = FaultProxy(run.bootstrap, fault=self.spec if self.from_start else None,

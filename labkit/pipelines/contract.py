@@ -26,7 +26,7 @@ SCENARIO = "torture"
 GUARANTEE = "unknown"
 
 
-class HarnessError(RuntimeError):
+class HarnessError(ValueError):
     """The run could not be judged (bad input, an app that does not follow the contract);
     the message says what happened and what to do."""
 

@@ -1,0 +1,94 @@
+"""An app's progress as Kafka shows it: its group's committed offsets on the input, the
+input's end, the output's size; and whether the group is waiting rather than stuck.
+
+    with GroupProgress(bootstrap, input_topic, output_topic, group, history_file) as watch:
+        consumed, end, written = watch.sample()
+        watch.waiting(instances_alive=1)   # 'a dead member holds 1 partition ...' or None
+
+A judge that restarts a killed app must tell a slow app from a stalled one. A SIGKILLed
+member stays in its group until its session times out (``session.timeout.ms``, 45 s by
+default in librdkafka and the Java client); until then its replacement waits, either in a
+rebalance that waits for the dead member (the classic protocol) or with no partitions
+(KIP-848). ``waiting`` asks the group coordinator which: the group is rebalancing, or it
+has more members than the app has live instances. Each change of progress is a
+``progress`` event in the run's history: the timeline of the app's commits and writes.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from labkit.checking import history
+from labkit.kafka import topics
+from labkit.kafka.clientlog import client_config
+
+SAMPLE_EVERY_S = 0.5
+# Group states in which the coordinator is moving partitions, not handing out work.
+REBALANCING = {ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING}
+
+
+class GroupProgress:
+    def __init__(self, bootstrap: str, input_topic: str, output_topic: str, group: str,
+                 history_file: Path | None = None):
+        self.input, self.output, self.group = input_topic, output_topic, group
+        self.history_file = history_file
+        # Same group id as the app, but this consumer never subscribes or commits: it only
+        # asks the coordinator for the committed offsets, which does not join the group.
+        self.consumer = Consumer(client_config({
+            "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            "log_level": 0}))  # connection-refused noise while a broker restarts
+        self.admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 0}))
+        self.in_parts = [TopicPartition(input_topic, p)
+                         for p in topics.partitions_of(bootstrap, input_topic)]
+        self.out_parts = [TopicPartition(output_topic, p)
+                          for p in topics.partitions_of(bootstrap, output_topic)]
+        self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
+        self.next_at = 0.0
+
+    def _end(self, tp: TopicPartition) -> int:
+        return self.consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1]
+
+    def sample(self, fresh: bool = False) -> tuple[int, int, int]:
+        """(offsets committed, input end, output records); at most twice a second unless
+        ``fresh``, and the last answer while the broker cannot say (it may be restarting)."""
+        if not fresh and time.monotonic() < self.next_at:
+            return self.last
+        self.next_at = time.monotonic() + SAMPLE_EVERY_S
+        try:
+            committed = sum(max(tp.offset, 0) for tp in
+                            self.consumer.committed(self.in_parts, timeout=2))
+            now = (committed, self.last[1], sum(self._end(tp) for tp in self.out_parts))
+        except Exception:  # KafkaException / timeouts during a broker restart
+            return self.last
+        if now != self.last and self.history_file is not None:
+            history.append(self.history_file, "progress", committed=now[0], end=now[1],
+                           output=now[2])
+        self.last = now
+        return self.last
+
+    def waiting(self, instances_alive: int) -> str | None:
+        """Why the group hands out no work now, if the coordinator says it is waiting: a
+        rebalance in progress, or members the app no longer runs (dead ones whose session has
+        not timed out yet). None: nothing to wait for (or the coordinator cannot say)."""
+        try:
+            (future,) = self.admin.describe_consumer_groups([self.group],
+                                                            request_timeout=5).values()
+            group = future.result(timeout=6)
+        except Exception:  # KafkaException, a timeout: a broker restarting, the group just made
+            return None
+        if group.state in REBALANCING:
+            return f"the group is rebalancing ({group.state.name.lower()})"
+        extra = len(group.members) - instances_alive
+        if extra > 0:
+            return (f"the group still has {extra} member(s) more than the app runs: a killed "
+                    "instance's session has not timed out yet")
+        return None
+
+    def __enter__(self) -> "GroupProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.consumer.close()

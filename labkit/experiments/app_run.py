@@ -1,0 +1,282 @@
+"""An app the lab did not write, as an experiment's clients: its command run as supervised
+processes (``labkit.faults.pool``, one process group per start), restarted when killed or
+when it dies by itself, watched as Kafka shows its progress (its group's committed offsets,
+the output's size: ``labkit.checking.group_progress``), and stopped once its input is
+consumed and its output quiet.
+
+A slow app is not a stalled one. An app alive, its input not consumed, that neither commits
+offsets nor writes output for ``stall_s`` is *stalled* (a client call blocking far past its
+own timeout, e.g. librdkafka's send_offsets_to_transaction() after a broker restart:
+librdkafka #5456, #5511) and restarted like a killed one, unless its group says it is
+waiting: rebalancing, or holding a member the app no longer runs (a killed instance whose
+session has not timed out: 45 s by default). That wait is recorded as such, never as a stall.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.checking import history
+from labkit.checking.group_progress import GroupProgress
+from labkit.faults.broker_faults import KillBroker
+from labkit.faults.pool import WorkerPool
+from labkit.faults.process_faults import Kill
+from labkit.faults.schedule import Schedule
+from labkit.pipelines.contract import ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT, HarnessError
+from labkit.progress import status
+
+QUIET_S = 2.0  # output unchanged this long (and the input consumed): the app is done
+# An app that never commits offsets to LABKIT_GROUP_ID cannot show it consumed the input:
+# for it, output unchanged this long counts as done (longer than a JVM's restart).
+IDLE_S = 10.0
+OWN_CRASHES = 3  # an app that dies by itself this often is broken, not unlucky
+# Longer than an app's time between commits (quixstreams commits every 5 s by default), a
+# JVM app's restart and IDLE_S.
+STALL_S = 30.0
+MAX_STALLS = 3  # stalled this often in one run: it stalls every time it is started
+
+
+@dataclass
+class Stall:
+    """The app stayed alive without progress for ``stalled_s`` and was SIGKILLed and started
+    again. ``after_s``: seconds into the run when its last progress was seen."""
+
+    after_s: float
+    stalled_s: float
+    consumed: int  # the group's committed offsets on the input, then
+    end: int  # the input's end offsets
+    written: int  # the output's size as the watch samples it
+    attempt: int  # the start of the app that stalled (1: the first)
+
+    def text(self) -> str:
+        return f"no progress for {self.stalled_s:.0f} s after {self.after_s:.1f} s"
+
+
+class AppClients:
+    """``instances`` processes of ``command`` with the contract's environment ``env``."""
+
+    def __init__(self, command: list[str], env: Callable[[], dict[str, str]], *,
+                 instances: int = 1, timeout_s: float = 120.0, stall_s: float = STALL_S,
+                 label: str = ""):
+        self.command, self.env, self.instances = command, env, instances
+        self.timeout_s, self.stall_s = timeout_s, stall_s
+        self.label = label or command[0]
+        self.stalls: list[Stall] = []
+        self.notes: list[str] = []
+        self.waited: list[str] = []  # why the group made it wait (slow, not stalled)
+        self.own_crashes = 0
+        self.done = False
+        self.seconds = 0.0
+
+    def attach(self, run: Any) -> None:
+        self.run = run
+        self.watch = GroupProgress(run.bootstrap, run.topics["input"], run.topics["output"],
+                                   run.group_id, history_file=run.history_file)
+        run.progress = self.watch
+        self.pool = WorkerPool(None, [{} for _ in range(self.instances)],
+                               command=self.command, logs_dir=run.workdir,
+                               history_file=str(run.history_file), label=self.label,
+                               max_attempts=10_000, timeout_s=self.timeout_s + 60,
+                               restart_failed=self._crashed_by_itself, on_tick=self._tick)
+        run.workers = self.pool
+
+    # ------------------------------------------------------------------ the run
+
+    def __call__(self, run: Any) -> None:
+        self.started = time.monotonic()
+        self.moving = _Progress(self.started)
+        self.quiet = _Quiet()
+        self.schedule = next(iter(run.nemesis.of(Schedule)), None)
+        self._faults_seen = 0
+        self.pool.defaults = self.env()  # the contract's environment, a proxy's bootstrap in it
+        try:
+            with status(f"torture: {self.label}") as say:
+                self.say = say
+                self.pool.run()
+                while not self.done:  # every instance exited by itself (code 0)
+                    self._after_exit()
+                    time.sleep(0.1)
+        finally:
+            self.watch.__exit__()
+            self.seconds = round(time.monotonic() - self.started, 2)
+
+    def restart_s(self) -> list[float]:
+        """For each kill, the seconds from the SIGKILL to the instance running again."""
+        events = history.read(self.run.history_file)
+        gaps, killed = [], {}
+        for e in events:
+            if e["kind"] == "killed":
+                killed[e.get("instance")] = e["t"]
+            elif e["kind"] == "started" and e.get("instance") in killed:
+                gaps.append(round(e["t"] - killed.pop(e.get("instance")), 4))
+        return gaps
+
+    def _tick(self, pool: WorkerPool) -> None:
+        if self.done:
+            return
+        consumed, end, written = self._sample()
+        if time.monotonic() - self.started > self.timeout_s:
+            raise HarnessError(self._timeout_message(consumed, end, written))
+        alive = sum(pool.running(i) for i in range(len(pool.instances)))
+        stalled_s = self.moving.stalled_s(consumed, end, written,
+                                          (pool.result.attempts, self._faults_seen))
+        if alive and stalled_s >= self.stall_s:
+            why = self.watch.waiting(alive)
+            if why is None:
+                self._restart_stalled(stalled_s)
+                return
+            if not self.waited or self.waited[-1] != why:
+                self.waited.append(why)
+                self.run.step(f"torture: no progress for {stalled_s:.0f} s, but {why}: "
+                              "slow, not stalled")
+        pending = self.schedule is not None and self.schedule.pending
+        if pending and self.schedule.waiting_for_commit and consumed >= end \
+                and self.quiet.still(written, QUIET_S):
+            self._unlanded("had consumed its input", "before it committed again")
+            self._finish()
+        elif not pending:
+            if consumed >= end and self.quiet.still(written, QUIET_S):
+                self._finish()
+            elif written and consumed == 0 and self.quiet.still(written, IDLE_S):
+                self.notes.append(f"the input was not consumed by group {self.watch.group} "
+                                  f"({consumed}/{end} offsets committed), but the output has "
+                                  f"been quiet for {IDLE_S:.0f} s: audited as it is")
+                self._finish()
+        self.quiet.still(written, 0)
+
+    def _after_exit(self) -> None:
+        """The app finished by itself: audited once its output is quiet."""
+        consumed, end, written = self._sample()
+        if written == 0 and consumed == 0:
+            raise HarnessError(f"the app exited (code 0) without consuming {self.watch.input} "
+                               f"or writing to {self.watch.output}: it must read "
+                               f"${ENV_INPUT} and write ${ENV_OUTPUT}. Its last lines:\n"
+                               f"{self._tail()}")
+        if self.schedule is not None and self.schedule.pending:
+            self._unlanded("finished", "")
+        if self.quiet.still(written, QUIET_S):
+            self.done = True
+
+    def _sample(self) -> tuple[int, int, int]:
+        fresh = self.schedule is not None and self.schedule.waiting_for_commit
+        consumed, end, written = self.watch.sample(fresh=fresh)
+        if self.schedule is not None and len(self.schedule.done) != self._faults_seen:
+            self._faults_seen = len(self.schedule.done)
+            self.quiet = _Quiet()  # a fault: the output's quiet counts again from now
+        self.say(self._line(consumed, end, written))
+        return consumed, end, written
+
+    def _line(self, consumed: int, end: int, written: int) -> str:
+        """The progress line: the faults injected so far, the input consumed, the output."""
+        planned = [*self.schedule.done, *self.schedule.remaining] if self.schedule else []
+        done = self.schedule.done if self.schedule else []
+        counts = [f"{what} {sum(isinstance(f, kind) for f in done)}/"
+                  f"{sum(isinstance(f, kind) for f in planned)}"
+                  for what, kind in (("kills", Kill), ("broker kills", KillBroker))]
+        return (f"torture: {', '.join(counts)}, input consumed {consumed}/{end}, output "
+                f"{written} records")
+
+    def _finish(self) -> None:
+        self.done = True
+        self.pool.finish()
+
+    def _unlanded(self, what: str, when: str) -> None:
+        left = self.schedule.cancel()
+        did = len(self.schedule.done)
+        self.notes.append(f"the app {what} after {did} of {did + len(left)} fault(s)"
+                          + (f", {when}" if when else "") + ": give it more input (--input) "
+                          "or fault it sooner so every fault lands")
+
+    def _crashed_by_itself(self, instance: int, code: int, tail: str) -> None:
+        """An exit with an error, not a kill: restarted as a supervisor would (it has worked
+        before), unless it never wrote anything or keeps doing it."""
+        self.own_crashes += 1
+        written = self.watch.last[2]
+        if written == 0 or self.own_crashes >= OWN_CRASHES:
+            raise HarnessError(f"the app exited with code {code} by itself (not killed by the "
+                               f"harness; {self.own_crashes} time(s)) after writing {written} "
+                               f"output records. Its last lines:\n{tail}")
+
+    def _restart_stalled(self, stalled_s: float) -> None:
+        consumed, end, written = self.moving.seen
+        stall = Stall(after_s=round(self.moving.since - self.started, 1),
+                      stalled_s=round(stalled_s, 1), consumed=consumed, end=end,
+                      written=written, attempt=self.pool.instances[0].attempts)
+        self.stalls.append(stall)
+        history.append(self.run.history_file, "stalled", attempt=stall.attempt,
+                       stalled_s=stall.stalled_s, committed=consumed, end=end, output=written)
+        if len(self.stalls) >= MAX_STALLS:
+            raise HarnessError(
+                f"the app stalls every time it is started: {len(self.stalls)} times in this run "
+                f"it stayed alive but neither committed offsets to group {self.watch.group} nor "
+                f"wrote to {self.watch.output} for {stall.stalled_s:.0f} s while its input was "
+                f"not consumed (restarted after each). Last seen {stall.after_s:.1f} s into "
+                f"the run: {consumed} of {end} input offsets committed, {written} output "
+                "records. A client call that blocks past its timeout (e.g. librdkafka's "
+                "send_offsets_to_transaction(), librdkafka #5456, #5511)? A slow app needs a "
+                f"longer --stall-after. Its last lines:\n{self._tail()}")
+        line = (f"torture: app stalled: no commit and no output for {stall.stalled_s:.0f} s "
+                f"since t={stall.after_s:.1f} s; restarting it")
+        self.say(line)
+        print(line, file=sys.stderr, flush=True)  # stays above the spinner (rich redirects it)
+        for i in range(len(self.pool.instances)):
+            self.pool.kill(i)
+
+    def _tail(self) -> str:
+        return self.pool.log_tail(0) or "  | (no output)"
+
+    def _timeout_message(self, consumed: int, end: int, written: int) -> str:
+        w = self.watch
+        if written == 0 and consumed == 0:
+            what = (f"the input was not consumed within {self.timeout_s:.0f} s: the app wrote "
+                    f"nothing to {w.output} and group {w.group} committed no offsets on "
+                    f"{w.input}. Does it read ${ENV_INPUT} and write ${ENV_OUTPUT} "
+                    f"(at ${ENV_BOOTSTRAP})?")
+        elif consumed < end:
+            what = (f"the input was not consumed within {self.timeout_s:.0f} s: group "
+                    f"{w.group} committed {consumed} of {end} offsets; the output has "
+                    f"{written} records. A slow app needs a longer --timeout; a stuck one, a "
+                    "look at its log")
+        else:
+            what = (f"the output {w.output} did not go quiet within {self.timeout_s:.0f} s "
+                    f"({written} records so far): does the app write more than once per input?")
+        return f"{what}\nThe app's last lines:\n{self._tail()}"
+
+
+class _Quiet:
+    """Has a number stayed the same for a while? (the output's size, sampled)"""
+
+    def __init__(self) -> None:
+        self.value: int | None = None
+        self.since = time.monotonic()
+
+    def still(self, value: int, for_s: float) -> bool:
+        if value != self.value:
+            self.value, self.since = value, time.monotonic()
+        return time.monotonic() - self.since >= for_s
+
+
+class _Progress:
+    """When did the app last make progress (its committed offsets or the output changed)?
+
+    The clock starts over at each new ``epoch`` (a start of the app, a fault): a start takes
+    its time before the first commit. Progress is only judged while the app has committed
+    something and not yet its whole input: an app that never commits cannot show how far
+    it got (IDLE_S covers it), and one that has consumed everything is finishing."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.seen: tuple[int, int, int] = (0, 0, 0)  # (consumed, end, written)
+        self.epoch: object = None
+        self.since = time.monotonic()
+
+    def stalled_s(self, consumed: int, end: int, written: int, epoch: object) -> float:
+        """Seconds without progress so far (0 while progress cannot be judged)."""
+        now = time.monotonic()
+        if epoch != self.epoch or (consumed, written) != (self.seen[0], self.seen[2]):
+            self.epoch, self.since = epoch, now
+        self.seen = (consumed, end, written)
+        return now - self.since if 0 < consumed < end else 0.0

@@ -1,0 +1,221 @@
+"""``labkit torture``: any app under kills and faults, judged by the one audit (Jepsen's
+model for software the lab did not write), as an experiment like the others.
+
+    run = experiments.run("torture", command=["python", "examples/torture/exactly_once_app.py"],
+                          input=400, kills=3, seed=1)
+    run.verdict, run.kills, run.restarts, run.stalls, run.summary(), run.to_json()
+
+The workload is the contract's (``labkit.pipelines.contract``, docs/torture.md): an input
+topic of ``input`` records with unique ids, an empty output topic, their names and the
+group and transactional id in the app's environment. The clients are the app
+(``labkit.experiments.app_run``: its command supervised, restarted, stopped when its input
+is consumed and its output quiet, its stalls told from its waits). The nemesis is a seeded
+schedule (``labkit.faults.schedule``) of app kills and broker kills, and the fault proxy
+for ``fault``. The checker reads the output as the contract says.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from labkit.checking.record import Presentation, RunRecord
+from labkit.experiments.app_run import STALL_S, AppClients
+from labkit.experiments.parts import Topic, Workload
+from labkit.experiments.registry import Experiment, Option, register
+from labkit.faults.broker_faults import KillBroker
+from labkit.faults.faultspec import parse_fault_spec
+from labkit.faults.nemesis import Nemesis
+from labkit.faults.process_faults import Kill
+from labkit.faults.schedule import CLOCKS, Schedule
+from labkit.faults.wire_faults import ProxyFault
+from labkit.kafka import connection
+from labkit.kafka.clientlog import client_config
+from labkit.kafka.localcluster import LocalCluster
+from labkit.pipelines import contract, data
+from labkit.pipelines.contract import (CHECKS, ENV_GROUP, ENV_INPUT, ENV_OUTPUT,
+                                       ENV_TRANSACTIONAL_ID, HarnessError)
+
+NAME = "torture"
+
+
+def kill_window(value: Any) -> tuple[float, float]:
+    """``(min, max)`` seconds from a tuple or the command line's ``MIN,MAX``."""
+    try:
+        window = tuple(float(x) for x in (value.split(",") if isinstance(value, str) else value))
+        if len(window) != 2:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise HarnessError(f"--kill-after must be MIN,MAX seconds, e.g. 1.0,4.0 (not "
+                           f"{value!r})") from None
+    if not 0 < window[0] <= window[1]:
+        raise HarnessError(f"kill_after_s must be (min, max) seconds with 0 < min <= max, "
+                           f"not {window}")
+    return window  # type: ignore[return-value]
+
+
+def _check(command, input, kills, broker_kills, timeout, check, kill_after, kill_clock,
+           fault, partitions, stall_s, instances, **_) -> None:
+    contract.checked_command(command)
+    if input < 1 or kills < 0 or broker_kills < 0 or timeout <= 0:
+        raise HarnessError(f"need input >= 1, kills >= 0, broker kills >= 0 and a positive "
+                           f"timeout (got input={input}, kills={kills}, "
+                           f"broker_kills={broker_kills}, timeout={timeout})")
+    if partitions < 1 or instances < 1:
+        raise HarnessError(f"need at least one input partition and one instance (got "
+                           f"partitions={partitions}, instances={instances})")
+    if stall_s <= 0:
+        raise HarnessError(f"need a positive stall time (got stall_s={stall_s})")
+    if kill_clock not in CLOCKS:
+        raise HarnessError(f"unknown kill clock {kill_clock!r}: use 'start' (delays count from "
+                           "the app's start) or 'commit' (from its first offset commit after a "
+                           "start)")
+    if check not in CHECKS:
+        raise HarnessError(f"unknown check {check!r}: use 'records' (output records keep the "
+                           "input's id) or 'counts' (output records carry a count per key)")
+    if fault is not None:
+        try:
+            parse_fault_spec(fault)
+        except ValueError as exc:
+            raise HarnessError(str(exc)) from None
+    kill_window(kill_after)
+
+
+def _clients(run) -> AppClients:
+    o = run.o
+    if o.broker_kills and not isinstance(run.cluster, LocalCluster):
+        raise HarnessError("--broker-kills needs the lab's own local cluster (it SIGKILLs and "
+                           f"restarts the broker process); {run.bootstrap} is an external "
+                           "cluster (LABKIT_BOOTSTRAP). Unset LABKIT_BOOTSTRAP, or drop "
+                           "--broker-kills.")
+    names = {ENV_INPUT: run.topics["input"], ENV_OUTPUT: run.topics["output"],
+             # the app's transactional.id is its group's name, as the contract has always said
+             ENV_GROUP: run.group_id, ENV_TRANSACTIONAL_ID: run.group_id}
+    # the app's environment is made once the nemesis has set up (a proxy's bootstrap)
+    return AppClients(contract.checked_command(o.command),
+                      lambda: contract.app_environment(run.client_bootstrap, names, run.workdir),
+                      instances=o.instances, timeout_s=o.timeout, stall_s=o.stall_s,
+                      label=shlex.join(o.command))
+
+
+def _nemesis(o) -> Nemesis:
+    schedule = Schedule([*(Kill(0) for _ in range(o.kills)),
+                         *(KillBroker(None, restart=True) for _ in range(o.broker_kills))],
+                        kill_window(o.kill_after), seed=o.seed, clock=o.kill_clock,
+                        committed=lambda run: run.progress.sample(fresh=True)[0])
+    # Plaintext apps on a cluster that wants TLS or credentials talk through the proxy, whose
+    # own side is plaintext.
+    proxy = ProxyFault(o.fault) if o.fault else ProxyFault(
+        only_if=lambda run: connection.for_client(run.bootstrap)) if o.plaintext else None
+    return Nemesis(schedule, *([proxy] if proxy else []))
+
+
+def _audit(o):
+    def audit_output(run):
+        report = contract.audit_output(run.bootstrap, run.topics["output"], run.inputs, o.check)
+        report.fault = o.fault
+        return report
+    return [audit_output]
+
+
+def _facts(run) -> dict:
+    app: AppClients = run.clients
+    (schedule,) = run.nemesis.of(Schedule)
+    run.owns(*_app_topics(run.bootstrap, run.group_id))  # e.g. Kafka Streams' changelogs
+    return {"kills": sum(isinstance(f, Kill) for f in schedule.done),
+            "restarts": app.pool.result.attempts - len(app.pool.instances),
+            "broker_kills": sum(isinstance(f, KillBroker) for f in schedule.done),
+            "seconds": app.seconds, "command": run.o.command, "seed": run.o.seed,
+            "run_dir": str(run.workdir), "restart_s": app.restart_s(),
+            "notes": app.notes, "fault_stats": run.facts.get("fault_stats"),
+            "partitions": run.o.partitions, "instances": run.o.instances,
+            "topics": {"input": run.topics["input"], "output": run.topics["output"],
+                       "kept": run.keep_topics},
+            "stalls": app.stalls, "waited": app.waited}
+
+
+def _app_topics(bootstrap: str, group: str) -> list[str]:
+    """Topics the app made for itself, named after its group the way Kafka Streams names its
+    internal ones (``<application.id>-<store>-changelog``, ``...-repartition``)."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 0}))
+    try:
+        listed = admin.list_topics(timeout=5).topics
+    except KafkaException:
+        return []  # best effort, like the deletion itself
+    return sorted(t for t in listed if t.startswith(f"{group}-")
+                  and t not in (f"{group}-in", f"{group}-out"))
+
+
+def _json(run: RunRecord) -> dict:
+    d = run.report.to_dict()  # the keys of `labkit scenario --json`, in order
+    d["anomalies"] = run.anomalies()
+    f = run.facts
+    return {**d, **{k: f[k] for k in ("kills", "restarts", "broker_kills", "seconds",
+                                      "command", "seed", "run_dir", "notes", "fault_stats",
+                                      "partitions")}, "topics": dict(run.topics),
+            "stalled": len(f["stalls"]), "stalls": [asdict(s) for s in f["stalls"]],
+            "waited": f["waited"]}
+
+
+def _summary(run: RunRecord) -> str:
+    r, f = run.report, run.facts
+    lines = [shlex.join(f["command"]),
+             f"  kills={f['kills']} restarts={f['restarts']} broker_kills={f['broker_kills']} "
+             f"seconds={f['seconds']}",
+             f"  produced={r.produced} delivered_unique={r.delivered_unique} lost={r.lost} "
+             f"duplicated={r.duplicated} reordered={r.reordered} "
+             f"aborted_visible={r.aborted_visible} aborted_in_log={r.aborted_in_log}"]
+    if f["stalls"]:  # a finding beside the audit's: the verdict is the output's alone
+        lines.append(f"  stalled {len(f['stalls'])}× ("
+                     + ", ".join(s.text() for s in f["stalls"]) + "; restarted)")
+    if f["waited"]:
+        lines.append("  slow, not stalled: " + "; ".join(f["waited"]))
+    for name, found in run.anomalies().items():
+        lines.append(f"  {name}: {found['count']}, e.g. {found['examples']}")
+    lines += [f"  note: {n}" for n in f["notes"]]
+    lines.append(f"  verdict: {run.verdict}")
+    return "\n".join(lines)
+
+
+register(Experiment(
+    NAME, "any app (the command after --) under SIGKILLs, broker kills and network faults, "
+    "judged by the audit of its output", stall_s=3600.0,
+    pipeline="", group="Any app", options=(
+        Option("command", None, "the app's command, after `--`", kind=list, positional=True),
+        Option("input", 200, "input records (unique ids)", kind=int, short="-n"),
+        Option("kills", 3, "SIGKILLs of the app at random times", kind=int),
+        Option("seed", 0, "seeds the input and the kill times", kind=int),
+        Option("broker_kills", 0, "SIGKILL + restart the lab broker (local lab only)", kind=int),
+        Option("fault", None, "a network fault between app and broker, e.g. drop-ack:produce:3"),
+        Option("timeout", 120.0, "seconds for the whole run", kind=float),
+        Option("check", "records", "records (output keeps input ids) | counts (a count per key)"),
+        Option("kill_after", "1.0,4.0", "MIN,MAX seconds between faults (seeded uniform)"),
+        Option("kill_clock", "start", "start | commit: the delay counts from the app's "
+               "(re)start or from its first offset commit after it"),
+        Option("partitions", 1, "partitions of the input (and output)", kind=int),
+        Option("instances", 1, "instances of the app at once, in one consumer group", kind=int),
+        Option("keep_topics", False, "keep the run's input and output topics (deleted by "
+               "default)", kind=bool),
+        Option("plaintext", False, "the app reads no LABKIT_KAFKA_CONFIG: on a cluster with "
+               "TLS/credentials, the lab's proxy stands in front of it", kind=bool),
+        Option("stall_s", STALL_S, "an app alive but without an offset commit or output "
+               "for this many seconds, its input not consumed and its group not waiting, is "
+               "reported as stalled and restarted (3 stalls: error)", kind=float,
+               cli_flag="--stall-after"),
+        Option("keep_workdir", True, "keep the run's directory (the app's logs, the history)",
+               kind=bool, cli=False)),
+    about="The lab writes --input JSON records with unique ids to a new input topic and "
+          "passes LABKIT_BOOTSTRAP, LABKIT_INPUT_TOPIC, LABKIT_OUTPUT_TOPIC, LABKIT_GROUP_ID "
+          "and LABKIT_TRANSACTIONAL_ID to the app, which writes records keeping each input "
+          "id; with LABKIT_KAFKA_CONFIG set, also that file (and LABKIT_KAFKA_JAVA_CONFIG, the "
+          "same settings in the Java client's names). Example: labkit torture --kills 3 -- "
+          "python examples/torture/exactly_once_app.py",
+    check=_check,
+    workload=lambda o: Workload(NAME, (Topic("input", o.partitions, loaded=True),
+                                       Topic("output", o.partitions)),
+                                data.generate(o.input, seed=o.seed)),
+    clients=_clients, nemesis=_nemesis, checkers=_audit, facts=_facts,
+    presentation=Presentation(summary=_summary, json=_json)))

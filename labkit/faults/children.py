@@ -1,0 +1,150 @@
+"""The processes of one supervised run (``labkit.faults.pool``): started with their logs,
+signalled, reaped, and every one still alive killed on the way out, whatever happened."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from labkit import proc
+
+LOG_TAIL_LINES = 25
+
+
+class StartFailed(RuntimeError):
+    """A process could not be started (no such command, not executable)."""
+
+
+class Children:
+    """The processes of one run; every one still alive is killed on the way out (with
+    ``group``, each leads a process group, and the whole group is signalled)."""
+
+    def __init__(self, logs: Path, group: bool = False):
+        self.logs_dir, self.group = logs, group
+        self.procs: dict[int, tuple[subprocess.Popen, float, Path]] = {}
+        self.logs: list[Path] = []
+        self.last_log: dict[int, Path] = {}
+
+    @property
+    def running(self) -> bool:
+        return bool(self.procs)
+
+    def start(self, i: int, argv: list[str], data: bytes | None, log_name: str,
+              env: dict[str, str]) -> int:
+        log = self.logs_dir / log_name
+        with open(log, "wb") as out:
+            try:
+                child = proc.spawn(argv, stdin=subprocess.PIPE if data is not None
+                                   else subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, env=env, group=self.group)
+            except OSError as exc:
+                raise StartFailed(f"cannot start {argv[0]!r}: {exc}") from None
+        # registered before it is fed: if feeding fails, __exit__ still stops it
+        self.procs[i] = (child, time.monotonic(), log)
+        self.logs.append(log)
+        self.last_log[i] = log
+        if data is not None:
+            child.stdin.write(data)
+            child.stdin.close()
+        return child.pid
+
+    def reap(self) -> list[tuple[int, int, float, Path]]:
+        """(instance, exit code, seconds, log) of every child that has ended since last asked."""
+        ended = []
+        for i, (child, t0, log) in list(self.procs.items()):
+            code = child.poll()
+            if code is not None:
+                del self.procs[i]
+                if self.group:  # whatever it started in its group goes with it
+                    proc.kill([child], group=True)
+                ended.append((i, code, round(time.monotonic() - t0, 3), log))
+        return ended
+
+    def alive(self, i: int) -> bool:
+        return i in self.procs and self.procs[i][0].poll() is None
+
+    def stopped(self, i: int) -> bool:
+        return self.alive(i) and proc.is_stopped(self.procs[i][0].pid)
+
+    def kill(self, i: int) -> bool:
+        """SIGKILL instance ``i`` (its group) if it is running; was it?"""
+        if not self.alive(i):
+            return False
+        proc.kill([self.procs[i][0]], group=self.group)
+        return True
+
+    def signal(self, i: int, signum: int) -> bool:
+        if not self.alive(i):
+            return False
+        child = self.procs[i][0]
+        if self.group:
+            proc.signal_group(child.pid, signum)
+        else:
+            child.send_signal(signum)
+        return True
+
+    def terminate(self, i: int, grace_s: float) -> None:
+        if i in self.procs:
+            child = self.procs[i][0]
+            threading.Thread(target=proc.stop, args=([child], grace_s),
+                             kwargs={"group": self.group}, daemon=True).start()
+
+    def stop_all(self, grace_s: float) -> None:
+        """SIGTERM every one (and its group), SIGKILL what is left after ``grace_s``; the
+        loop reaps them."""
+        proc.stop([child for child, _, _ in self.procs.values()], grace_s, group=self.group)
+
+    def tail(self, i: int) -> str:
+        log = self.last_log.get(i)
+        return tail_of(log) if log is not None and log.exists() else ""
+
+    def tails(self) -> str:
+        return "\n".join(f"{log.name}:\n{tail_of(log)}" for log in self.logs if log.exists())
+
+    def __enter__(self) -> "Children":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # a timeout, an error, Ctrl-C / an interrupt: SIGKILL (it also ends a stopped
+        # process) to each worker and whatever it started
+        proc.kill([child for child, _, _ in self.procs.values()], group=self.group)
+        self.procs.clear()
+
+
+@contextmanager
+def logs_dir(kept: Path | None) -> Iterator[Path]:
+    """Where each attempt's log goes: ``kept`` (it stays), or a directory removed after."""
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
+        yield kept
+        return
+    with tempfile.TemporaryDirectory(prefix="labkit-worker-") as logs:
+        yield Path(logs)
+
+
+def tail_of(log: Path) -> str:
+    lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    return "\n".join(f"  | {line}" for line in lines)
+
+
+class HistoryTail:
+    """The history events appended to a file since the last look (none without a file)."""
+
+    def __init__(self, path: str | None):
+        self.path, self.offset = path, 0
+
+    def new(self) -> list[dict]:
+        if self.path is None or not os.path.exists(self.path):
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits
+        self.offset += len(complete)
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
