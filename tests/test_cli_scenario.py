@@ -72,93 +72,69 @@ def test_bad_values_exit_non_zero_with_the_valid_choices(args, expected, bootstr
         assert text in result.stderr, result.stderr
 
 
-PROBE = '''"""A new experiment: this module alone, registering itself."""
-from dataclasses import dataclass, field
-
-from confluent_kafka import Producer
-
-from labkit.checking import audit
-from labkit.experiments.registry import Experiment, Option, RunBasics, register
-from labkit.kafka import names, topics
-from labkit.pipelines import data
+def template_experiment() -> str:
+    """The template experiment of docs/adding-an-experiment.md, as written there."""
+    doc = (Path(__file__).parents[1] / "docs" / "adding-an-experiment.md").read_text()
+    return doc.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-@dataclass
-class ProbeRun(RunBasics):
-    report: audit.AuditReport
-    steps: list = field(default_factory=list)
-
-    def to_json(self):
-        return self.report.to_json()
-
-
-def send_twice(bootstrap, topic, records):  # the reference pipeline: every record twice
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for record in records * 2:
-        producer.produce(topic, topics.encode(record))
-    producer.flush(30)
-
-
-def probe(context, records, twice):
-    topic = names.topic(f"probe-{records}-{twice}")
-    topics.create(context.bootstrap, topic)
-    inputs = data.generate(records)
-    (context.pipeline or send_twice)(context.bootstrap, topic, inputs if twice else [])
-    report = audit.audit_topic(context.bootstrap, topic, inputs, "probe-experiment",
-                               "at_least_once", isolation="read_uncommitted")
-    topics.delete(context.bootstrap, topic)
-    return ProbeRun(report, [(0.0, "sent")])
-
-
-register(Experiment(
-    "probe-experiment", "a probe: records sent by its pipeline, audited",
-    probe, pipeline="the sender", options=(
-        Option("records", 5, "how many records", kind=int, short="-n"),
-        Option("twice", True, "send them (twice) or send nothing", kind=bool),
-    )))
-'''
+def test_the_template_is_a_composition_in_under_40_lines():
+    code = template_experiment()
+    assert len(code.strip().splitlines()) < 40, len(code.splitlines())
+    assert "body=" not in code and "def body" not in code  # parts, not a runner
+    for part in ("workload=", "clients=", "nemesis=", "checkers="):
+        assert part in code
 
 
 def test_a_new_experiment_is_one_module_and_the_cli_lists_and_runs_it(bootstrap, tmp_path,
                                                                        monkeypatch):
-    """Adding an experiment is adding one module that registers itself: `labkit scenario`
-    lists it with its help, takes its options and runs it against the real broker."""
+    """Adding an experiment is adding one module of parts that registers itself: `labkit
+    scenario` lists it with its help, takes its options and runs it against the real
+    broker; Python runs it with another pipeline in place of the reference one."""
     import labkit.experiments as package
     from labkit.experiments import registry
 
     # the lab's experiments registered first (imported once per process), then a copy of
-    # the registry that the probe joins and that is undone after
+    # the registry that the template joins and that is undone after
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry.catalog()))
-    (tmp_path / "probe_experiment.py").write_text(PROBE)
+    (tmp_path / "lost_ack_template.py").write_text(template_experiment())
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
-    monkeypatch.delitem(sys.modules, "labkit.experiments.probe_experiment", raising=False)
+    monkeypatch.delitem(sys.modules, "labkit.experiments.lost_ack_template", raising=False)
     monkeypatch.setenv("LABKIT_BOOTSTRAP", bootstrap)
     listing = CliRunner().invoke(app, ["scenario", "--help"], env={"COLUMNS": "200"}).output
-    assert "probe-experiment" in listing and "a probe: records sent by its pipeline" in listing
-    own = CliRunner().invoke(app, ["scenario", "probe-experiment", "--help"],
+    assert "lost-ack-template" in listing and "the first produce ack lost" in listing
+    assert "torture" in listing  # labkit torture is an experiment like the others
+    own = CliRunner().invoke(app, ["scenario", "lost-ack-template", "--help"],
                              env={"COLUMNS": "200"}).output
     words = " ".join(own.replace("│", " ").split())
-    assert "--twice --no-twice" in words and "send them (twice) or send nothing" in words, words
+    assert "--idempotent --no-idempotent" in words and "enable.idempotence" in words, words
     assert "(default 120)" in words  # the watchdog's limit, every experiment's --stall-after
-    result = CliRunner().invoke(app, ["scenario", "probe-experiment", "-n", "4", "--json"])
+    result = CliRunner().invoke(app, ["scenario", "lost-ack-template", "--no-idempotent",
+                                      "-n", "10", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert (report["produced"], report["duplicated"], report["verdict"]) == \
-        (4, 4, "at least once"), report
-    # the same experiment from Python, with another pipeline in place of the reference one
+    assert (report["produced"], report["lost"], report["verdict"]) == \
+        (10, 0, "at least once"), report
+    assert report["duplicated"] > 0, report  # the retry of the batch whose ack was lost
+    refused = CliRunner().invoke(app, ["scenario", "lost-ack-template", "--idempotent",
+                                       "-n", "0"])
+    assert refused.exit_code == 2 and "records must be 1 or more" in refused.stderr
+    # from Python, the learner's producer in place of the template's
     from labkit import experiments
 
-    def send_once(bootstrap, topic, records):
-        producer = Producer({"bootstrap.servers": bootstrap})
-        for record in records:
-            producer.produce(topic, topics.encode(record))
+    def send_idempotent(bootstrap, topic, payments, idempotent):
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        for payment in payments:
+            producer.produce(topic, topics.encode(payment))
         producer.flush(30)
 
-    run = experiments.run("probe-experiment", cluster=bootstrap, records=4, pipeline=send_once)
-    assert (run.report.lost, run.report.duplicated, run.report.verdict) == (0, 0, "exactly once")
-    assert isinstance(run, registry.Run)
-    with pytest.raises(ValueError, match="takes no option colour; its options: records, twice"):
-        experiments.run("probe-experiment", cluster=bootstrap, colour="red")
+    run = experiments.run("lost-ack-template", cluster=bootstrap, idempotent=False, records=10,
+                          pipeline=send_idempotent)
+    assert (run.report.lost, run.report.duplicated, run.verdict) == (0, 0, "exactly once")
+    assert isinstance(run, registry.Run) and run.topics["output"].startswith("lost-ack-")
+    with pytest.raises(ValueError, match="takes no option colour; its options: idempotent, "
+                                         "records"):
+        experiments.run("lost-ack-template", cluster=bootstrap, idempotent=True, colour="red")
 
 
 def test_more_instances_than_partitions_runs_and_says_some_stay_idle(bootstrap, monkeypatch):
