@@ -60,7 +60,9 @@ class GroupProgress:
         try:
             committed = sum(max(tp.offset, 0) for tp in
                             self.consumer.committed(self.in_parts, timeout=2))
-            now = (committed, self.last[1], sum(self._end(tp) for tp in self.out_parts))
+            # the input's end too: input may still be arriving (a judge's feed)
+            end = sum(self._end(tp) for tp in self.in_parts)
+            now = (committed, end, sum(self._end(tp) for tp in self.out_parts))
         except Exception:  # KafkaException / timeouts during a broker restart
             return self.last
         if now != self.last and self.history_file is not None:
@@ -86,6 +88,17 @@ class GroupProgress:
             return (f"the group still has {extra} member(s) more than the app runs: a killed "
                     "instance's session has not timed out yet")
         return None
+
+    def members(self) -> list[tuple[str, str | None]] | None:
+        """The group's members as (member id, group.instance.id or None), as its
+        coordinator says now; None when it cannot say (a broker restarting)."""
+        try:
+            (future,) = self.admin.describe_consumer_groups([self.group],
+                                                            request_timeout=5).values()
+            group = future.result(timeout=6)
+        except Exception:  # KafkaException, a timeout
+            return None
+        return [(m.member_id, m.group_instance_id) for m in group.members]
 
     def __enter__(self) -> "GroupProgress":
         return self

@@ -14,6 +14,7 @@ session has not timed out: 45 s by default). That wait is recorded as such, neve
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,18 +57,38 @@ class Stall:
 
 
 class AppClients:
-    """``instances`` processes of ``command`` with the contract's environment ``env``."""
+    """``instances`` processes of ``command`` with the contract's environment ``env()``, or
+    of a Python ``worker`` function with each instance's ``members[i]`` settings (``env()``
+    then gives the settings every instance shares, e.g. its bootstrap). ``feed(run)``, if
+    given, runs in a thread of its own while they run (input arriving as they work): the run
+    is done only once it has returned. ``restart_exited``: an instance that exits (code 0)
+    before its input is consumed is started again, as a supervisor with restart policy
+    "always" would."""
 
-    def __init__(self, command: list[str], env: Callable[[], dict[str, str]], *,
+    def __init__(self, command: list[str] | None, env: Callable[[], dict[str, str]], *,
+                 worker: Callable | str | None = None, members: list[dict] | None = None,
                  instances: int = 1, timeout_s: float = 120.0, stall_s: float = STALL_S,
-                 label: str = ""):
-        self.command, self.env, self.instances = command, env, instances
+                 label: str = "", feed: Callable[[Any], None] | None = None,
+                 restart_exited: bool = False,
+                 on_done: Callable[[Any], None] | None = None,
+                 own_crashes: int = OWN_CRASHES):
+        self.command, self.env, self.worker = command, env, worker
+        self.members = members or [{} for _ in range(instances)]
+        self.instances = len(self.members)
+        self.feed, self.restart_after_exit, self.on_done = feed, restart_exited, on_done
+        self.alive_at_done: list[int] = []  # instances still running when it was done
+        self._feeder: threading.Thread | None = None
+        self._fed_at: float | None = None
+        self._feed_error: list[BaseException] = []
         self.timeout_s, self.stall_s = timeout_s, stall_s
-        self.label = label or command[0]
+        self.label = label or (command[0] if command else str(worker))
         self.stalls: list[Stall] = []
         self.notes: list[str] = []
         self.waited: list[str] = []  # why the group made it wait (slow, not stalled)
         self.own_crashes = 0
+        # how many exits with an error (not kills) before the run is called off; a judge
+        # that counts them as findings allows more (and any before the first output)
+        self.own_crash_limit = own_crashes
         self.done = False
         self.seconds = 0.0
 
@@ -76,11 +97,13 @@ class AppClients:
         self.watch = GroupProgress(run.bootstrap, run.topics["input"], run.topics["output"],
                                    run.group_id, history_file=run.history_file)
         run.progress = self.watch
-        self.pool = WorkerPool(None, [{} for _ in range(self.instances)],
-                               command=self.command, logs_dir=run.workdir,
-                               history_file=str(run.history_file), label=self.label,
-                               max_attempts=10_000, timeout_s=self.timeout_s + 60,
-                               restart_failed=self._crashed_by_itself, on_tick=self._tick)
+        self.pool = WorkerPool(self.worker, self.members, command=self.command,
+                               logs_dir=run.workdir, history_file=str(run.history_file),
+                               label=self.label, max_attempts=10_000,
+                               timeout_s=self.timeout_s + 60,
+                               restart_failed=self._crashed_by_itself, on_tick=self._tick,
+                               restart_exited=self._not_done if self.restart_after_exit
+                               else None)
         run.workers = self.pool
 
     # ------------------------------------------------------------------ the run
@@ -92,6 +115,10 @@ class AppClients:
         self.schedule = next(iter(run.nemesis.of(Schedule)), None)
         self._faults_seen = 0
         self.pool.defaults = self.env()  # the contract's environment, a proxy's bootstrap in it
+        if self.feed is not None:
+            self._feeder = threading.Thread(target=self._feed, args=(run,), name="feed",
+                                            daemon=True)
+            self._feeder.start()
         try:
             with status(f"torture: {self.label}") as say:
                 self.say = say
@@ -102,6 +129,24 @@ class AppClients:
         finally:
             self.watch.__exit__()
             self.seconds = round(time.monotonic() - self.started, 2)
+            if self._feeder is not None:
+                self._feeder.join()
+        if self._feed_error:
+            raise self._feed_error[0]
+
+    def _feed(self, run: Any) -> None:
+        try:
+            self.feed(run)
+        except BaseException as exc:  # raised in the run's thread
+            self._feed_error.append(exc)
+
+    @property
+    def feeding(self) -> bool:
+        return self._feeder is not None and self._feeder.is_alive()
+
+    def _not_done(self, instance: int) -> bool:
+        consumed, end, _ = self.watch.sample(fresh=True)
+        return self.feeding or consumed < end
 
     def restart_s(self) -> list[float]:
         """For each kill, the seconds from the SIGKILL to the instance running again."""
@@ -132,6 +177,14 @@ class AppClients:
                 self.waited.append(why)
                 self.run.step(f"torture: no progress for {stalled_s:.0f} s, but {why}: "
                               "slow, not stalled")
+        if self.feeding:
+            self._fed_at = None
+            self.quiet.still(written, 0)
+            return
+        if self.feed is not None and self._fed_at is None:  # the input is all written now:
+            self._fed_at = time.monotonic()  # what was sampled before does not count
+            self.quiet = _Quiet()
+            consumed, end, written = self.watch.sample(fresh=True)
         pending = self.schedule is not None and self.schedule.pending
         if pending and self.schedule.waiting_for_commit and consumed >= end \
                 and self.quiet.still(written, QUIET_S):
@@ -159,6 +212,8 @@ class AppClients:
             self._unlanded("finished", "")
         if self.quiet.still(written, QUIET_S):
             self.done = True
+            if self.on_done is not None:
+                self.on_done(self.run)
 
     def _sample(self) -> tuple[int, int, int]:
         fresh = self.schedule is not None and self.schedule.waiting_for_commit
@@ -181,6 +236,10 @@ class AppClients:
 
     def _finish(self) -> None:
         self.done = True
+        self.alive_at_done = [i for i in range(len(self.pool.instances))
+                              if self.pool.running(i)]
+        if self.on_done is not None:  # before anything is stopped: e.g. what is still open
+            self.on_done(self.run)
         self.pool.finish()
 
     def _unlanded(self, what: str, when: str) -> None:
@@ -195,7 +254,8 @@ class AppClients:
         before), unless it never wrote anything or keeps doing it."""
         self.own_crashes += 1
         written = self.watch.last[2]
-        if written == 0 or self.own_crashes >= OWN_CRASHES:
+        first_is_fatal = self.own_crash_limit == OWN_CRASHES and written == 0
+        if first_is_fatal or self.own_crashes >= self.own_crash_limit:
             raise HarnessError(f"the app exited with code {code} by itself (not killed by the "
                                f"harness; {self.own_crashes} time(s)) after writing {written} "
                                f"output records. Its last lines:\n{tail}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from labkit.kafka.protocol import API_KEYS, API_NAMES
 
 
@@ -16,6 +18,7 @@ VALID_FAULT_FORMS: tuple[str, ...] = (
     "delay:<ms>:<api>",
     "reset:<api>:N",
     "fail:produce:N",
+    "error:<api>:N:<ERROR>",
 )
 _FORM_MEANINGS = (
     "the Nth Produce reaches the broker, its ack is dropped",
@@ -25,6 +28,8 @@ _FORM_MEANINGS = (
     "cut the connection when the Nth <api> request arrives",
     "the Nth Produce never reaches the broker: the proxy answers NOT_LEADER_OR_FOLLOWER "
     "once the request behind it is on its way",
+    "the Nth <api> request reaches the broker; its answer comes back with <ERROR> in every "
+    "error code (e.g. error:txnoffsetcommit:1:ILLEGAL_GENERATION)",
 )
 _FORMS_HELP = "\n".join(f"  {form:<22}  {meaning}" for form, meaning in zip(VALID_FAULT_FORMS, _FORM_MEANINGS))
 
@@ -33,10 +38,11 @@ _FORMS_HELP = "\n".join(f"  {form:<22}  {meaning}" for form, meaning in zip(VALI
 class FaultSpec:
     """One network fault, as written on the command line (see VALID_FAULT_FORMS)."""
 
-    kind: str  # 'drop-ack' | 'drop-response' | 'delay' | 'reset' | 'fail'
+    kind: str  # 'drop-ack' | 'drop-response' | 'delay' | 'reset' | 'fail' | 'error'
     api: str | None  # a Kafka API name: 'Produce', 'Fetch', 'OffsetCommit', 'EndTxn', ...
     nth: int = 1  # which request of that API, counted from when the fault is set
     ms: int = 0  # for delay
+    error: str = ""  # for error: the error code's name, e.g. 'ILLEGAL_GENERATION'
 
 
 def api_key_of(api: str) -> int:
@@ -85,6 +91,15 @@ def parse_fault_spec(spec: str) -> FaultSpec:
             raise _fault_error(spec, "fail answers a Produce request; no other API")
         nth = _int(spec, parts[2], "N", 1) if len(parts) == 3 else 1
         return FaultSpec(kind, api, nth=nth)
+    if kind == "error":
+        if len(parts) != 4 or not parts[1]:
+            raise _fault_error(spec, "error needs an API name, N and an error name")
+        try:
+            api = _canonical_api(parts[1])
+        except ValueError:
+            raise _fault_error(spec, f"unknown API {parts[1]!r}") from None
+        nth = _int(spec, parts[2], "N", 1)
+        return FaultSpec("error", api, nth=nth, error=error_code_of(spec, parts[3]).name.upper())
     if kind == "delay":
         if len(parts) not in (2, 3):
             raise _fault_error(spec, "delay needs milliseconds and optionally an API name")
@@ -97,14 +112,24 @@ def parse_fault_spec(spec: str) -> FaultSpec:
     raise _fault_error(spec, f"unknown fault kind {parts[0]!r}")
 
 
+def error_code_of(spec: str, name: str) -> ErrorCode:
+    """Kafka's error code named ``name`` (case-insensitive), refused with the known names."""
+    try:
+        return ErrorCode[name.strip().lower()]
+    except KeyError:
+        known = ", ".join(sorted(e.name.upper() for e in ErrorCode if e.value > 0))
+        raise _fault_error(spec, f"unknown error {name!r}; Kafka's error names: {known}") from None
+
+
 @dataclass
 class Rule:
     """An armed fault. api_key None matches every request."""
 
-    kind: str  # 'drop' | 'reset' | 'delay' | 'fail' | 'hold'
+    kind: str  # 'drop' | 'reset' | 'delay' | 'fail' | 'hold' | 'error'
     api_key: int | None
     nth: int = 1
     ms: int = 0
+    error: str = ""  # for 'error': the code every error field of the answer gets
     jitter_ms: int = 0
     seen: int = 0
 

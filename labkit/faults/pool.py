@@ -57,6 +57,7 @@ class RunResult:
     hit: int
     attempts: int = 0
     crashed: bool = False  # did the armed crash point fire?
+    crashed_at: list[str] = field(default_factory=list)  # each armed point that fired
     exit_codes: list[int] = field(default_factory=list)  # -9 is SIGKILL
     durations_s: list[float] = field(default_factory=list)  # wall time of each attempt
     total_s: float = 0.0
@@ -116,7 +117,8 @@ class WorkerPool:
                  restart_failed: bool | Callable[[int, int, str], None] = False,
                  on_event: Callable[[str, dict], None] | None = None,
                  on_crash: Callable[[], None] | None = None,
-                 on_tick: Callable[["WorkerPool"], None] | None = None):
+                 on_tick: Callable[["WorkerPool"], None] | None = None,
+                 restart_exited: Callable[[int], bool] | None = None):
         if (worker is None) == (command is None):
             raise ValueError("give a worker function or a command, not both or neither")
         self.command = list(command) if command is not None else None
@@ -125,6 +127,9 @@ class WorkerPool:
             payload(kwargs)  # refused before anything starts
         self.logs_dir = logs_dir
         self.on_tick = on_tick
+        # asked when an instance exits 0: start it again? (a supervisor's restart policy
+        # "always", for a loop that stops at the end of what it saw while more is to come)
+        self.restart_exited = restart_exited
         self.label = label or self.target
         self.history_file = history_file
         self.max_attempts, self.timeout_s = max_attempts, timeout_s
@@ -300,8 +305,15 @@ class WorkerPool:
         crashed_here = code == crashpoints.CRASH_EXIT_CODE and inst.armed_point is not None
         if crashed_here:
             self.result.crashed = True
+            self.result.crashed_at.append(inst.armed_point)
         self._tell("instance-exited", {"instance": i, "attempt": inst.attempts, "code": code})
         with self._lock:
+            if code == 0 and not inst.gone and self.restart_exited is not None \
+                    and self.restart_exited(i):
+                self._progress(f"{self.label}: instance {i} exited, its input not consumed: "
+                               f"started again (attempt {inst.attempts + 1})")
+                self._start(i)
+                return
             if code == 0 or inst.gone:
                 inst.finished = code == 0
                 return

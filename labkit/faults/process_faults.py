@@ -9,22 +9,44 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 from labkit.faults import crashpoints
 from labkit.faults.nemesis import Fault, Run, Trigger
 
 
+Instance = int | Callable[[Run], int]  # a number, or chosen when the fault fires
+
+
+def _target(instance: Instance, run: Run) -> int:
+    return instance(run) if callable(instance) else instance
+
+
+def any_running(seed: int) -> Callable[[Run], int]:
+    """A seeded choice, when the fault fires, among the instances running then."""
+    rng = random.Random(seed)
+
+    def pick(run: Run) -> int:
+        running = [i for i in range(len(run.workers.instances)) if run.workers.running(i)]
+        return rng.choice(running) if running else 0
+    return pick
+
+
 class CrashAt(Fault):
     """Instance ``instance``'s first start SIGKILLs itself at ``point``'s ``hit``-th visit
-    (``labkit.faults.crashpoints``): nothing flushed, closed or committed."""
+    (``labkit.faults.crashpoints``): nothing flushed, closed or committed. ``instance``
+    None: every instance's first start (whichever gets there: in a group, which instance
+    gets which partitions is the coordinator's choice)."""
 
-    def __init__(self, point: str, hit: int = 2, instance: int = 0):
+    def __init__(self, point: str, hit: int = 2, instance: int | None = 0):
         crashpoints.arm(point, hit)  # an unknown point is refused here, listing the valid ones
         self.point, self.hit, self.instance = point, hit, instance
         self.name = f"crash at {point}"
 
     def setup(self, run: Run) -> None:
-        run.workers.arm(self.instance, self.point, self.hit)
+        every = range(len(run.workers.instances)) if self.instance is None else [self.instance]
+        for i in every:
+            run.workers.arm(i, self.point, self.hit)
 
 
 class StallAt(Fault):
@@ -96,35 +118,48 @@ class Kill(Fault):
     """One SIGKILL of instance ``instance`` when ``trigger`` fires (it is restarted); without
     a trigger, when a ``Schedule`` says."""
 
-    def __init__(self, instance: int = 0, trigger: Trigger | None = None):
+    def __init__(self, instance: Instance = 0, trigger: Trigger | None = None):
         self.instance, self.trigger = instance, trigger or Trigger()
-        self.name = f"instance {instance} SIGKILLed"
+        self.name = "an instance SIGKILLed"
 
     def invoke(self, run: Run) -> None:
-        if run.workers.kill(self.instance):
-            run.fired(self, f"instance {self.instance} SIGKILLed" +
+        i = _target(self.instance, run)
+        if run.workers.kill(i):
+            run.fired(self, f"instance {i} SIGKILLed" +
                       (f" ({self.trigger})" if str(self.trigger) else ""))
 
 
 class Freeze(Fault):
     """Instance ``instance`` frozen (SIGSTOP) when ``trigger`` fires, thawed (SIGCONT)
-    ``for_s`` later: longer than its session or poll interval, it comes back a zombie."""
+    ``for_s`` later, or as soon as ``until(run)`` says (e.g. the group has moved its
+    partitions on), ``for_s`` at most: it comes back a zombie."""
 
-    def __init__(self, instance: int, trigger: Trigger, for_s: float):
-        self.instance, self.trigger, self.for_s = instance, trigger, for_s
-        self.name = f"instance {instance} frozen {for_s:g} s"
+    def __init__(self, instance: Instance, trigger: Trigger | None = None, for_s: float = 10.0,
+                 until: Callable[[Run, int], bool] | None = None):
+        self.instance, self.trigger, self.for_s = instance, trigger or Trigger(), for_s
+        self.until = until  # until(run, instance): the group has moved on without it
+        self.name = "an instance frozen, then back (a zombie)"
         self._thaw_at: float | None = None
+        self._frozen_at = 0.0
 
     def invoke(self, run: Run) -> None:
+        self.instance = _target(self.instance, run)
         if run.workers.freeze(self.instance):
-            self._thaw_at = time.monotonic() + self.for_s
-            run.fired(self, f"instance {self.instance} frozen for {self.for_s:g} s")
+            self._frozen_at = time.monotonic()
+            self._thaw_at = self._frozen_at + self.for_s
+            run.fired(self, f"instance {self.instance} frozen ({self.trigger})"
+                      if str(self.trigger) else f"instance {self.instance} frozen")
 
     def poll(self, run: Run, now_s: float) -> None:
-        if self._thaw_at is not None and time.monotonic() >= self._thaw_at:
+        if self._thaw_at is None:
+            return
+        moved_on = self.until is not None and self.until(run, self.instance)
+        if moved_on or time.monotonic() >= self._thaw_at:
             self._thaw_at = None
             run.workers.thaw(self.instance)
-            run.fired(self, f"instance {self.instance} thawed")
+            why = "the group moved on without it" if moved_on else "its time was up"
+            run.fired(self, f"instance {self.instance} thawed after "
+                            f"{time.monotonic() - self._frozen_at:.1f} s ({why})")
 
     def teardown(self, run: Run) -> None:
         if self._thaw_at is not None:  # never leave a frozen process behind
@@ -151,29 +186,34 @@ class Thaw(Fault):
 
 class Join(Fault):
     """A new member joins the group when ``trigger`` fires: an instance with ``settings``
-    (e.g. its own transactional.id) is started; the group rebalances."""
+    (e.g. its own transactional.id; a function of the run and the new instance's number
+    when they depend on the run) is started; the group rebalances."""
 
-    def __init__(self, trigger: Trigger, settings: dict | None = None, name: str = ""):
-        self.trigger, self.settings = trigger, settings or {}
+    def __init__(self, trigger: Trigger | None = None,
+                 settings: dict | Callable[[Run, int], dict] | None = None, name: str = ""):
+        self.trigger, self.settings = trigger or Trigger(), settings or {}
         self.name = name or "a member joins"
         self.joined: int | None = None
 
     def invoke(self, run: Run) -> None:
-        self.joined = run.workers.add(self.settings)
-        run.fired(self, f"instance {self.joined} joins the group ({self.trigger})")
+        settings = self.settings(run, len(run.workers.instances)) if callable(self.settings) \
+            else self.settings
+        self.joined = run.workers.add(settings)
+        run.fired(self, f"instance {self.joined} joins the group")
 
 
 class Leave(Fault):
     """Instance ``instance`` leaves for good when ``trigger`` fires (SIGTERM, then
     SIGKILL): the group rebalances its partitions to the others."""
 
-    def __init__(self, instance: int, trigger: Trigger):
-        self.instance, self.trigger = instance, trigger
-        self.name = f"instance {instance} leaves"
+    def __init__(self, instance: Instance, trigger: Trigger | None = None):
+        self.instance, self.trigger = instance, trigger or Trigger()
+        self.name = "a member leaves"
 
     def invoke(self, run: Run) -> None:
-        run.workers.leave(self.instance)
-        run.fired(self, f"instance {self.instance} leaves the group ({self.trigger})")
+        i = _target(self.instance, run)
+        run.workers.leave(i)
+        run.fired(self, f"instance {i} leaves the group")
 
 
 class Replace(Fault):
@@ -181,12 +221,14 @@ class Replace(Fault):
     starts when ``trigger`` fires: the old one is fenced and should stop; it is not
     started again."""
 
-    def __init__(self, instance: int, trigger: Trigger):
-        self.instance, self.trigger = instance, trigger
-        self.name = f"instance {instance} fenced by a successor"
+    def __init__(self, instance: Instance, trigger: Trigger | None = None):
+        self.instance, self.trigger = instance, trigger or Trigger()
+        self.name = "an instance fenced by a successor with its transactional.id"
         self.successor: int | None = None
+        self.fenced: int | None = None
 
     def invoke(self, run: Run) -> None:
+        self.fenced = self.instance = _target(self.instance, run)
         self.successor = run.workers.replace(self.instance)
         run.fired(self, f"instance {self.successor} starts with instance {self.instance}'s "
-                        f"transactional.id ({self.trigger})")
+                        "transactional.id")

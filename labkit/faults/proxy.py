@@ -39,6 +39,7 @@ from labkit import settings
 
 from labkit.faults.faultspec import VALID_FAULT_FORMS, FaultSpec, Rule, api_key_of, parse_fault_spec, positive
 from labkit.faults.wire import (LOCALHOST, address_fields, not_leader_answer, open_upstream, read_frame,
+                                with_error,
                                 rewrite_addresses, split_address, write_frame)
 from labkit.kafka import protocol
 from labkit.kafka.protocol import API_KEYS, API_NAMES, api_name
@@ -171,8 +172,15 @@ class FaultProxy:
             self.reset(spec.api, spec.nth)
         elif spec.kind == "fail":
             self.fail_produce(spec.nth)
+        elif spec.kind == "error":
+            self.answer_error(spec.api or "", spec.nth, spec.error)
         else:
             raise ValueError(f"unknown fault kind {spec.kind!r}; valid forms: {', '.join(VALID_FAULT_FORMS)}")
+
+    def answer_error(self, api: str, nth: int, error: str) -> None:
+        """The ``nth`` ``api`` request reaches the broker, and its answer reaches the client
+        with ``error`` in every error code (what a fenced member or a refused record gets)."""
+        self._arm(Rule("error", api_key_of(api), positive(nth), error=error))
 
     def drop_response(self, api: str, nth: int = 1) -> None:
         """The Nth <api> request reaches the broker; its response is swallowed and that
@@ -223,6 +231,7 @@ class FaultProxy:
                 "requests": dict(self._requests),
                 "responses_rewritten": dict(self._rewritten),  # broker addresses replaced
                 "responses_dropped": self._counts["responses_dropped"],
+                "responses_errored": self._counts["responses_errored"],  # error:<api>:N:<ERROR>
                 "connections_reset": self._counts["connections_reset"],
                 "requests_delayed": self._counts["requests_delayed"],
                 "requests_failed": self._counts["requests_failed"],  # answered by the proxy
@@ -248,7 +257,7 @@ class FaultProxy:
                     continue
                 rule.seen += 1
                 if rule.seen == rule.nth and action != "reset":
-                    action = rule.kind
+                    action = f"error:{rule.error}" if rule.kind == "error" else rule.kind
                     self._rules.remove(rule)
             if delay_ms:
                 self._counts["requests_delayed"] += 1
@@ -388,6 +397,9 @@ class FaultProxy:
             if action == "drop":
                 self._count("responses_dropped")
                 return  # closing the link: the client never hears
+            if action is not None and action.startswith("error:"):
+                payload = with_error(payload, info, action.removeprefix("error:"))
+                self._count("responses_errored")
             if address_fields(info.api_key, info.api_version):
                 payload = await self._rewrite(payload, info)
             write_frame(link.client, payload)

@@ -47,6 +47,21 @@ class Schedule(Fault):
         self._since_commit = 0
         self._armed = False
 
+    def setup(self, run: Run) -> None:
+        for fault in self.remaining:  # each fault it holds, as the nemesis would
+            fault.setup(run)
+        self._held = list(self.remaining)
+
+    def teardown(self, run: Run) -> None:
+        first: BaseException | None = None
+        for fault in reversed(getattr(self, "_held", [])):
+            try:
+                fault.teardown(run)
+            except BaseException as exc:  # every one torn down; the first error raised
+                first = first or exc
+        if first is not None:
+            raise first
+
     @property
     def pending(self) -> bool:
         return bool(self.remaining)
@@ -70,6 +85,7 @@ class Schedule(Fault):
             self._due, self._since_commit = None, self.committed(run)
 
     def poll(self, run: Run, now_s: float) -> None:
+        self.poll_held(run, now_s)
         if not self.remaining:
             return
         if not self._armed:
@@ -84,6 +100,11 @@ class Schedule(Fault):
         fault.invoke(run)
         self.done.append(fault)
         self._armed = False  # the next delay counts from now (after a restart, if any)
+
+    def poll_held(self, run: Run, now_s: float) -> None:
+        """The held faults' own clocks (a freeze that thaws, a kill that waits)."""
+        for fault in self.done:
+            fault.poll(run, now_s)
 
     def ready(self, run: Run) -> bool:
         """A fault lands on running clients: none while an app is between two starts."""

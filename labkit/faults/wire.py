@@ -110,6 +110,27 @@ def not_leader_answer(request: bytes) -> bytes:
     return protocol.encode_response((info.correlation_id, answer), info.api_key, info.api_version)
 
 
+def with_error(response: bytes, info: protocol.RequestInfo, error: str) -> bytes:
+    """``response`` with every ``error_code`` in it (top level and nested: each partition's)
+    set to the error named ``error``: what the broker would answer a fenced member, a
+    refused record. The rest is as the broker answered."""
+    correlation_id, _, body = protocol.decode_response(response, info.api_key, info.api_version)
+    code = ErrorCode[error.lower()]
+
+    def changed(node):
+        if isinstance(node, tuple):
+            return tuple(changed(n) for n in node)
+        if not dataclasses.is_dataclass(node):
+            return node
+        updates = {f.name: changed(getattr(node, f.name)) for f in dataclasses.fields(node)}
+        if isinstance(updates.get("error_code"), ErrorCode):
+            updates["error_code"] = code
+        return dataclasses.replace(node, **updates)
+
+    return protocol.encode_response((correlation_id, changed(body)), info.api_key,
+                                    info.api_version)
+
+
 def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
     writer.writelines((struct.pack(">i", len(payload)), payload))
 

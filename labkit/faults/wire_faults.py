@@ -20,6 +20,26 @@ from labkit.faults.nemesis import Fault, Run, Trigger
 from labkit.faults.proxy import FaultProxy
 
 
+class Arm(Fault):
+    """A fault armed in the run's fault proxy (a ``ProxyFault`` set up before it) when its
+    trigger fires, or when a ``Schedule`` says: e.g. ``Arm("error:txnoffsetcommit:1:
+    ILLEGAL_GENERATION")``, the next offsets sent to a transaction refused as a fenced
+    member's."""
+
+    def __init__(self, spec: str, trigger: Trigger | None = None, name: str = ""):
+        parse_fault_spec(spec)
+        self.spec = spec
+        self.trigger = trigger or Trigger()
+        self.name = name or spec
+
+    def invoke(self, run: Run) -> None:
+        proxies = [f for f in run.nemesis.of(ProxyFault) if f.proxy is not None]
+        if not proxies:
+            raise ValueError(f"{self.spec}: no fault proxy in this run (add ProxyFault())")
+        proxies[0].proxy.apply(self.spec)
+        run.fired(self, f"{self.name} armed in the proxy")
+
+
 class ProxyFault(Fault):
     """``spec`` (a ``labkit.faults.faultspec`` form, or None: the proxy only) armed from the
     start, or when ``trigger`` fires; each exchange handed to ``trace``, kept in
@@ -66,8 +86,7 @@ class ProxyFault(Fault):
 
     def teardown(self, run: Run) -> None:
         if self.proxy is not None:
-            if self.spec is not None:
-                run.facts["fault_stats"] = self.proxy.stats()
+            run.facts["fault_stats"] = self.proxy.stats()
             self.proxy.stop()
             self.proxy = None
             run.client_bootstrap = run.bootstrap
