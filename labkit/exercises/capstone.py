@@ -1,54 +1,45 @@
 """10 · capstone: make the payments service exactly-once. The learner writes the loop; the
-check is the audit.
+judge (``labkit.experiments.judge``) runs it as production does and audits what it wrote.
 
-The service is the learner's function (the notebook's exercise cell: the team's
-at-least-once loop to start with), run by the lab as the consume-transform-produce worker,
-payments in, payments with their card fee out. ``run_capstone`` runs it on data/payments.csv
-once per crash point its code passes (killed there on the second batch, restarted), plus
-once with a lost produce acknowledgement, and audits each run as accounting reads the
-ledger (``accounting_reads``). ``check_capstone`` turns the findings into a verdict whose
-hints point at what each finding implicates, never at the code that fixes it. A service that
-survives every named point is then put under ``labkit torture`` (``torture_service``): the
-same function, SIGKILLed at random moments, judged by what its output topic holds.
+Fast feedback first. ``run_capstone`` runs the learner's function as two instances of one
+group over three partitions, each instance SIGKILLed at a named crash point its code passes
+(two points a run), then once with a lost produce acknowledgement and a refused record, and
+audits each run as accounting reads the ledger (``accounting_reads``): a table, a row per
+run; a run that fails is run again point by point, so each row names one point. Once every
+row is exact, ``check_capstone`` puts the loop under production's faults, seeded: three
+instances, the input arriving while they work, SIGKILLs at random moments, a member joining
+and one leaving, a zombie, an abortable error on a Produce and on the offsets, a successor
+fencing an instance; under both group protocols when the function takes ``group_protocol``.
+A schedule that breaks the loop is run again one kind of fault at a time until the kind
+that breaks it is found. The verdict names it and what it found, with a hint that points
+at the cause, never at the code that fixes it.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
+import time
+from collections.abc import Callable, Iterator
 
 import pandas as pd
 
-from labkit.experiments import registry, scenarios
-from labkit.kafka import cluster as lab
-from labkit.pipelines import data, learner
-from labkit.torture import apps, harness
 from labkit.checking.record import RunRecord
 from labkit.exercises import Verdict, check, exercise
+from labkit.experiments import registry
+from labkit.experiments.judge import PHASES
+from labkit.faults.crashpoints import CRASH_POINTS
+from labkit.pipelines import learner
+from labkit.progress import status
 
-SCENARIO = "consume-transform-produce"
-PAYMENTS = 300  # all of data/payments.csv
-LOST_ACK = "drop-ack:produce:1"  # the broker writes the first produce request, its ack is lost
+PAYMENTS = 300
 ACCOUNTING_READS = ("read_committed", "read_uncommitted")
-# The torture after the named points: 3 SIGKILLs, each 0.1-0.4 s after the loop's first
-# offset commit since its (re)start, so each lands inside the loop's work, not during a
-# restart; 600 generated payments give every kill a batch to interrupt.
-TORTURE = {"input": 3000, "kills": 3, "seed": 10, "kill_after_s": (0.2, 0.6),
-           "kill_clock": "commit", "timeout_s": 120}
+WIRE = "drop-ack:produce:1"  # the broker writes a produce request; its ack is lost
 # Points every version of the loop has (it polls, writes half a batch, finishes a batch):
 # without them the audit could not crash it where duplicates and losses come from.
 REQUIRED_POINTS = ("after-poll-before-process", "mid-batch", "after-commit")
-
-
-def known_points() -> list[str]:
-    """Every crash point the scenario knows, the exactly-once path's first."""
-    order = [*scenarios.crash_points(SCENARIO, "exactly_once"),
-             *scenarios.crash_points(SCENARIO, "at_least_once"),
-             *scenarios.crash_points(SCENARIO, "at_most_once")]
-    return list(dict.fromkeys(order))
+KINDS = ("kills", "wire", "rebalance", "zombie", "offsets", "fenced")  # the order they are tried in
 
 
 def service_code(service: Callable) -> str:
@@ -69,8 +60,7 @@ def crash_points_in(service: Callable) -> list[str]:
                    for node in ast.walk(ast.parse(service_code(service)))
                    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point"
                    and node.args and isinstance(node.args[0], ast.Constant))
-    known = set(known_points())
-    return list(dict.fromkeys(name for _, _, name in calls if name in known))
+    return list(dict.fromkeys(name for _, _, name in calls if name in CRASH_POINTS))
 
 
 def validate(service: Callable, accounting_reads: str) -> None:
@@ -87,57 +77,80 @@ def validate(service: Callable, accounting_reads: str) -> None:
                          "those lines where they were, so the lab can kill your loop there")
 
 
-def experiments(service: Callable) -> list[tuple[str | None, str | None]]:
-    """(crash point, fault) pairs: every crash point the service's code passes, a lost ack."""
-    return [(p, None) for p in crash_points_in(service)] + [(None, LOST_ACK)]
+def experiments(service: Callable) -> list[tuple[str, ...]]:
+    """The point runs: the service's crash points two at a time (one per instance), then
+    the wire run (a lost ack, a refused record)."""
+    found = crash_points_in(service)
+    return [tuple(found[i:i + 2]) for i in range(0, len(found), 2)] + [()]
 
 
-def _guarantee_for(point: str | None) -> str:
-    """The scenario's guarantee whose path has ``point`` (the audit only labels with it)."""
-    for guarantee in ("exactly_once", "at_least_once", "at_most_once"):
-        if point is None or point in scenarios.crash_points(SCENARIO, guarantee):
-            return guarantee
-    raise ValueError(f"unknown crash point {point!r}")
+def _label(points: tuple[str, ...]) -> str:
+    return " and ".join(f"crash at {p}" for p in points) if points else \
+        "lost produce ack, refused record"
 
 
-def run_one(service: Callable, accounting_reads: str, crash_at: str | None = None,
+def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | None = None,
             fault: str | None = None, bootstrap: str | None = None, payments: int = PAYMENTS,
-            watch: Callable | None = None) -> scenarios.ScenarioRun:
-    """One run of the learner's service, crashed and/or faulted, audited as accounting reads."""
+            phase: str = "point", **options) -> RunRecord:
+    """One judged run of the learner's service (see ``labkit.experiments.judge``)."""
     validate(service, accounting_reads)
-    return registry.run(SCENARIO, guarantee=_guarantee_for(crash_at), pipeline=service,
-                        crash_at=crash_at, fault=fault, cluster=bootstrap,
-                        inputs=data.load_csv("payments")[:payments],
-                        isolation=accounting_reads, watch=watch)
+    if phase == "point" and not crash_at and fault is None:
+        fault = WIRE + "+error:produce:3:INVALID_RECORD"
+    return registry.run("judge", phase=phase, pipeline=service, crash_at=crash_at or None,
+                        fault=fault if phase == "point" else None, cluster=bootstrap,
+                        records=payments, isolation=accounting_reads, **options)
+
+
+def _row(label: str, run: RunRecord) -> dict:
+    r = run.report
+    return {"experiment": label, "payments": r.produced, "lost": r.lost,
+            "charged_twice": r.duplicated, "aborted_visible": r.aborted_visible,
+            "exactly_once": r.exactly_once and not run.findings}
 
 
 def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None = None,
                  payments: int = PAYMENTS, watch: Callable | None = None) -> pd.DataFrame:
-    """Run the service under every experiment and audit each run: one row per experiment."""
+    """The named points (two instances, three partitions) and the wire: one row a run; a
+    run that is not exact is run again point by point, its rows naming one point each."""
     validate(service, accounting_reads)
     rows = []
-    for crash_at, fault in experiments(service):
-        run = run_one(service, accounting_reads, crash_at, fault, bootstrap, payments, watch)
-        r = run.report
-        rows.append({"experiment": f"crash at {crash_at}" if crash_at else "lost produce ack",
-                     "payments": r.produced, "lost": r.lost, "charged_twice": r.duplicated,
-                     "reordered": r.reordered, "aborted_visible": r.aborted_visible,
-                     "exactly_once": r.exactly_once})  # the lab's one verdict (order included)
+    for points in experiments(service):
+        run = run_one(service, accounting_reads, points, bootstrap=bootstrap, payments=payments)
+        if _row("", run)["exactly_once"] or len(points) < 2:
+            rows.append(_row(_label(points), run))
+            continue
+        for point in points:  # which of the two: each alone
+            rows.append(_row(_label((point,)), run_one(service, accounting_reads, (point,),
+                                                       bootstrap=bootstrap, payments=payments)))
     results = pd.DataFrame(rows)
     results.attrs["digest"] = _digest(service, accounting_reads, results)
     return results
 
 
-def torture_service(service: Callable, bootstrap: str | None = None) -> RunRecord:
-    """The service under ``labkit torture``: its cell's text in a file, run as an app of its
-    own (``apps.function_command``), SIGKILLed at random moments (``TORTURE``) and restarted,
-    its output audited as a read_committed consumer reads it."""
-    with tempfile.TemporaryDirectory(prefix="capstone-") as workdir:
-        code_file = Path(workdir) / "service.py"
-        code_file.write_text(learner.code_of(service))
-        return harness.torture(apps.function_command(code_file, service.__name__),
-                               cluster=lab.ExternalCluster(bootstrap) if bootstrap else None,
-                               **TORTURE)
+def schedules(service: Callable) -> list[str]:
+    """The group protocols the schedule runs under: both when the service takes
+    ``group_protocol`` (KIP-848's consumer protocol moves partitions differently)."""
+    takes = "group_protocol" in inspect.signature(service).parameters
+    return ["classic", "consumer"] if takes else ["classic"]
+
+
+def under_production(service: Callable, accounting_reads: str, bootstrap: str | None = None,
+                     seed: int = 10) -> Iterator[tuple[str, RunRecord]]:
+    """The seeded schedule of production's faults, once per group protocol; where it breaks
+    the loop, each kind of fault alone until one does: (what ran, its record), in order."""
+    for protocol in schedules(service):
+        run = run_one(service, accounting_reads, phase="schedule", bootstrap=bootstrap,
+                      instances=3, payments=600, seed=seed, group_protocol=protocol)
+        yield f"production's faults ({protocol} protocol)", run
+        if _row("", run)["exactly_once"]:
+            continue
+        for kind in KINDS:
+            alone = run_one(service, accounting_reads, phase=kind, bootstrap=bootstrap,
+                            seed=seed, group_protocol=protocol)
+            yield f"{PHASES[kind]} ({protocol} protocol)", alone
+            if not _row("", alone)["exactly_once"]:
+                return
+        return
 
 
 def _digest(service: Callable, accounting_reads: str, results: pd.DataFrame) -> str:
@@ -147,10 +160,10 @@ def _digest(service: Callable, accounting_reads: str, results: pd.DataFrame) -> 
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _hints(code: str, accounting_reads: str, results: pd.DataFrame) -> list[str]:
+def _point_hints(code: str, accounting_reads: str, results: pd.DataFrame) -> list[str]:
     bad = results[~results["exactly_once"]]
     crashes = bad[bad["experiment"].str.startswith("crash")]
-    ack = bad[bad["experiment"] == "lost produce ack"]
+    wire = bad[~bad["experiment"].str.startswith("crash")]
     transactional = "send_offsets_to_transaction" in code
     hints = []
     if (bad["lost"] > 0).any():
@@ -159,10 +172,11 @@ def _hints(code: str, accounting_reads: str, results: pd.DataFrame) -> list[str]
     if not transactional and (crashes["charged_twice"] > 0).any():
         hints.append("a crash between writing the ledger and committing the input offsets "
                      "repeats the batch: the two must commit together, atomically")
-    if (crashes["charged_twice"] == 1).any():
-        hints.append("one payment charged twice per restart: after a restart, is the committed "
-                     "offset the last payment processed or the next one to read?")
-    if not ack.empty and (ack["charged_twice"] > 0).any():
+    if transactional and (crashes["charged_twice"] > 0).any():
+        hints.append("after a restart, is the committed offset of each partition the last "
+                     "payment processed or the next one to read, and does it cover every "
+                     "partition the batch was read from?")
+    if not wire.empty and (wire["charged_twice"] > 0).any():
         hints.append("a lost ack was retried and written twice: the broker only drops such "
                      "retries for an idempotent producer")
     if (bad["aborted_visible"] > 0).any():
@@ -171,43 +185,81 @@ def _hints(code: str, accounting_reads: str, results: pd.DataFrame) -> list[str]
     return hints
 
 
+# What each kind of fault implicates when it breaks a loop (causes, never the fix).
+KIND_HINTS = {
+    "production's faults": "the named points are not the only places a process can die, nor "
+                           "a crash the only thing production does",
+    PHASES["kills"]: "what does your loop leave half done between two named points?",
+    PHASES["wire"]: "when the broker refused a record, was the whole transaction given up and "
+                    "its batch read again from where it began?",
+    PHASES["rebalance"]: "when the group moved partitions between instances, did the offsets "
+                         "sent with a batch say where every partition it read from stands?",
+    PHASES["zombie"]: "a frozen instance came back after its partitions had moved and "
+                      "finished its transaction: could the group coordinator tell it was out "
+                      "of date?",
+    PHASES["offsets"]: "when the offsets were refused, was the transaction aborted and were "
+                       "the partitions read again from their committed offsets, all of them?",
+    PHASES["fenced"]: "an instance was fenced (a fatal error): what did it do next?",
+}
+FINDING_HINTS = {
+    "hanging-transaction": "a transaction stayed open after its instance was gone: every "
+                           "read_committed reader of its partitions waited for it",
+    "fenced-ran-on": "an instance went on after it was fenced, beside the one that took its "
+                     "place",
+}
+
+
+def _finding_text(label: str, run: RunRecord) -> str:
+    r = run.report
+    found = [f"{k.replace('_', ' ')} {v}" for k, v in (("lost", r.lost),
+                                                         ("charged_twice", r.duplicated),
+                                                         ("aborted_visible", r.aborted_visible))
+             if v]
+    found += [f"{name} ({', '.join(map(str, examples))})"
+              for name, examples in run.findings.items()]
+    errors = "; ".join(f"instance {e['instance']} raised {e['raised']}" for e in run.errors)
+    return (f"under {label}: {', '.join(found) or 'not exactly once'}"
+            + (f" ({errors})" if errors else ""))
+
+
 @exercise("10_capstone")
 def check_capstone(service: Callable, accounting_reads: str,
                    results: pd.DataFrame | None = None, bootstrap: str | None = None) -> Verdict:
-    """10 · the verdict: exactly-once under every crash point and a lost ack, by the audit.
-
-    ``results`` from ``run_capstone`` with the same code are reused; otherwise (or if the
-    code or the table changed since) the experiments run again.
-    """
+    """10 · the verdict: exact at every named point and the wire, then under production's
+    faults. ``results`` from ``run_capstone`` with the same code are reused; otherwise (or
+    if the code or the table changed since) the points run again."""
     try:
         validate(service, accounting_reads)
     except ValueError as exc:
         return check(False, "", str(exc))
+    started = time.monotonic()
     if results is None or results.attrs.get("digest") != _digest(service, accounting_reads,
                                                                   results):
         results = run_capstone(service, accounting_reads, bootstrap)
     bad = results[~results["exactly_once"]]
-    if bad.empty:
-        tortured = torture_service(service, bootstrap)
-        r = tortured.report
-        if tortured.verdict != "exactly once":
-            return check(False, "", f"all {len(results)} experiments audited exactly-once, but "
-                                    f"under labkit torture ({tortured.kills} SIGKILLs at random "
-                                    f"moments) {r.produced} payments gave lost {r.lost}, "
-                                    f"charged twice {r.duplicated}: {tortured.verdict}. Hint: "
-                                    "the named points are not the only places a process can "
-                                    "die; what does your loop leave half done between them?")
-        return check(True, f"all {len(results)} experiments audited exactly-once: no payment "
-                           "lost, none charged twice, no aborted payment visible downstream. "
-                           f"Under labkit torture ({tortured.kills} SIGKILLs at random moments, "
-                           f"{tortured.restarts} restarts) the ledger was exactly once too: "
-                           f"{r.produced} payments, each written once.", "")
-    findings = "; ".join(
-        f"{row.experiment}: " + (", ".join(f"{k.replace('_', ' ')} {getattr(row, k)}"
-                                           for k in ("lost", "charged_twice", "aborted_visible",
-                                                     "reordered")
-                                           if getattr(row, k)) or "not exactly once")
-        for row in bad.itertuples())
-    hints = _hints(service_code(service), accounting_reads, results)
-    return check(False, "", f"{len(bad)} of {len(results)} experiments are not exactly-once. "
-                            f"{findings}." + (" Hints: " + " | ".join(hints) if hints else ""))
+    if not bad.empty:
+        findings = "; ".join(
+            f"{row.experiment}: " + (", ".join(f"{k.replace('_', ' ')} {getattr(row, k)}"
+                                               for k in ("lost", "charged_twice",
+                                                         "aborted_visible")
+                                               if getattr(row, k)) or "not exactly once")
+            for row in bad.itertuples())
+        hints = _point_hints(service_code(service), accounting_reads, results)
+        return check(False, "", f"{len(bad)} of {len(results)} experiments are not "
+                                f"exactly-once. {findings}." +
+                     (" Hints: " + " | ".join(hints) if hints else ""))
+    ran = []
+    with status("The verdict: production's faults") as say:
+        for label, run in under_production(service, accounting_reads, bootstrap):
+            ran.append(label)
+            say(f"The verdict: {label} done after {time.monotonic() - started:.0f} s")
+            if not _row("", run)["exactly_once"]:
+                hints = [KIND_HINTS[label.rsplit(" (", 1)[0]]] + \
+                    [FINDING_HINTS[f] for f in run.findings if f in FINDING_HINTS]
+                return check(False, "", f"every named point was exact, but not "
+                                        f"{_finding_text(label, run)}. Hint: "
+                                        + " | ".join(hints))
+    return check(True, f"all {len(results)} point experiments exactly-once, then "
+                       f"{' and '.join(ran)}: no payment lost, none charged twice, no "
+                       "aborted payment visible, no transaction left open "
+                       f"({time.monotonic() - started:.0f} s).", "")

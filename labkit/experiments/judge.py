@@ -38,7 +38,7 @@ import time
 from confluent_kafka import Producer
 
 from labkit.checking.checkers import Result
-from labkit.checking.checks import Finding, TopicAudit
+from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
 from labkit.experiments.app_run import AppClients
 from labkit.experiments.parts import Topic, Workload
@@ -196,23 +196,24 @@ def _check(phase, crash_at, instances, **_) -> None:
         raise ValueError(f"crash_at is for phase point; phase {phase} has faults of its own")
 
 
-def _hanging(run) -> Result | None:
-    found = run.facts.get("hanging", [])
-    return Result("hanging-transaction", not found, len(found), found)
-
-
-def _fenced_ran_on(run) -> Result | None:
+def behaviour(run) -> list[Result]:
+    """What production would see besides the data: a transaction left open (every
+    read_committed reader of its partitions waits for it until its transaction.timeout.ms),
+    an instance that went on after it was fenced (a fatal error taken for another). The
+    audit's verdict stays the data's; a judge fails a loop on these too."""
+    hanging = run.facts.get("hanging", [])
     ran_on = [f.fenced for s in run.nemesis.of(Schedule) for f in s.done
               if isinstance(f, Replace) and f.fenced in run.clients.alive_at_done]
-    return Result("fenced-ran-on", not ran_on, len(ran_on), ran_on)
+    return [r for r in (Result("hanging-transaction", not hanging, len(hanging), hanging),
+                        Result("fenced-ran-on", not ran_on, len(ran_on), ran_on))
+            if not r.valid]
 
 
 def _checkers(o) -> list:
     crash_at = ",".join(points(o.crash_at)) or None
     return [TopicAudit(NAME, "exactly_once", crash_at, o.fault or
                        (PHASES[o.phase] if o.phase != "point" else None),
-                       isolation=o.isolation),
-            Finding(_hanging), Finding(_fenced_ran_on)]
+                       isolation=o.isolation)]
 
 
 ERROR = re.compile(r"KafkaError\{code=(\w+),val=-?\d+,str=\"([^\"]*)\"(.*?)\}")
@@ -240,7 +241,8 @@ def _facts(run) -> dict:
             "waited": app.waited, "stalls": app.stalls, "notes": app.notes,
             "restarts": app.pool.result.attempts - len(app.pool.instances),
             "seconds": app.seconds, "fault_stats": run.facts.get("fault_stats"),
-            "crashed": app.pool.result.crashed_at}
+            "crashed": app.pool.result.crashed_at,
+            "findings": {r.name: r.examples for r in behaviour(run)}}
 
 
 def _close_hanging(run) -> None:
@@ -265,6 +267,8 @@ def _close_hanging(run) -> None:
 
 def _summary(run) -> str:
     lines = [run.report.summary()]
+    lines += [f"  {name}: {', '.join(map(str, examples))}" for name, examples in
+              run.findings.items()]
     lines += [f"  fault: {what}" for what in run.faults_fired]
     lines += [f"  instance {e['instance']} raised {e['raised']}" for e in run.errors]
     lines += [f"  slow, not stalled: {w}" for w in run.waited]
@@ -296,4 +300,4 @@ register(Experiment(
         data.generate(o.records, seed=o.seed, keys=data.keys_for(o.partitions))),
     check=_check, clients=_clients, nemesis=_nemesis, checkers=_checkers, facts=_facts,
     presentation=Presentation(summary=_summary, json_facts=(
-        "errors", "faults_fired", "waited", "restarts", "seconds"))))
+        "findings", "errors", "faults_fired", "waited", "restarts", "seconds"))))

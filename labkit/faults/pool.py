@@ -41,7 +41,8 @@ from labkit.faults import crashpoints
 from labkit.faults.children import Children, HistoryTail, logs_dir, tail_of
 from labkit.progress import beat, check, status, step
 
-STOP_GRACE_S = 5.0  # a leaving member's SIGTERM, then SIGKILL
+LEAVE_GRACE_S = 10.0  # a leaving member's SIGTERM, then SIGKILL (a batch to finish, a close)
+STOP_GRACE_S = 5.0  # the run's end: SIGTERM, then SIGKILL
 
 
 class WorkerFailed(RuntimeError):
@@ -205,7 +206,7 @@ class WorkerPool:
             self.instances[instance].gone = True
             children = self._children
         if children is not None:
-            children.terminate(instance, STOP_GRACE_S)
+            children.terminate(instance, LEAVE_GRACE_S)
 
     def replace(self, instance: int, **changes: object) -> int:
         """A successor with the instance's settings (``changes`` on top) starts now; the old

@@ -50,8 +50,8 @@ class ProxyFault(Fault):
     def __init__(self, spec: str | None = None, trigger: Trigger | None = None,
                  trace: Callable[[dict], None] | None = None, trace_file: str | None = None,
                  keep: bool = False, only_if: Callable[[Run], bool] | None = None):
-        if spec is not None:
-            parse_fault_spec(spec)  # a bad form is refused here, listing the valid ones
+        for one in (spec or "").split("+") if spec else ():  # "a+b": both armed
+            parse_fault_spec(one)  # a bad form is refused here, listing the valid ones
         self.spec, self.trace, self.trace_file = spec, trace, trace_file
         self._out = None
         self.exchanges: list[dict] | None = [] if keep else None
@@ -67,13 +67,16 @@ class ProxyFault(Fault):
             return
         if self.trace_file is not None:
             self._out = open(self.trace_file, "w", encoding="utf-8")
-        self.proxy = FaultProxy(run.bootstrap, fault=self.spec if self.from_start else None,
-                                trace=self._record).start()
+        self.proxy = FaultProxy(run.bootstrap, trace=self._record).start()
+        if self.spec is not None and self.from_start:
+            for one in self.spec.split("+"):
+                self.proxy.apply(one)
         run.client_bootstrap = self.proxy.bootstrap
 
     def invoke(self, run: Run) -> None:
         if self.spec is not None and self.proxy is not None:
-            self.proxy.apply(self.spec)
+            for one in self.spec.split("+"):
+                self.proxy.apply(one)
             run.fired(self, f"{self.spec} armed in the proxy")
 
     def _record(self, exchange: dict) -> None:

@@ -19,6 +19,9 @@ What makes it hold beyond one partition and one instance:
   the offsets carry the consumer's **group metadata** (KIP-447), so a zombie's late commit is
   refused by the group coordinator;
 - every call is **bounded** by a timeout;
+- told to stop (SIGTERM: a scale-down, a deploy), it finishes its batch and leaves the group
+  (``close``): a transaction it left open would hold back every read_committed reader of
+  its partitions until its ``transaction.timeout.ms``;
 - the settings that decide whether it survives are written down: static membership (a
   restarted instance takes its partitions back at once), a session short enough that a
   dead member's partitions move on in seconds, and librdkafka's idle-connection workaround
@@ -29,6 +32,7 @@ It runs until it is stopped, as a streaming service does.
 from __future__ import annotations
 
 import json
+import signal
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -74,8 +78,10 @@ def fee_service(bootstrap: str, input_topic: str, output_topic: str, group_id: s
         if in_transaction:  # what we wrote from them must not be committed by us later
             abort()
 
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     consumer.subscribe([input_topic], on_revoke=on_revoke, on_lost=on_revoke)
-    while True:
+    while not stopping:
         batch = [m for m in consumer.consume(100, timeout=1.0) if m.error() is None]
         if not batch:
             continue
@@ -106,6 +112,7 @@ def fee_service(bootstrap: str, input_topic: str, output_topic: str, group_id: s
             rewind()
             continue
         crash_point("after-commit")
+    consumer.close()  # leaves the group: its partitions move to the others at once
 
 
 def commit(producer: Producer, attempts: int = 5) -> None:
