@@ -372,8 +372,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable"
            spark: bool = typer.Option(True, "--spark/--no-spark",
                                       help="also start a SparkSession (~10 s)")) -> None:
     """Preflight for a workshop: tools, jars, memory, the cluster, a produce/consume and a
-    transaction round trip, Spark. Each line ok or the command that fixes it; exit 1 on any
-    failure. Never starts a broker."""
+    transaction round trip, PostgreSQL, Spark. Each line ok or the command that fixes it;
+    exit 1 on any failure. Never starts a broker or a database."""
     from labkit.room import doctor as preflight
 
     checks = preflight.run(spark=spark,

@@ -1,8 +1,9 @@
 """`labkit doctor`: the preflight an instructor asks a room to run before a workshop.
 
 Each check is one line, ok or not, and when not, the command that fixes it. It only reads:
-it never starts a broker (no lab running is itself a finding, fixed by `labkit up`). The
-round trips write to a throwaway topic of their own and delete it afterwards.
+it never starts a broker or a database (no lab running is itself a finding, fixed by
+`labkit up`). The round trips write to a throwaway topic of their own and delete it
+afterwards.
 """
 from __future__ import annotations
 
