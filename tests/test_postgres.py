@@ -119,7 +119,8 @@ def test_uses_the_server(pg_dsn):
     server = postgres.LabPostgres.attach()
     family = [server.pid] + [c.pid for c in psutil.Process(server.pid).children(recursive=True)]
     with open(os.environ["PG_FAMILY"], "w") as fh:
-        json.dump([(pid, psutil.Process(pid).create_time()) for pid in family], fh)
+        json.dump({"home": os.environ["LABKIT_HOME"],
+                   "family": [(pid, psutil.Process(pid).create_time()) for pid in family]}, fh)
     how = os.environ["HOW"]
     if how == "interrupt":
         time.sleep(60)  # the outer test sends SIGINT now, as Ctrl-C does
@@ -162,12 +163,15 @@ def test_no_postgres_process_is_left_after_a_test_run(how, tmp_path, bootstrap):
     finally:
         if run.poll() is None:
             run.kill()
-    family = json.loads(family_file.read_text())
+    seen = json.loads(family_file.read_text())
+    family = seen["family"]
     assert len(family) >= 3, out  # the postmaster and its own processes were seen
     deadline = time.monotonic() + 10  # a killed owner's server goes by PR_SET_PDEATHSIG
     while _alive(family) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _alive(family) == [], out
+    left = _alive(family)
+    shutil.rmtree(seen["home"], ignore_errors=True)  # a killed run's data directory too
+    assert left == [], out
     assert run.returncode == {"pass": 0, "fail": 1, "interrupt": 2, "kill": -9}[how], out
 
 
