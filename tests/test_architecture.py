@@ -9,8 +9,8 @@ from pathlib import Path
 
 LABKIT = Path(__file__).resolve().parent.parent / "labkit"
 # bottom to top: each layer may import itself and the layers before it
-LAYERS = ("base", "kafka", "checking", "faults", "pipelines", "spark", "experiments",
-          "torture", "room", "widgets", "exercises", "cli")
+LAYERS = ("base", "kafka", "storage", "checking", "faults", "pipelines", "spark",
+          "experiments", "torture", "room", "widgets", "exercises", "cli")
 BASE = {"settings", "paths", "proc", "progress"}  # labkit's top level, below everything
 # Modules over ~450 lines, each still to be split along its ideas; none may grow, and the
 # list may only shrink (docs/architecture.md names them).
@@ -111,6 +111,36 @@ def test_the_checks_catch_what_they_look_for():
     assert upward_imports(made_up) == [
         "labkit.kafka.cluster (kafka) imports labkit.experiments.failover (experiments)"]
     assert circles(made_up) == [["labkit.experiments.failover", "labkit.experiments.reorder"]]
+
+
+# The database drivers: only the storage layer's adapter talks to them (labkit.storage.db).
+DATABASE_DRIVERS = ("sqlite3", "psycopg")
+
+
+def driver_imports(paths: dict[str, Path]) -> list[str]:
+    """Modules outside labkit/storage/ that import a database driver (lazily too)."""
+    found = []
+    for module, path in sorted(paths.items()):
+        if layer_of(module) == "storage":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            found += [f"{module} imports {n}" for n in names
+                      if n.split(".")[0] in DATABASE_DRIVERS]
+    return found
+
+
+def test_only_the_storage_layer_talks_to_a_database_driver():
+    assert driver_imports(MODULES) == []
+
+
+def test_the_driver_check_catches_what_it_looks_for(tmp_path):
+    made_up = tmp_path / "sink.py"
+    made_up.write_text("def f():\n    import psycopg.pq\n    from sqlite3 import connect\n")
+    assert driver_imports({"labkit.pipelines.sink": made_up,
+                           "labkit.storage.db": made_up}) == [
+        "labkit.pipelines.sink imports psycopg.pq", "labkit.pipelines.sink imports sqlite3"]
 
 
 def test_labkit_top_level_keeps_at_most_eight_modules():

@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient
 from labkit.kafka.clientlog import client_config
 
 CHECKS_WITH_A_CLUSTER = ["python", "java", "maven", "jars", "memory", "disk", "port", "cluster",
-                         "credentials", "reachable", "produce/consume", "transactions"]
+                         "credentials", "reachable", "produce/consume", "transactions",
+                         "postgres binaries", "postgres"]
 
 
 def _labkit(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
@@ -50,6 +51,27 @@ def test_doctor_passes_on_a_working_lab_and_cleans_up_its_round_trip_topics(boot
     assert [c["name"] for c in report["checks"]] == [*CHECKS_WITH_A_CLUSTER, "spark"]
     topics = AdminClient(client_config({"bootstrap.servers": bootstrap})).list_topics(timeout=10).topics
     assert not [t for t in topics if "labkit-doctor-" in t]  # also in a learner's namespace
+
+
+def test_doctor_checks_the_lab_postgres_it_finds_running(bootstrap: str, pg_dsn: str) -> None:
+    out = _labkit("doctor", "--json", "--no-spark", env=_env(LABKIT_BOOTSTRAP=bootstrap))
+    checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    assert checks["postgres binaries"]["ok"], checks["postgres binaries"]
+    assert checks["postgres binaries"]["detail"].startswith("PostgreSQL 18.")
+    assert checks["postgres"]["ok"] and checks["postgres"]["detail"].endswith(
+        "wal_level=logical"), checks["postgres"]
+    if not os.environ.get("LABKIT_PG_DSN"):  # the server conftest.py started, found by its state
+        port = pg_dsn.rsplit(":", 1)[1].split("/")[0]
+        assert f"the lab's server on 127.0.0.1:{port} answers" in checks["postgres"]["detail"]
+
+
+def test_doctor_names_an_unreachable_postgres_and_its_fix(tmp_path: Path) -> None:
+    dead = f"postgresql://lab:lab@127.0.0.1:{_free_port()}/lab"
+    out = _labkit("doctor", "--no-spark", env=_env(LABKIT_HOME=str(tmp_path), LABKIT_PG_DSN=dead))
+    assert out.returncode == 1
+    line = next(line for line in out.stdout.splitlines() if line.startswith("FAIL postgres:"))
+    assert "127.0.0.1" in line and "refused" in line.lower(), out.stdout
+    assert "fix: check LABKIT_PG_DSN" in out.stdout
 
 
 def test_doctor_names_missing_java_and_its_fix(tmp_path: Path) -> None:

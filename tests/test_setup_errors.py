@@ -16,6 +16,7 @@ from labkit.kafka.ports import PortInUseError
 from labkit.kafka.reach import ClusterError, check_reachable
 from labkit.proc import die_with_owner, pid_alive
 from labkit.paths import LabkitSetupError
+from labkit.storage.postgres import LabPostgres
 
 LABKIT = [sys.executable, "-m", "labkit.cli"]
 
@@ -105,7 +106,7 @@ def test_cli_down_when_nothing_runs(tmp_path):
 
 
 def test_cli_up_status_down_cycle_reuses_the_running_lab(tmp_path):
-    env = {"LABKIT_HOME": str(tmp_path), "LABKIT_BOOTSTRAP": ""}
+    env = {"LABKIT_HOME": str(tmp_path), "LABKIT_BOOTSTRAP": "", "LABKIT_PG_DSN": ""}
     first = run_cli("up", env=env)
     assert first.returncode == 0, first.stderr
     try:
@@ -118,10 +119,14 @@ def test_cli_up_status_down_cycle_reuses_the_running_lab(tmp_path):
         info = json.loads(status.stdout)
         assert info["up"] is True and info["bootstrap"] == bootstrap
         pid = info["brokers"][0]["pid"]
+        pg = LabPostgres.attach(tmp_path)  # a new lab gets its PostgreSQL, detached too
+        assert pg is not None and pg.detached and "PostgreSQL on 127.0.0.1" in first.stderr
     finally:
         down = run_cli("down", env=env)
     assert down.returncode == 0 and "stopped 1 broker" in down.stdout
     assert not pid_alive(pid)
+    assert "stopped the lab's PostgreSQL" in down.stdout and not pg.running
+    assert LabPostgres.attach(tmp_path) is None and not (tmp_path / "postgres").exists()
 
 
 def test_stale_lab_from_a_killed_owner_is_cleaned_up(tmp_path):

@@ -17,7 +17,7 @@ from labkit.kafka import topics
 from labkit.pipelines import data
 from labkit.spark import checkpoint as ckpt
 from labkit.spark import check
-from labkit.spark.db import Database
+from labkit.storage.db import Database
 from labkit.spark.runner import SparkWorker, StreamJob
 from labkit.spark.supervised import run_until_done
 from labkit.spark.scenarios import PIPELINES, validate

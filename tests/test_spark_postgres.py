@@ -1,35 +1,16 @@
-"""The database sinks on PostgreSQL (psycopg 3): LABKIT_PG_DSN if set, else a throwaway
-server started by scripts/pg-local.sh (Debian's postgresql package)."""
+"""The database sinks on PostgreSQL (psycopg 3): LABKIT_PG_DSN's server if set, else the
+lab's own, which conftest.py starts once per test process (labkit.storage.postgres)."""
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 
-from labkit.spark.db import ENV_DSN, Database
 from labkit import experiments
 from labkit.spark.sinks import OffsetGap, SinkSpec, create_tables, stored_offsets, write_batch
+from labkit.storage.db import Database
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pg-local.sh"
-
-
-@pytest.fixture(scope="module")
-def pg_dsn(tmp_path_factory):
-    if os.environ.get(ENV_DSN):
-        yield os.environ[ENV_DSN]
-        return
-    if not (shutil.which("pg_config") or list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))):
-        pytest.fail("PostgreSQL server binaries are not installed: run scripts/install-test-deps.sh "
-                    "(apt-get install -y postgresql) or set LABKIT_PG_DSN")
-    where = tmp_path_factory.mktemp("pg")
-    dsn = subprocess.run([str(SCRIPT), "start", str(where)], check=True, capture_output=True,
-                         text=True).stdout.strip()
-    yield dsn
-    subprocess.run([str(SCRIPT), "stop", str(where)], check=True)
+ENV_DSN = "LABKIT_PG_DSN"
 
 
 def _rows(part: int, offsets: range) -> list[dict]:

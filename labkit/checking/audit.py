@@ -9,8 +9,6 @@ state drift), and ``checkers.verdict`` is the one rule that turns them into a gu
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -19,6 +17,7 @@ from labkit.checking import checkers
 
 from labkit.kafka import topics
 from labkit.checking.checkers import Delivered, Result
+from labkit.storage.db import read_table
 
 # The exact keys `labkit scenario --json` prints, in order (new keys only ever appended).
 REPORT_KEYS = (
@@ -245,20 +244,19 @@ def audit_topic(bootstrap: str, topic: str, inputs: list[dict], scenario: str, g
                  aborted_in_log=aborted_in_log)
 
 
-def read_table(db_path: str, table: str, id_column: str = "id",
-               key_column: str = "key") -> list[Delivered]:
-    """Rows of a SQLite table in insertion order (rowid)."""
-    if not table.isidentifier():
-        raise ValueError(f"not a table name: {table!r}")
-    with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
-        rows = db.execute(f"SELECT {id_column}, {key_column} FROM {table} ORDER BY rowid").fetchall()
-    return [Delivered(str(i), k) for i, k in rows]
+def delivered_of_table(db: str, table: str, id_column: str = "id",
+                       key_column: str = "key") -> list[Delivered]:
+    """Rows of a table (SQLite file or PostgreSQL DSN) in insertion order, as the checker's
+    observations (labkit.storage.db.read_table, the lab's one table reader)."""
+    rows = read_table(db, table, (id_column, key_column))
+    return [Delivered(str(i), k) for i, k in zip(rows[id_column], rows[key_column])]
 
 
-def audit_table(db_path: str, table: str, inputs: list[dict], scenario: str, guarantee: str, *,
+def audit_table(db: str, table: str, inputs: list[dict], scenario: str, guarantee: str, *,
                 crash_at: str | None = None, fault: str | None = None) -> AuditReport:
-    """Audit a database sink table (SQLite): what rows ended up there."""
-    return check(scenario, guarantee, inputs, read_table(db_path, table), crash_at=crash_at,
+    """Audit a database sink table (a SQLite file or a PostgreSQL DSN): what rows ended up
+    there, lost and duplicated ids, in the order the rows were inserted."""
+    return check(scenario, guarantee, inputs, delivered_of_table(db, table), crash_at=crash_at,
                  fault=fault)
 
 

@@ -116,6 +116,7 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
             if running is None:
                 running = LocalCluster(brokers=brokers, port=port or None,
                                            detached=True, secure=secure).start()
+                _start_postgres()
             elif len(running.brokers) != brokers:
                 _fail(f"a lab with {len(running.brokers)} broker(s) is already running; "
                       f"`labkit down` first to start one with {brokers}")
@@ -129,6 +130,24 @@ def up(brokers: int = typer.Option(1, help="1, or 3 for the replication lessons"
     typer.echo(running.bootstrap)
     if running.secure:  # the line a learner pastes (or evals) before starting Jupyter
         typer.echo(f"export LABKIT_KAFKA_CONFIG={running.client_properties}")
+
+
+def _start_postgres() -> None:
+    """The lab's PostgreSQL beside a new lab, detached as its brokers are (none with
+    LABKIT_PG_DSN). A server that cannot start here is a note: the Kafka lessons go on."""
+    from labkit import settings
+    from labkit.storage import postgres
+
+    if settings.current().pg_dsn:
+        return
+    try:
+        with postgres.start_lock():
+            server = postgres.LabPostgres.attach() or postgres.LabPostgres(detached=True).start()
+    except (postgres.PostgresError, LabkitSetupError) as exc:
+        typer.secho(f"note: the lab's PostgreSQL did not start ({exc}); the lessons that need "
+                    "it will say so", err=True)
+        return
+    typer.echo(f"PostgreSQL on 127.0.0.1:{server.port} (`labkit down` stops it too)", err=True)
 
 
 @app.command()
@@ -168,20 +187,28 @@ def status(as_json: bool = typer.Option(False, "--json", help="machine-readable"
     for b in info["brokers"]:
         typer.echo(f"  broker {b['node_id']}  {b['address']}  pid {b['pid']}  "
                    f"{'alive' if b['alive'] else 'DEAD'}")
+    from labkit.storage import postgres
+
+    if (pg := postgres.running()) is not None:
+        typer.echo(f"  postgres  127.0.0.1:{pg.port}  pid {pg.pid}")
 
 
 @app.command()
 def down() -> None:
-    """Stop the lab cluster and remove its data."""
+    """Stop the lab cluster and the lab's PostgreSQL, and remove their data."""
+    from labkit.storage import postgres
+
     if lab.external_from_env_no_check():
         typer.echo("LABKIT_BOOTSTRAP is set: the external cluster is not the lab's to stop.")
-        return
-    running = LocalCluster.attach()
-    if running is None:
-        typer.echo("nothing to stop: no lab cluster is running.")
-        return
-    running.stop()
-    typer.echo(f"stopped {len(running.brokers)} broker(s).")
+    else:
+        running = LocalCluster.attach()
+        if running is None:
+            typer.echo("nothing to stop: no lab cluster is running.")
+        else:
+            running.stop()
+            typer.echo(f"stopped {len(running.brokers)} broker(s).")
+    if postgres.stop():
+        typer.echo("stopped the lab's PostgreSQL.")
 
 
 @app.command("clean-topics")
@@ -293,8 +320,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable"
            spark: bool = typer.Option(True, "--spark/--no-spark",
                                       help="also start a SparkSession (~10 s)")) -> None:
     """Preflight for a workshop: tools, jars, memory, the cluster, a produce/consume and a
-    transaction round trip, Spark. Each line ok or the command that fixes it; exit 1 on any
-    failure. Never starts a broker."""
+    transaction round trip, PostgreSQL, Spark. Each line ok or the command that fixes it;
+    exit 1 on any failure. Never starts a broker or a database."""
     from labkit.room import doctor as preflight
 
     checks = preflight.run(spark=spark,

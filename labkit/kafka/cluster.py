@@ -7,7 +7,6 @@ the lab cluster ``labkit up`` started, else a new one owned by this Python proce
 from __future__ import annotations
 
 import contextlib
-import fcntl
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from labkit import settings
 from labkit.kafka import secure as secure_lab
 from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.reach import AuthenticationFailed, ClusterError, check_reachable
-from labkit.paths import lab_home
+from labkit.paths import home_lock
 
 
 @dataclass
@@ -85,17 +84,10 @@ def running_or_fail() -> Cluster:
     return found
 
 
-@contextlib.contextmanager
-def start_lock(home: Path | None = None):
-    """Held while one process looks for the lab in ``home`` and starts it if there is none.
-
-    Two kernels that start the lab at the same moment would otherwise both find nothing and
-    both start brokers in the same directories; with the lock the second one waits, then
-    attaches to the lab the first one started."""
-    home = Path(home) if home else lab_home()
-    with open(home / "cluster.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes, also if we die
-        yield
+def start_lock(home: Path | None = None) -> contextlib.AbstractContextManager[None]:
+    """Held while one process looks for the lab in ``home`` and starts it if there is none
+    (labkit.paths.home_lock)."""
+    return home_lock("cluster.lock", home)
 
 
 def ensure(brokers: int = 1, secure: bool = False) -> Cluster:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -38,7 +37,7 @@ from labkit.kafka.brokerconfig import (CONTROLLER_NODE_ID, LOG4J2, broker_proper
                                        partitionable_controller, partitionable_listeners)
 from labkit.kafka.ports import PortInUseError, free_port, port_is_free
 from labkit.kafka.reach import AuthenticationFailed, ClusterError, check_reachable
-from labkit.paths import lab_home
+from labkit.paths import lab_home, load_state, save_state
 from labkit.progress import status
 
 READY_TIMEOUT_S = 90.0
@@ -360,19 +359,14 @@ class LocalCluster:
             "secure": self.secure,
             "started": time.time(),
         }
-        # Written whole, then renamed: a reader never sees half a state file.
-        tmp = self.home / f".{STATE_FILE}.{os.getpid()}"
-        tmp.write_text(json.dumps(state, indent=2))
-        os.replace(tmp, self.home / STATE_FILE)
+        save_state(self.home, STATE_FILE, state)
 
     @classmethod
     def attach(cls, home: Path | None = None) -> "LocalCluster | None":
         """The running lab in ``home``, or None; a stale lab found there is cleaned up."""
-        home = Path(home) if home else lab_home()
-        path = home / STATE_FILE
-        if not path.exists():
+        home, state = load_state(home, STATE_FILE)
+        if state is None:
             return None
-        state = json.loads(path.read_text())
         cluster = cls(brokers=len(state["brokers"]), home=home, detached=state["detached"],
                       secure=state.get("secure", False))
         cluster.brokers = [Broker(**b) for b in state["brokers"]]

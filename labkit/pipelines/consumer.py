@@ -1,4 +1,5 @@
-"""A consumer that writes payments into a database table (SQLite), under one guarantee.
+"""A consumer that writes payments into a database table (a SQLite file, or PostgreSQL
+through a DSN: labkit.storage.db), under one guarantee.
 
 - at_most_once: commit the offsets in Kafka, *then* insert the rows. A crash in between
   skips the batch.
@@ -10,7 +11,6 @@
 """
 from __future__ import annotations
 
-import sqlite3
 from contextlib import closing
 
 from confluent_kafka import Message
@@ -19,32 +19,34 @@ from labkit.faults.crashpoints import halves, crash_point
 from labkit.pipelines.common import next_offsets, record_of
 from labkit.pipelines.group import GroupInput, first_start, run_batches
 from labkit.pipelines.guarantee import guarantee as guarantee_named
+from labkit.storage.db import Database
 
 SINK_TABLE = "payments"
 COLUMNS = ("id", "key", "amount_cents", "currency", "ts")
+_INSERT = f"INSERT INTO {SINK_TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 
 
-def connect(db_path: str) -> sqlite3.Connection:
-    """The sink database; autocommit mode, so every statement is durable on its own."""
-    db = sqlite3.connect(db_path, isolation_level=None, timeout=30)
-    # WAL + synchronous=NORMAL: a process kill never loses a committed row (a power cut could).
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute(f"CREATE TABLE IF NOT EXISTS {SINK_TABLE} "
-               "(id TEXT, key TEXT, amount_cents INTEGER, currency TEXT, ts INTEGER)")
-    db.execute("CREATE TABLE IF NOT EXISTS kafka_offsets "
-               "(topic TEXT, partition INTEGER, next_offset INTEGER, PRIMARY KEY (topic, partition))")
-    return db
+def connect(db: str) -> Database:
+    """The sink database (a SQLite file or a PostgreSQL DSN), its tables created; autocommit
+    mode, so every statement is durable on its own."""
+    conn = Database(db, wal=True)  # several instances may share a SQLite file
+    # PostgreSQL keeps no insertion order: the audit reads the rows by this column's
+    # (SQLite numbers its rows itself: the audit reads them by rowid, as before).
+    order = f"{conn.sequence_column('seq')}, " if conn.kind == "postgresql" else ""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {SINK_TABLE} "
+                 f"({order}id TEXT, key TEXT, amount_cents INTEGER, currency TEXT, ts BIGINT)")
+    conn.execute("CREATE TABLE IF NOT EXISTS kafka_offsets "
+                 "(topic TEXT, partition INTEGER, next_offset BIGINT, PRIMARY KEY (topic, partition))")
+    return conn
 
 
-def insert(db: sqlite3.Connection, msg: Message) -> None:
+def insert(db: Database, msg: Message) -> None:
     row = record_of(msg)
-    db.execute(f"INSERT INTO {SINK_TABLE} VALUES (?, ?, ?, ?, ?)", [row.get(c) for c in COLUMNS])
+    db.execute(_INSERT, [row.get(c) for c in COLUMNS])
 
 
-def stored_offsets(db: sqlite3.Connection, topic: str) -> dict[int, int]:
-    rows = db.execute("SELECT partition, next_offset FROM kafka_offsets WHERE topic = ?",
-                      (topic,)).fetchall()
+def stored_offsets(db: Database, topic: str) -> dict[int, int]:
+    rows = db.query("SELECT partition, next_offset FROM kafka_offsets WHERE topic = ?", (topic,))
     return dict(rows)
 
 
@@ -52,22 +54,23 @@ class TableTransaction:
     """The database's own transaction, in the shape the exactly_once guarantee drives: the
     rows and the input offsets commit in *one* DB transaction, so the table is the truth."""
 
-    def __init__(self, db: sqlite3.Connection):
+    def __init__(self, db: Database):
         self.db = db
 
     def begin(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")  # several instances may share the file
+        self.db.begin()  # SQLite: the write lock up front, several instances may share the file
 
     def save_offsets(self, offsets) -> None:
-        self.db.executemany("INSERT OR REPLACE INTO kafka_offsets VALUES (?, ?, ?)",
+        self.db.executemany("INSERT INTO kafka_offsets VALUES (?, ?, ?) ON CONFLICT "
+                            "(topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
                             [(tp.topic, tp.partition, tp.offset) for tp in offsets])
 
     def commit(self) -> None:
-        self.db.execute("COMMIT")
+        self.db.commit()
 
     def abort_after_error(self) -> None:
         if self.db.in_transaction:
-            self.db.execute("ROLLBACK")
+            self.db.rollback()
 
 
 def run(bootstrap: str, input_topic: str, group_id: str, db_path: str, guarantee: str,

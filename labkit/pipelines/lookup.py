@@ -1,17 +1,18 @@
 """A lookup the transform makes when it processes a batch: the review threshold.
 
 Payments above the threshold are held for manual review (not written downstream); the others
-are written tagged with the threshold's version. The threshold lives in a one-row SQLite
-table that risk operations edit at any time (``set_threshold``), so the same payment can be
-processed differently by two attempts: the transform is not deterministic across a replay.
+are written tagged with the threshold's version. The threshold lives in a one-row table (a
+SQLite file, or PostgreSQL through a DSN: labkit.storage.db) that risk operations edit at
+any time (``set_threshold``), so the same payment can be processed differently by two
+attempts: the transform is not deterministic across a replay.
 Used by labkit.spark.replay (Spark sinks) and by the consume-transform-produce pipeline
 (``ctp.run(lookup=...)``, labkit.experiments.nondeterminism).
 """
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
+
+from labkit.storage.db import Database
 
 THRESHOLD_TABLE = "review_threshold"
 V1 = ("v1", 50_000)  # cents: no generated payment is above it (labkit.pipelines.data: at most 50,000)
@@ -22,7 +23,7 @@ VERSION_FIELD = "threshold_version"
 def set_threshold(path: str, version: tuple[str, int]) -> None:
     """Write the threshold the next batch will look up (the table holds one row)."""
     name, cents = version
-    with closing(sqlite3.connect(path, timeout=30)) as db, db:
+    with Database(path) as db, db.transaction():
         db.execute(f"CREATE TABLE IF NOT EXISTS {THRESHOLD_TABLE} (version TEXT, cents INTEGER)")
         db.execute(f"DELETE FROM {THRESHOLD_TABLE}")
         db.execute(f"INSERT INTO {THRESHOLD_TABLE} (version, cents) VALUES (?, ?)", (name, cents))
@@ -30,8 +31,8 @@ def set_threshold(path: str, version: tuple[str, int]) -> None:
 
 def current_threshold(path: str) -> tuple[str, int]:
     """The threshold as the table says now: (version, cents)."""
-    with closing(sqlite3.connect(path, timeout=30)) as db:
-        (name, cents), = db.execute(f"SELECT version, cents FROM {THRESHOLD_TABLE}").fetchall()
+    with Database(path) as db:
+        (name, cents), = db.query(f"SELECT version, cents FROM {THRESHOLD_TABLE}")
     return name, int(cents)
 
 

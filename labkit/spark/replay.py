@@ -41,7 +41,7 @@ from labkit.checking.audit import AuditReport, mixed_report
 from labkit.checking.checkers import Result
 from labkit.spark import check, tables
 from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
-from labkit.spark.db import default_url
+from labkit.storage.db import default_url
 from labkit.spark.child import TRANSFORM_PROVIDES
 from labkit.spark.runner import StreamJob
 from labkit.spark.supervised import Run, run_until_done

@@ -54,7 +54,7 @@ from labkit.checking.audit import AuditReport
 from labkit.kafka.inspect import describe_topic
 from labkit.pipelines import learner
 from labkit.spark import check, tables
-from labkit.spark.db import default_url
+from labkit.storage.db import default_url
 from labkit.spark.child import QUERY_PROVIDES
 from labkit.spark.runner import SPARK_CRASH_POINTS, StreamJob, recount
 from labkit.spark.supervised import Run, run_until_done

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from labkit.kafka import javaconfig
 from labkit.faults.crashpoints import crash_point, halves, reached
 from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
-from labkit.spark.db import Database
+from labkit.storage.db import Database
 
 SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count",
               "delta", "delta-append")
