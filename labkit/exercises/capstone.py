@@ -248,18 +248,20 @@ def check_capstone(service: Callable, accounting_reads: str,
         return check(False, "", f"{len(bad)} of {len(results)} experiments are not "
                                 f"exactly-once. {findings}." +
                      (" Hints: " + " | ".join(hints) if hints else ""))
-    ran = []
+    ran, broken = [], None
     with status("The verdict: production's faults") as say:
         for label, run in under_production(service, accounting_reads, bootstrap):
             ran.append(label)
             say(f"The verdict: {label} done after {time.monotonic() - started:.0f} s")
             if not _row("", run)["exactly_once"]:
-                hints = [KIND_HINTS[label.rsplit(" (", 1)[0]]] + \
-                    [FINDING_HINTS[f] for f in run.findings if f in FINDING_HINTS]
-                return check(False, "", f"every named point was exact, but not "
-                                        f"{_finding_text(label, run)}. Hint: "
-                                        + " | ".join(hints))
-    return check(True, f"all {len(results)} point experiments exactly-once, then "
+                broken = (label, run)  # the last one broken names the kind of fault
+    if broken is not None:
+        label, run = broken
+        hints = [KIND_HINTS[label.rsplit(" (", 1)[0]]] + \
+            [FINDING_HINTS[f] for f in run.findings if f in FINDING_HINTS]
+        return check(False, "", f"every named point was exact, but not "
+                                f"{_finding_text(label, run)}. Hint: " + " | ".join(hints))
+    return check(True, f"all {len(results)} point experiments exactly-once, then under "
                        f"{' and '.join(ran)}: no payment lost, none charged twice, no "
                        "aborted payment visible, no transaction left open "
                        f"({time.monotonic() - started:.0f} s).", "")

@@ -202,8 +202,12 @@ def behaviour(run) -> list[Result]:
     an instance that went on after it was fenced (a fatal error taken for another). The
     audit's verdict stays the data's; a judge fails a loop on these too."""
     hanging = run.facts.get("hanging", [])
-    ran_on = [f.fenced for s in run.nemesis.of(Schedule) for f in s.done
-              if isinstance(f, Replace) and f.fenced in run.clients.alive_at_done]
+    # A successor fenced in its turn: the instance it replaced came back with their
+    # transactional.id instead of stopping (a fatal error taken for one to recover from).
+    successors = {f.successor for s in run.nemesis.of(Schedule) for f in s.done
+                  if isinstance(f, Replace)}
+    ran_on = sorted({f["instance"] for f in run.clients.pool.result.failures
+                     if f["instance"] in successors and "FENCED" in raised(f["log"])})
     return [r for r in (Result("hanging-transaction", not hanging, len(hanging), hanging),
                         Result("fenced-ran-on", not ran_on, len(ran_on), ran_on))
             if not r.valid]

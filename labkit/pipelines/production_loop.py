@@ -82,7 +82,12 @@ def fee_service(bootstrap: str, input_topic: str, output_topic: str, group_id: s
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     consumer.subscribe([input_topic], on_revoke=on_revoke, on_lost=on_revoke)
     while not stopping:
-        batch = [m for m in consumer.consume(100, timeout=1.0) if m.error() is None]
+        batch = []
+        for msg in consumer.consume(100, timeout=1.0):
+            if msg.error() is None:
+                batch.append(msg)
+            elif msg.error().fatal():  # e.g. a newer instance took our group.instance.id
+                raise KafkaException(msg.error())
         if not batch:
             continue
         crash_point("after-poll-before-process")
