@@ -69,7 +69,8 @@ class RunContext:
     # ------------------------------------------------------------------ names
 
     def name(self, stem: str) -> str:
-        """The run's stem, ``<stem>-<run id>`` in the learner's namespace; set once."""
+        """The run's stem, ``<stem>-<run id>`` in the learner's namespace; set once (until
+        ``again``)."""
         if not self.base:
             self.base = namespace.qualify(f"{stem}-{self.run_id}".replace("_", "-"))
         return self.base
@@ -128,6 +129,15 @@ class RunContext:
                 shutil.rmtree(self._workdir, ignore_errors=True)
         if self._made and not self.keep_topics and self.bootstrap:
             kafka_topics.delete(self.bootstrap, *self._made)
+
+    def again(self) -> None:
+        """The run made again (its fault missed its window): new names, so new topics; the
+        old ones are deleted with the run's; its facts start over, its timeline goes on."""
+        self.run_id, self.base = uuid.uuid4().hex[:8], ""
+        self.topics, self.inputs, self.facts = {}, [], {}
+        self.clients = self.workers = None
+        self.nemesis = Nemesis()
+        self.client_bootstrap = self.bootstrap
 
     # ------------------------------------------------------------------ steps and events
 
