@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 
+from labkit import progress
 from labkit.faults import crashpoints
 from labkit.faults.nemesis import Fault, Run, Trigger
 
@@ -93,15 +94,35 @@ class RandomKills(Fault):
 
 
 class Kill(Fault):
-    """One SIGKILL of instance ``instance`` when ``trigger`` fires (it is restarted)."""
+    """One SIGKILL of instance ``instance`` when ``trigger`` fires (it is restarted);
+    ``name``: what the timeline calls it ("SIGKILL the app's JVM")."""
 
-    def __init__(self, instance: int, trigger: Trigger):
+    def __init__(self, instance: int, trigger: Trigger, name: str = ""):
         self.instance, self.trigger = instance, trigger
-        self.name = f"instance {instance} SIGKILLed"
+        self.name = name or f"instance {instance} SIGKILLed"
 
     def invoke(self, run: Run) -> None:
         if run.workers.kill(self.instance):
-            run.fired(self, f"instance {self.instance} SIGKILLed ({self.trigger})")
+            run.fired(self, f"{self.name} ({self.trigger})")
+
+
+class Pause(Fault):
+    """The client that reported the trigger's event goes idle for ``seconds`` (it sleeps in
+    its own thread: a producer left idle past a broker's expiration, a long pause of the
+    process), then carries on where it stopped. Idle is not stalled: the watchdog is told."""
+
+    def __init__(self, trigger: Trigger, seconds: float, who: str = "the client"):
+        if seconds < 0:
+            raise ValueError(f"a pause lasts 0 seconds or more, not {seconds}")
+        self.trigger, self.seconds, self.who = trigger, seconds, who
+        self.name = f"{who} idle {seconds:g} s"
+
+    def invoke(self, run: Run) -> None:
+        run.fired(self, f"{self.who} idle for {self.seconds:.0f} s ({self.trigger})")
+        until = time.monotonic() + self.seconds
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, 1.0))
+            progress.beat(f"{self.who} to wake up")
 
 
 class Freeze(Fault):
