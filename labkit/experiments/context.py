@@ -18,7 +18,8 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -164,6 +165,17 @@ class RunContext:
     def saying(self, say: Callable[[str], None]) -> None:
         """Where steps are shown (the experiment's progress line)."""
         self._say = say
+
+    @contextmanager
+    def status(self, message: str) -> Iterator[None]:
+        """A progress line for the block (``message``, ticked when it ends), each step of
+        the run shown on it meanwhile."""
+        with progress.status(message) as say:
+            self._say = say
+            try:
+                yield
+            finally:
+                self._say = lambda line: None
 
 
 def options_view(values: Mapping[str, Any]) -> SimpleNamespace:

@@ -47,7 +47,7 @@ from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import data
-from labkit.progress import status, wait_until
+from labkit.progress import wait_until
 
 SCENARIO = "leader-failover"
 ACKS = ("0", "1", "all")
@@ -82,8 +82,7 @@ def fail_the_leader(run, producer: AcknowledgingProducer) -> None:
     first, second = halves(run.inputs)
     # without a live view (the CLI), each change of the partition is a line of the timeline
     show = run.watch or (lambda moment: progress.step(moment.text()))
-    with status("Leader failover") as say, ReplicaWatch(lab, topic, show, run.elapsed) as watcher:
-        run.saying(say)
+    with run.status("Leader failover"), ReplicaWatch(lab, topic, show, run.elapsed) as watcher:
 
         def step(what: str, state: ReplicaState) -> ReplicaState:
             run.step(what, detail=state.text())

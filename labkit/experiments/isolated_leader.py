@@ -55,7 +55,7 @@ from labkit.faults.nemesis import Nemesis, on
 from labkit.kafka.inspect import Inspector
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import data
-from labkit.progress import status, wait_until
+from labkit.progress import wait_until
 
 SCENARIO = "isolated-leader"
 ACKS = ("1", "all")
@@ -83,8 +83,7 @@ def split(run, producer: AcknowledgingProducer) -> None:
     first, second = halves(run.inputs)
     facts = run.facts
     facts.update(old_leader_pid=lab.broker(LEADER).pid, old_leader_process=[])
-    with status("Isolated leader") as say:
-        run.saying(say)
+    with run.status("Isolated leader"):
 
         def step(what: str) -> None:
             facts["old_leader_process"].append(lab.process_states()[LEADER])

@@ -33,7 +33,6 @@ from labkit.faults.wire_faults import ProxyFault
 from labkit.kafka import protocol, topics
 from labkit.kafka.clientlog import client_config
 from labkit.pipelines import data
-from labkit.progress import status
 
 SCENARIO = "producer-expiry"
 KAFKA_DEFAULT_MS = 86_400_000  # producer.id.expiration.ms: one day
@@ -60,7 +59,7 @@ def send_batch(bootstrap: str, topic: str, payments: list[dict]) -> list[int]:
 
 
 def _send(run) -> None:
-    with status(f"One batch, its answer lost, its retry held back {HOLD_MS / 1000:.0f} s"):
+    with run.status(f"One batch, its answer lost, its retry held back {HOLD_MS / 1000:.0f} s"):
         offsets = (run.pipeline or send_batch)(run.client_bootstrap, run.topics["output"],
                                                run.inputs)
     run.facts.update(acknowledged=len(offsets),

@@ -36,7 +36,6 @@ from labkit.faults.process_faults import Pause
 from labkit.kafka import topics
 from labkit.kafka.inspect import describe_topic
 from labkit.pipelines import data
-from labkit.progress import status
 
 SCENARIO = "txn-id-expiry"
 KAFKA_DEFAULT_MS = 604_800_000  # transactional.id.expiration.ms: 7 days
@@ -82,8 +81,7 @@ def a_b_and_the_zombie(run) -> None:
     transactional.id, commits the second; A wakes up and commits it too."""
     topic, app_id = run.topics["output"], run.transactional_id()
     first, second = halves(run.inputs)
-    with status("A commits, idles; B takes over; A wakes up") as say:
-        run.saying(say)
+    with run.status("A commits, idles; B takes over; A wakes up"):
         a = fee_service(run.client_bootstrap, app_id)  # instance A
         _commit(a, topic, first)
         run.event("committed", instance="A")  # A is left idle
