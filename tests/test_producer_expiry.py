@@ -4,6 +4,7 @@ the retry again (the whole batch duplicated, acknowledged at the second copy's o
 Kafka's default (one day) the retry is recognised and the batch is in the log once."""
 from __future__ import annotations
 
+from labkit import experiments
 from labkit.experiments import producer_expiry
 from tests.test_failover import refused_before_any_broker, scenario_on_a_lab_of_its_own
 
@@ -21,8 +22,8 @@ def test_a_retry_after_the_broker_forgot_the_producer_is_written_twice(tmp_path)
 
 
 def test_while_the_broker_remembers_the_producer_the_retry_is_written_once():
-    run = producer_expiry.producer_expiry(producer_expiry.KAFKA_DEFAULT_MS, RECORDS,
-                                          announce=lambda line: None)
+    run = experiments.run("producer-expiry", expiration_ms=producer_expiry.KAFKA_DEFAULT_MS,
+                          records=RECORDS, announce=lambda line: None)
     r = run.report
     assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (RECORDS, RECORDS, 0, 0), r.summary()
     # the retry was answered with the offsets of the first (and only) copy

@@ -72,7 +72,7 @@ def test_a_small_state_is_restored_in_full_and_the_counts_are_exact(cluster,
     # the store had reached the disk when the JVM was killed.
     assert run.restored_records == run.committed_at_kill, run.restores
     assert run.topics["changelog"].endswith("-running-count-changelog")
-    assert [what for _, what in run.steps][1].startswith("SIGKILL the app's JVM")
+    assert [step.what for step in run.steps][1].startswith("SIGKILL the app's JVM")
 
 
 def test_cli_transactional_stores_keep_a_flushed_state(bootstrap):
@@ -98,8 +98,8 @@ def test_a_run_that_fails_half_way_leaves_no_jvm(cluster, monkeypatch):
 
     monkeypatch.setattr(streams_restore, "_wait_done", fails)
     with pytest.raises(RuntimeError, match="fails while the restarted app runs"):
-        streams_restore.streams_restore(cluster.bootstrap, transactional_stores=True,
-                                        records=RECORDS)
+        experiments.run("streams-restore", cluster=cluster, transactional_stores=True,
+                        records=RECORDS)
     assert streams_jvms() == []
 
 

@@ -7,6 +7,7 @@ Kafka's default (7 days) B took A's producer id over with a new epoch, and A was
 once."""
 from __future__ import annotations
 
+from labkit import experiments
 from labkit.experiments import txn_id_expiry
 from tests.test_failover import refused_before_any_broker, scenario_on_a_lab_of_its_own
 
@@ -23,8 +24,8 @@ def test_a_zombie_whose_id_expired_is_still_refused_first_abortably(tmp_path):
 
 
 def test_while_the_id_is_remembered_the_zombie_is_fenced_at_once():
-    run = txn_id_expiry.txn_id_expiry(txn_id_expiry.KAFKA_DEFAULT_MS, RECORDS,
-                                      announce=lambda line: None)
+    run = experiments.run("txn-id-expiry", expiration_ms=txn_id_expiry.KAFKA_DEFAULT_MS,
+                          records=RECORDS, announce=lambda line: None)
     assert run.producer_ids == 1 and run.zombie_errors == ["_FENCED (fatal)"], run.to_json()
     r = run.report
     assert (run.zombie_committed, r.delivered_unique, r.lost, r.duplicated) == \

@@ -7,17 +7,20 @@ run (a topic, a table, a count per key) and they add up to the run's one AuditRe
 
 One checker gives the report (the audit of the data); every other gives findings
 (``labkit.checking.checkers.Result``) that join it and the one verdict. ``run`` is the
-experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``history``.
+experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``history``; a
+checker may add what it counted to its ``facts``.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from labkit.checking import audit
 from labkit.checking.audit import AuditReport
-from labkit.checking.checkers import Result
+from labkit.checking.checkers import EXAMPLES, Result
+from labkit.kafka import topics
 
 
 class Checked(Protocol):
@@ -28,6 +31,7 @@ class Checked(Protocol):
     topics: dict[str, str]
     inputs: list[dict]
     history: list[dict]
+    facts: dict
 
 
 Checker = Callable[[Any], "AuditReport | list[Result]"]
@@ -69,6 +73,69 @@ class TableAudit:
     def __call__(self, run: Checked) -> AuditReport:
         return audit.audit_table(self.db(run), self.table, run.inputs, self.scenario,
                                  self.guarantee, crash_at=self.crash_at, fault=self.fault)
+
+
+@dataclass(frozen=True)
+class AcknowledgedWrites:
+    """What a producer was told was written, against the log (Jepsen's acknowledged-writes
+    check): an acknowledged id missing from the log is lost, an id there twice duplicated.
+    A record that was not acknowledged is owed nothing (it may be there or not).
+
+    ``acknowledged(run)``: each id the producer's delivery reports acknowledged, with who
+    acknowledged it (a broker, or None); ``read_from(run)``: the bootstrap to read the log
+    from (default the run's; e.g. the new leader, while the old one still starts).
+    Facts: ``in_log`` (ids), ``lost_acknowledged``, ``lost_acknowledged_by`` (who had
+    acknowledged the lost ones, as text) and ``duplicated``."""
+
+    scenario: str
+    guarantee: str
+    acknowledged: Callable[[Any], Mapping[str, Any]]
+    fault: str | None = None
+    role: str = "output"
+    read_from: Callable[[Any], str] | None = None
+
+    def __call__(self, run: Checked) -> AuditReport:
+        acked = self.acknowledged(run)
+        bootstrap = self.read_from(run) if self.read_from is not None else run.bootstrap
+        in_log = [r.value["id"] for r in topics.read(bootstrap, run.topics[self.role],
+                                                     "read_uncommitted")]
+        unique = set(in_log)
+        lost = sorted(set(acked) - unique)
+        duplicated = len(in_log) - len(unique)
+        run.facts.update(in_log=len(unique), lost_acknowledged=len(lost),
+                         lost_acknowledged_by=dict(Counter(str(acked[i]) for i in lost)),
+                         duplicated=duplicated)
+        twice = [i for i, n in Counter(in_log).items() if n > 1]
+        return AuditReport(self.scenario, self.guarantee, fault=self.fault,
+                           produced=len(acked), delivered_unique=len(acked) - len(lost),
+                           lost=len(lost), duplicated=duplicated,
+                           examples={k: v[:EXAMPLES] for k, v in
+                                     (("lost", lost), ("duplicated", twice)) if v})
+
+
+@dataclass(frozen=True)
+class CountsAudit:
+    """An output topic that holds running totals per key, not the records: the last
+    ``field`` per key (read_committed) against the input's count per key (a shortfall is
+    lost, an excess duplicated); ``aborted_in_log`` from reading it both ways. ``fault``
+    may be a function of the run (a kill whose moment only the run knows)."""
+
+    scenario: str
+    guarantee: str
+    field: str = "count"
+    role: str = "output"
+    fault: str | Callable[[Any], str] | None = None
+
+    def __call__(self, run: Checked) -> AuditReport:
+        topic = run.topics[self.role]
+        committed = topics.read(run.bootstrap, topic, isolation="read_committed")
+        report = audit.check_counts(self.scenario, self.guarantee, len(run.inputs),
+                                    audit.expected_counts(run.inputs),
+                                    audit.last_value_per_key(committed, self.field),
+                                    fault=self.fault(run) if callable(self.fault) else self.fault)
+        everything = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
+        report.aborted_in_log = len(everything) - len(committed)
+        return report
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -70,7 +71,8 @@ class RunContext:
     # ------------------------------------------------------------------ names
 
     def name(self, stem: str) -> str:
-        """The run's stem, ``<stem>-<run id>`` in the learner's namespace; set once."""
+        """The run's stem, ``<stem>-<run id>`` in the learner's namespace; set once (until
+        ``again``)."""
         if not self.base:
             self.base = namespace.qualify(f"{stem}-{self.run_id}".replace("_", "-"))
         return self.base
@@ -130,6 +132,15 @@ class RunContext:
         if self._made and not self.keep_topics and self.bootstrap:
             kafka_topics.delete(self.bootstrap, *self._made)
 
+    def again(self) -> None:
+        """The run made again (its fault missed its window): new names, so new topics; the
+        old ones are deleted with the run's; its facts start over, its timeline goes on."""
+        self.run_id, self.base = uuid.uuid4().hex[:8], ""
+        self.topics, self.inputs, self.facts = {}, [], {}
+        self.clients = self.workers = None
+        self.nemesis = Nemesis()
+        self.client_bootstrap = self.bootstrap
+
     # ------------------------------------------------------------------ steps and events
 
     def elapsed(self) -> float:
@@ -155,6 +166,17 @@ class RunContext:
     def saying(self, say: Callable[[str], None]) -> None:
         """Where steps are shown (the experiment's progress line)."""
         self._say = say
+
+    @contextmanager
+    def status(self, message: str) -> Iterator[None]:
+        """A progress line for the block (``message``, ticked when it ends), each step of
+        the run shown on it meanwhile."""
+        with progress.status(message) as say:
+            self._say = say
+            try:
+                yield
+            finally:
+                self._say = lambda line: None
 
 
 def options_view(values: Mapping[str, Any]) -> SimpleNamespace:

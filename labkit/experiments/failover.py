@@ -1,53 +1,55 @@
 """When a broker fails: what acks, min.insync.replicas and unclean election keep.
 
-    run = experiments.run("leader-failover", acks="1")   # on a failure lab of its own
-    run = leader_failover(lab, acks="1")          # on a failure lab you hold (-> FailoverRun)
+    run = experiments.run("leader-failover", acks="1")              # a failure lab of its own
+    run = experiments.run("leader-failover", cluster=lab, acks="1")  # one you hold
         run.lost_acknowledged                        # acknowledged to the producer, then gone
 
-The experiment, every step done to a real broker process:
+The composition, every step done to a real broker process:
 
-1. A topic with one partition on brokers 1, 2 and 3 (broker 1 leads), with the run's
-   ``min.insync.replicas`` and ``unclean.leader.election.enable``.
-2. The first half of the records is written and copied to every replica.
-3. Both followers are frozen (SIGSTOP): they stop copying. With ``out_of_sync`` they stay
-   frozen until the leader has dropped them from the ISR; otherwise they are still in it.
-4. The second half is written; the producer hears back (or not) for ``ACK_WAIT_S``.
-5. The leader is SIGKILLed and the followers thawed; the controller elects a new leader
-   (or none: then the old leader is started again and leads once more). Followers frozen
-   past ``broker.session.timeout.ms`` are fenced, and then no election is clean: on a
-   starved machine that can happen before the kill, and such a run is made again.
-6. The producer gets time to finish (its retries go to the new leader); the old leader is
-   started again (in the background) and, as a follower now, cuts its log back to the new
-   leader's.
-7. The audit reads the partition from the start: an id the producer was told was written
-   (its delivery report had no error) and that is not there is ``lost_acknowledged``.
+- workload: a topic with one partition on brokers 1, 2 and 3 (broker 1 leads), with the
+  run's ``min.insync.replicas`` and ``unclean.leader.election.enable``;
+- client: a producer whose delivery reports are kept (``AcknowledgingProducer``). It writes
+  the first half of the records, waits until every replica has them and reports ``copied``;
+  writes the second half, hears back (or not) for ``ACK_WAIT_S`` and reports ``sent``; then
+  waits for the controller's election (``elected``, or ``offline`` when no replica may
+  lead) and gives its retries time to reach the new leader;
+- nemesis: both followers frozen (SIGSTOP) on ``copied``, so they stop copying (with
+  ``out_of_sync`` the client waits until the leader has dropped them from the ISR; else they
+  are still in it); the leader SIGKILLed and the followers thawed on ``sent``; the old
+  leader restarted on ``elected`` (in the background: as a follower it cuts its log back to
+  the new leader's) or on ``offline`` (it leads again);
+- checker: the partition read from the start; an id the producer was told was written
+  (its delivery report had no error) and that is not there is ``lost_acknowledged``
+  (``labkit.checking.checks.AcknowledgedWrites``).
 
-It runs on a failure lab (``labkit.kafka.failure_lab``), always local and private.
+Followers frozen past ``broker.session.timeout.ms`` are fenced, and then no election is
+clean: on a starved machine that can happen before the kill, and such a run is made again
+(``missed``). While it runs, ``ReplicaWatch`` hands each change of the partition's leader,
+ISR and broker processes to the run's ``watch`` (a ``widgets.ReplicaBoard``), or prints it.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 
-from confluent_kafka import Producer
-
-from labkit.kafka import names, topics
-
-from labkit.pipelines import data
-from labkit.kafka.clientlog import client_config
-from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
-from labkit.kafka.localcluster import LocalCluster
-from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
 from labkit import progress
-from labkit.checking.audit import AuditReport
+from labkit.checking.checks import AcknowledgedWrites
+from labkit.checking.record import Presentation
+from labkit.experiments.acknowledged import AcknowledgingProducer, halves
+from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
-from labkit.progress import status, wait_until
+from labkit.faults.broker_faults import (FreezeBroker, KillBroker, RestartBroker, ThawBroker,
+                                         WholeLab)
+from labkit.faults.nemesis import Nemesis, on
+from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
+from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
+from labkit.kafka.localcluster import LocalCluster
+from labkit.pipelines import data
+from labkit.progress import wait_until
 
+SCENARIO = "leader-failover"
 ACKS = ("0", "1", "all")
 LEADER, FOLLOWERS = 1, (2, 3)
 BROKERS = (LEADER, *FOLLOWERS)
@@ -60,205 +62,105 @@ SETTLE_S = 1.0
 # knows the outcome: a new leader, or none. Seconds on a quiet machine; generous for a
 # loaded one (a CI run saw more than 10 s).
 ELECTION_WAIT_S = 60.0
-ATTEMPTS = 3  # runs whose fault missed its window, at most (see leader_failover)
+ATTEMPTS = 3  # runs whose fault missed its window, at most (see _missed)
 DELIVERY_TIMEOUT_MS = 20_000  # a record not acknowledged by then is reported failed
 # The JSON `labkit scenario leader-failover --json` prints, in this order.
-RUN_KEYS = ("scenario", "acks", "min_insync", "unclean", "out_of_sync", "produced",
-            "acknowledged", "not_acknowledged", "in_log", "lost_acknowledged", "duplicated",
-            "election", "new_leader")
+RUN_KEYS = ("acks", "min_insync", "unclean", "out_of_sync", "produced", "acknowledged",
+            "not_acknowledged", "in_log", "lost_acknowledged", "duplicated", "election",
+            "new_leader")
 
 
-class AcknowledgedRun:
-    """The audit and topics of a run that checks what a producer was told was written
-    (its ``acknowledged``, ``lost_acknowledged``, ``duplicated`` and ``topic``), after its
-    ``fault``."""
-
-    scenario = fault = ""
-
-    @property
-    def report(self) -> AuditReport:
-        """The one audit over what the producer was told was written: an acknowledged
-        record missing from the log is lost, one there twice is duplicated."""
-        return AuditReport(self.scenario, f"acks={self.acks}", fault=self.fault,
-                           produced=self.acknowledged,
-                           delivered_unique=self.acknowledged - self.lost_acknowledged,
-                           lost=self.lost_acknowledged, duplicated=self.duplicated)
-
-    @property
-    def topics(self) -> dict[str, str]:
-        return {"output": self.topic} if self.topic else {}
+def out_of_sync(o) -> bool:
+    """Are the followers kept frozen until they leave the ISR? (an unclean election needs
+    a replica out of sync to elect)"""
+    return o.out_of_sync or o.unclean
 
 
-@dataclass
-class FailoverRun(AcknowledgedRun):
-    acks: str
-    min_insync: int
-    unclean: bool
-    out_of_sync: bool
-    produced: int = 0
-    acknowledged: int = 0
-    not_acknowledged: dict[str, int] = field(default_factory=dict)  # error name -> records
-    in_log: int = 0
-    lost_acknowledged: int = 0
-    duplicated: int = 0
-    election: str = ""  # clean | eligible (ELR) | unclean | none
-    new_leader: int | None = None
-    frozen_s: float = 0.0  # from freezing the followers to the kill (they thaw right after)
-    attempts: int = 1  # a run whose frozen followers were fenced is run again
-    topic: str = ""  # the partition's topic (deleted with the failure lab)
-    history: list[dict] = field(default_factory=list, repr=False)  # no workers: no events
-    # (seconds since the start, what happened, the partition's state then)
-    steps: list[tuple[float, str, str]] = field(default_factory=list, repr=False)
+def fail_the_leader(run, producer: AcknowledgingProducer) -> None:
+    """The client's order of things; the faults fire on the events it reports."""
+    lab, topic = run.cluster, run.topics["output"]
+    first, second = halves(run.inputs)
+    # without a live view (the CLI), each change of the partition is a line of the timeline
+    show = run.watch or (lambda moment: progress.step(moment.text()))
+    with run.status("Leader failover"), ReplicaWatch(lab, topic, show, run.elapsed) as watcher:
 
-    scenario, fault = "leader-failover", "leader SIGKILLed"
-
-    def to_dict(self) -> dict:
-        d = {"scenario": self.scenario, **asdict(self)}
-        return {k: d[k] for k in RUN_KEYS}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    def summary(self) -> str:
-        refused = ", ".join(f"{n} {e}" for e, n in sorted(self.not_acknowledged.items())) or "none"
-        return (f"acks={self.acks} min.insync.replicas={self.min_insync} "
-                f"unclean={str(self.unclean).lower()}: produced={self.produced} "
-                f"acknowledged={self.acknowledged} in_log={self.in_log} "
-                f"lost_acknowledged={self.lost_acknowledged} duplicated={self.duplicated}\n"
-                f"    not acknowledged: {refused}; election: {self.election}")
-
-    def timeline(self) -> str:
-        return "\n".join(f"{t:5.1f} s  {what:<44} {state}" for t, what, state in self.steps)
-
-
-def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
-                    unclean: bool = False, out_of_sync: bool | None = None,
-                    records: int = 100,
-                    watch: Callable[[ReplicaMoment], None] | None = None) -> FailoverRun:
-    """Kill a partition's leader after it acknowledged records its followers never copied.
-
-    ``out_of_sync`` (default: as ``unclean``) keeps the followers frozen until they have left
-    the ISR: an unclean election needs a replica that is out of sync to elect.
-    ``min_insync`` 1 is Kafka's default. ``watch`` (e.g. a ``widgets.ReplicaBoard``) is
-    handed each change of the partition's leader, ISR and broker processes while it runs."""
-    check_settings(acks, min_insync, records)
-    out_of_sync = unclean if out_of_sync is None else out_of_sync
-    for attempt in range(1, ATTEMPTS + 1):
-        run = _fail_the_leader(lab, acks, min_insync, unclean, out_of_sync, records, watch)
-        run.attempts = attempt
-        # In-sync followers that are alive always give a clean election; "none" means the
-        # controller fenced them while they were frozen: the fault missed its window (a
-        # starved machine stretched it past broker.session.timeout.ms), not Kafka's answer.
-        if out_of_sync or not run.election.startswith("none"):
-            break
-        progress.step(f"the followers were frozen {run.frozen_s:.1f} s, long enough to be "
-                      f"fenced: the experiment is run again ({attempt} of {ATTEMPTS})")
-    return run
-
-
-def _fail_the_leader(lab: LocalCluster, acks: str, min_insync: int, unclean: bool,
-                     out_of_sync: bool, records: int,
-                     watch: Callable[[ReplicaMoment], None] | None) -> FailoverRun:
-    lab.restart()  # every broker up: the previous run's old leader may still be starting
-    topic = names.topic(f"failover-{time.monotonic_ns() % 10**9}")
-    run = FailoverRun(acks, min_insync, unclean, out_of_sync, topic=topic)
-    topics.create(lab.bootstrap, topic, replica_assignment=[[LEADER, *FOLLOWERS]], config={
-        "min.insync.replicas": str(min_insync),
-        "unclean.leader.election.enable": str(unclean).lower()})
-    inputs = data.generate(records, prefix="f")
-    first, second = inputs[:records // 2], inputs[records // 2:]
-    acked: set[str] = set()
-    refused: Counter[str] = Counter()
-
-    def delivered(err, msg) -> None:
-        rid = topics.decode(msg.value())["id"]
-        if err is None:
-            acked.add(rid)
-        else:
-            refused[err.name()] += 1
-
-    producer = Producer(client_config({
-        "bootstrap.servers": lab.bootstrap, "acks": acks,
-        # Its only log lines here are refused connections to the leader this run kills;
-        # what matters to the audit comes back in the delivery reports.
-        "log_level": 2,
-        "enable.idempotence": acks == "all",  # idempotence requires acks=all
-        "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}))
-    start = time.monotonic()
-
-    with status("Leader failover") as say, ReplicaWatch(lab, topic, watch, start) as watcher:
-        def record(what: str, state: ReplicaState) -> ReplicaState:
-            run.steps.append((round(time.monotonic() - start, 1), what, state.text()))
-            say(what)
-            progress.step(what)
+        def step(what: str, state: ReplicaState) -> ReplicaState:
+            run.step(what, detail=state.text())
             watcher.mark(what, state)
             return state
 
-        def step(what: str, at: int) -> ReplicaState:
-            return record(what, replica_state(lab, topic, at))
-
-        for rec in first:
-            producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
+        producer.send(first)
         producer.flush(30)
         wait_until_replicated(lab, topic, len(first))
-        step(f"{len(first)} records written, copied to all 3", LEADER)
+        step(f"{len(first)} records written, copied to all 3", replica_state(lab, topic, LEADER))
         frozen_at = time.monotonic()
-        with lab.frozen(*FOLLOWERS):
-            if out_of_sync:
-                wait_until(lambda: replica_state(lab, topic, LEADER).isr == (LEADER,),
-                      "the leader to drop the frozen followers from the ISR",
-                      FAILURE_LAB_PROPERTIES["replica.lag.time.max.ms"] / 1000 * 4)
-                step("followers frozen, out of the ISR", LEADER)
-            else:
-                # The step (a metadata request, a redrawn board) runs inside the settle time,
-                # not after it: frozen followers send the controller no heartbeat, and once
-                # broker.session.timeout.ms (4 s) has passed they are fenced and leave the
-                # ISR. A CI run under load got there before the kill (03b: "election: none").
-                step("followers frozen (still in the ISR)", LEADER)
-                time.sleep(max(0.0, SETTLE_S - (time.monotonic() - frozen_at)))
-            for rec in second:
-                producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
-            producer.flush(ACK_WAIT_S)
-            before = step(f"{len(second)} more sent: {len(acked)} acknowledged so far", LEADER)
-            lab.kill(LEADER)
-        run.frozen_s = round(time.monotonic() - frozen_at, 1)
+        run.event("copied")  # the followers are frozen
+        if out_of_sync(run.o):
+            wait_until(lambda: replica_state(lab, topic, LEADER).isr == (LEADER,),
+                       "the leader to drop the frozen followers from the ISR",
+                       FAILURE_LAB_PROPERTIES["replica.lag.time.max.ms"] / 1000 * 4)
+            step("followers frozen, out of the ISR", replica_state(lab, topic, LEADER))
+        else:
+            # The step (a metadata request, a redrawn board) runs inside the settle time,
+            # not after it: frozen followers send the controller no heartbeat, and once
+            # broker.session.timeout.ms (4 s) has passed they are fenced and leave the
+            # ISR. A CI run under load got there before the kill (03b: "election: none").
+            step("followers frozen (still in the ISR)", replica_state(lab, topic, LEADER))
+            time.sleep(max(0.0, SETTLE_S - (time.monotonic() - frozen_at)))
+        producer.send(second)
+        producer.flush(ACK_WAIT_S)
+        before = step(f"{len(second)} more sent: {len(producer.acked)} acknowledged so far",
+                      replica_state(lab, topic, LEADER))
+        run.event("sent")  # the leader is killed, the followers thawed
+        run.facts["frozen_s"] = round(time.monotonic() - frozen_at, 1)
         new = _wait_for_new_leader(lab, topic)
         if new.leader is None:
-            record("leader killed: no replica may lead", new)
-            lab.restart(LEADER)
+            step("leader killed: no replica may lead", new)
+            run.event("offline")  # the old leader is started again
             # asked of a follower: broker 1 answers metadata before it has taken the lead
             wait_until(lambda: _leader_seen_by(lab, topic, FOLLOWERS[0]) == LEADER,
                        "the restarted broker 1 to lead again", 30)
-            new = step("old leader restarted: it leads again", FOLLOWERS[0])
+            new = step("old leader restarted: it leads again",
+                       replica_state(lab, topic, FOLLOWERS[0]))
         else:
-            new = step("leader killed, followers thawed: elected", new.leader)
-            lab.restart(LEADER, wait=False)  # it rejoins as a follower while we audit
+            new = step("leader killed, followers thawed: elected",
+                       replica_state(lab, topic, new.leader))
+            run.event("elected")  # the old leader rejoins as a follower while we audit
         producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
+    run.facts.update(new_leader=new.leader, election=_election(before, new),
+                     out_of_sync=out_of_sync(run.o))
 
-    run.new_leader = new.leader
-    run.election = _election(before, new)
-    # asked of the new leader: the old one may still be starting
-    in_log = [r.value["id"] for r in topics.read(lab.broker(new.leader).address, topic,
-                                                 "read_uncommitted")]
-    run.produced = len(inputs)
-    run.acknowledged = len(acked)
-    run.not_acknowledged = dict(refused)
-    run.in_log = len(set(in_log))
-    run.lost_acknowledged = len(acked - set(in_log))
-    run.duplicated = len(in_log) - len(set(in_log))
-    return run
+
+def _missed(run) -> str | None:
+    # In-sync followers that are alive always give a clean election; "none" means the
+    # controller fenced them while they were frozen: the fault missed its window (a
+    # starved machine stretched it past broker.session.timeout.ms), not Kafka's answer.
+    if out_of_sync(run.o) or not run.facts["election"].startswith("none"):
+        return None
+    return f"the followers were frozen {run.facts['frozen_s']:.1f} s, long enough to be fenced"
+
+
+def _summary(run) -> str:
+    o = run.options
+    refused = ", ".join(f"{n} {e}" for e, n in sorted(run.not_acknowledged.items())) or "none"
+    return (f"acks={o['acks']} min.insync.replicas={o['min_insync']} "
+            f"unclean={str(o['unclean']).lower()}: produced={run.produced} "
+            f"acknowledged={run.acknowledged} in_log={run.in_log} "
+            f"lost_acknowledged={run.lost_acknowledged} duplicated={run.duplicated}\n"
+            f"    not acknowledged: {refused}; election: {run.election}")
 
 
 class ReplicaWatch:
-    """Asks a running broker for the partition's leader and ISR every ``interval_s`` and
-    hands each change (or a change of a broker's process) to ``show``, on a thread of its
-    own; on exit, after the thread has stopped, the last moment is shown once more. A
-    frozen broker is never asked: it would take the connection and never answer."""
+    """A live view, no fault: asks a running broker for the partition's leader and ISR
+    every ``interval_s`` and hands each change (or a change of a broker's process) to
+    ``show``, on a thread of its own; on exit, after the thread has stopped, the last moment
+    is shown once more. A frozen broker is never asked: it would take the connection and
+    never answer."""
 
     def __init__(self, lab: LocalCluster, topic: str,
-                 show: Callable[[ReplicaMoment], None] | None, start: float,
+                 show: Callable[[ReplicaMoment], None] | None, clock: Callable[[], float],
                  interval_s: float = 0.3):
-        self.lab, self.topic, self.show, self.start = lab, topic, show, start
+        self.lab, self.topic, self.show, self.clock = lab, topic, show, clock  # clock: seconds in
         self.interval_s = interval_s
         self.step = "topic created"
         self._leader: int | None = LEADER
@@ -283,7 +185,7 @@ class ReplicaWatch:
     def _now(self, state: ReplicaState | None) -> ReplicaMoment:
         # the processes read after the state: a broker killed or frozen while it was being
         # asked shows as such
-        return ReplicaMoment(round(time.monotonic() - self.start, 1), self.step, state,
+        return ReplicaMoment(self.clock(), self.step, state,
                              self.lab.process_states())
 
     def mark(self, step: str, state: ReplicaState) -> None:
@@ -319,16 +221,6 @@ class ReplicaWatch:
         self._thread.join()
         if exc_type is None:  # after a failure, its error is what the learner needs to see
             self._offer(self.moment())
-
-
-def check_settings(acks: str, min_insync: int, records: int) -> None:
-    """A ValueError that says what to use, before any broker is started."""
-    if acks not in ACKS:
-        raise ValueError(f"acks must be one of {', '.join(ACKS)}, not {acks!r}")
-    if min_insync not in (1, 2, 3):
-        raise ValueError(f"min_insync must be 1, 2 or 3 (the topic has 3 replicas), not {min_insync}")
-    if records < 2:
-        raise ValueError(f"records must be 2 or more (half before the fault, half during), not {records}")
 
 
 def replica_state(lab: LocalCluster, topic: str, at: int, timeout_s: float = 5) -> ReplicaState:
@@ -381,25 +273,38 @@ def _election(before: ReplicaState, after: ReplicaState) -> str:
     return "unclean (an out-of-sync replica)"
 
 
-def _run(context, *, acks: str, min_insync: int, unclean: bool, out_of_sync: bool,
-         records: int) -> FailoverRun:
-    # without a live view (the CLI), each change of the partition is a line of the timeline
-    watch = context.watch or (lambda moment: progress.step(moment.text()))
-    return leader_failover(context.cluster, acks, min_insync, unclean, out_of_sync or None,
-                           records, watch=watch)
-
-
 register(Experiment(
-    "leader-failover", "the partition's leader SIGKILLed after acknowledging records its "
-    "followers never copied: what acks and min.insync.replicas keep",
-    _run, where=FAILURE_LAB, check=lambda acks, min_insync, records, **_: check_settings(
-        acks, min_insync, records),
-    text=lambda run: f"{run.summary()}\n{run.timeline()}", options=(
+    SCENARIO, "the partition's leader SIGKILLed after acknowledging records its followers "
+    "never copied: what acks and min.insync.replicas keep",
+    where=FAILURE_LAB, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
-        Option("min_insync", 1, "the topic's min.insync.replicas", kind=int),
+        Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2", "3"), kind=int,
+               why="the topic has 3 replicas"),
         Option("unclean", False, "unclean.leader.election.enable=true (the followers are "
                "left out of the ISR first)", kind=bool),
         Option("out_of_sync", False, "freeze the followers until they leave the ISR "
                "(implied by --unclean)", kind=bool),
-        Option("records", 100, "how many records (half before the fault)", kind=int, short="-n"),
-    )))
+        Option("records", 100, "how many records (half before the fault)", kind=int,
+               short="-n", minimum=2, why="half before the fault, half during"),
+    ),
+    workload=lambda o: Workload("failover", (Topic("output", replica_assignment=[list(BROKERS)],
+                                                   config={
+        "min.insync.replicas": str(o.min_insync),
+        "unclean.leader.election.enable": str(o.unclean).lower()}),),
+        data.generate(o.records, prefix="f")),
+    clients=lambda run: AcknowledgingProducer(fail_the_leader, acks=run.o.acks,
+                                              delivery_timeout_ms=DELIVERY_TIMEOUT_MS),
+    nemesis=lambda o: Nemesis(
+        WholeLab(),  # the previous run's old leader may still be starting
+        *(FreezeBroker(b, on("copied"), name=f"follower {b} frozen") for b in FOLLOWERS),
+        KillBroker(LEADER, on("sent"), name="the leader SIGKILLed"), ThawBroker(on("sent")),
+        RestartBroker(on("offline")), RestartBroker(on("elected"), wait=False)),
+    checkers=lambda o: [AcknowledgedWrites(
+        SCENARIO, f"acks={o.acks}", lambda run: run.clients.acked, fault="leader SIGKILLed",
+        # asked of the new leader: the old one may still be starting
+        read_from=lambda run: run.cluster.broker(run.facts["new_leader"]).address)],
+    missed=_missed, attempts=ATTEMPTS,
+    presentation=Presentation(summary=_summary, json=lambda run: {
+        "scenario": SCENARIO, **{k: run.facts[k] if k in run.facts else run.options[k]
+                                 for k in RUN_KEYS}}),
+    text=lambda run: f"{run.summary()}\n{run.timeline()}"))

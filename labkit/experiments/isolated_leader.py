@@ -4,7 +4,13 @@
         run.lost_acknowledged                           # acknowledged, then truncated away
 
 The experiment, on real brokers whose links to each other go through cuttable forwarders
-(``labkit.faults.partition``); no broker is killed or frozen:
+(``labkit.faults.partition``); no broker is killed or frozen. Its parts: a topic on brokers
+1-3; the client, a producer whose delivery reports are kept (``AcknowledgingProducer``,
+which also notes the leader its own metadata named at each acknowledgement) and that
+reports ``copied`` and ``viewed``; the nemesis, broker 1 isolated on ``copied`` and the
+network healed on ``viewed`` (``labkit.faults.broker_faults``); the checker, the
+acknowledged writes against the log (``labkit.checking.checks.AcknowledgedWrites``). In
+order:
 
 1. A topic with one partition on brokers 1, 2 and 3 (broker 1 leads), with the run's
    ``min.insync.replicas``; the first half of the records is written and copied to all 3.
@@ -34,23 +40,24 @@ a partition's records only to the leader it knows.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-
-from confluent_kafka import Producer
 
 from labkit import progress
-from labkit.experiments.failover import AcknowledgedRun, replica_state
+from labkit.checking.checks import AcknowledgedWrites
+from labkit.checking.record import Presentation
+from labkit.experiments.acknowledged import AcknowledgingProducer, halves
+from labkit.experiments.failover import replica_state
+from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
-from labkit.kafka import names, topics
-from labkit.kafka.clientlog import client_config
+from labkit.faults.broker_faults import Heal, Isolate, WholeLab
+from labkit.faults.nemesis import Nemesis, on
 from labkit.kafka.inspect import Inspector
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import data
-from labkit.progress import status, wait_until
+from labkit.progress import wait_until
 
+SCENARIO = "isolated-leader"
 ACKS = ("1", "all")
 LEADER, OTHERS = 1, (2, 3)
 SPLIT_WRITE_S = 3.0  # the second half is written over this long, one record at a time
@@ -62,171 +69,74 @@ DELIVERY_TIMEOUT_MS = 6000
 ELECTION_WAIT_S = 60.0
 REJOIN_WAIT_S = 60.0
 STALL_S = 90.0  # longer than any bounded wait above
-NOT_PRINTED = ("old_leader_pid", "topic", "history", "steps")  # by --json
+# What `labkit scenario isolated-leader --json` prints after "scenario", in this order.
+RUN_KEYS = ("acks", "min_insync", "produced", "during_split", "acknowledged",
+            "acknowledged_during_split", "acknowledged_by", "not_acknowledged", "in_log",
+            "lost_acknowledged", "lost_acknowledged_by", "duplicated", "new_leader",
+            "election_s", "old_leader_acknowledged_for_s", "old_leader_view",
+            "controller_view", "rejoined_s", "old_leader_process")
 
 
-@dataclass
-class IsolatedLeaderRun(AcknowledgedRun):
-    acks: str
-    min_insync: int
-    produced: int = 0
-    during_split: int = 0  # records written while broker 1 was isolated
-    acknowledged: int = 0
-    acknowledged_during_split: int = 0
-    acknowledged_by: dict[str, int] = field(default_factory=dict)  # leader -> records (split)
-    not_acknowledged: dict[str, int] = field(default_factory=dict)  # error name -> records
-    in_log: int = 0
-    lost_acknowledged: int = 0
-    lost_acknowledged_by: dict[str, int] = field(default_factory=dict)  # leader -> records
-    duplicated: int = 0
-    new_leader: int | None = None
-    election_s: float | None = None  # from the cut to the controller's new leader
-    # from the controller's election to the old leader's last acknowledgement
-    old_leader_acknowledged_for_s: float | None = None
-    old_leader_view: dict = field(default_factory=dict)  # broker 1 about the partition
-    controller_view: dict = field(default_factory=dict)  # broker 2 (the controller's metadata)
-    rejoined_s: float | None = None  # from the heal to broker 1 in sync with the new leader
-    old_leader_process: list[str] = field(default_factory=list)  # as the OS saw it, per step
-    old_leader_pid: int | None = None
-    topic: str = ""
-    history: list[dict] = field(default_factory=list, repr=False)
-    steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
+def split(run, producer: AcknowledgingProducer) -> None:
+    """The client's order of things; the cut and the heal fire on the events it reports."""
+    lab, topic = run.cluster, run.topics["output"]
+    first, second = halves(run.inputs)
+    facts = run.facts
+    facts.update(old_leader_pid=lab.broker(LEADER).pid, old_leader_process=[])
+    with run.status("Isolated leader"):
 
-    scenario, fault = "isolated-leader", "leader partitioned from the controller and followers"
-
-    def to_json(self) -> str:
-        """What ``labkit scenario isolated-leader --json`` prints: the counts and views."""
-        fields = {k: v for k, v in asdict(self).items() if k not in NOT_PRINTED}
-        return json.dumps({"scenario": self.scenario, **fields})
-
-    def summary(self) -> str:
-        kept = ("" if self.old_leader_acknowledged_for_s is None else
-                f"; the old leader acknowledged for {self.old_leader_acknowledged_for_s:.1f} s "
-                "after the controller had replaced it")
-        return (f"acks={self.acks} min.insync.replicas={self.min_insync}, broker 1 isolated: "
-                f"produced={self.produced} acknowledged={self.acknowledged} "
-                f"in_log={self.in_log} lost_acknowledged={self.lost_acknowledged} "
-                f"duplicated={self.duplicated}\n"
-                f"    during the split: {self.acknowledged_during_split} of "
-                f"{self.during_split} acknowledged (by leader: {self.acknowledged_by or 'none'})"
-                f"; not acknowledged: {self.not_acknowledged or 'none'}{kept}\n"
-                f"    broker 1 said: {self.old_leader_view.get('text')}\n"
-                f"    broker 2 said: {self.controller_view.get('text')}")
-
-    def timeline(self) -> str:
-        return "\n".join(f"{t:5.1f} s  {what}" for t, what in self.steps)
-
-
-def isolated_leader(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
-                    records: int = 40) -> IsolatedLeaderRun:
-    """Isolate a partition's leader by a network partition and write to it through the split."""
-    check_settings(acks, min_insync, records)
-    lab.heal()
-    lab.restart()  # every broker up (a failed run may have left one down)
-    topic = names.topic(f"isolated-{time.monotonic_ns() % 10**9}")
-    run = IsolatedLeaderRun(acks, min_insync, topic=topic,
-                            old_leader_pid=lab.broker(LEADER).pid)
-    topics.create(lab.bootstrap, topic, replica_assignment=[[LEADER, *OTHERS]],
-                  config={"min.insync.replicas": str(min_insync)})
-    inputs = data.generate(records, prefix="i")
-    first, second = inputs[:records // 2], inputs[records // 2:]
-    producer_leader: list[int | None] = [None]  # the producer's own view, from its statistics
-    acked: dict[str, tuple[float, int | None]] = {}  # id -> (when, leader then)
-    refused: Counter[str] = Counter()
-
-    def delivered(err, msg) -> None:
-        rid = topics.decode(msg.value())["id"]
-        if err is None:
-            acked[rid] = (time.monotonic(), producer_leader[0])
-        else:
-            refused[err.name()] += 1
-
-    def statistics(text: str) -> None:
-        part = json.loads(text).get("topics", {}).get(topic, {}).get("partitions", {}).get("0")
-        if part is not None:
-            producer_leader[0] = part["leader"] if part["leader"] >= 0 else None
-
-    producer = Producer(client_config({
-        "bootstrap.servers": lab.bootstrap, "acks": acks,
-        "enable.idempotence": acks == "all",  # idempotence requires acks=all
-        "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-        "statistics.interval.ms": 100, "stats_cb": statistics,
-        "log_level": 2,  # its lines here would be about the cut-off broker's timeouts
-    }))
-    start = time.monotonic()
-
-    with status("Isolated leader") as say:
         def step(what: str) -> None:
-            run.old_leader_process.append(lab.process_states()[LEADER])
-            run.steps.append((round(time.monotonic() - start, 1), what))
-            say(what)
-            progress.step(what)
+            facts["old_leader_process"].append(lab.process_states()[LEADER])
+            run.step(what)
 
-        for rec in first:
-            producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
+        producer.send(first)
         producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
         with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
             wait_until(lambda: inspector.offsets(topic)[0].high_watermark >= len(first),
                        "the followers to copy the first records", 30)
-        step(f"{len(first)} records written, copied to all 3 (acknowledged: {len(acked)})")
-
-        lab.isolate(LEADER)
+        step(f"{len(first)} records written, copied to all 3 (acknowledged: "
+             f"{len(producer.acked)})")
+        run.event("copied")  # broker 1 is cut off from the controller and its followers
         cut = time.monotonic()
-        step("broker 1 isolated: its controller link and its followers' link cut")
         elected = _wait_for_new_leader(lab, topic)
         elected_at = time.monotonic()
-        run.new_leader, run.election_s = elected.leader, round(elected_at - cut, 1)
+        facts.update(new_leader=elected.leader, election_s=round(elected_at - cut, 1))
         step(f"the controller fenced broker 1 and elected broker {elected.leader} "
              f"(epoch {elected.leader_epoch})")
-
-        for i, rec in enumerate(second, 1):
-            producer.produce(topic, topics.encode(rec), partition=0, on_delivery=delivered)
-            until = elected_at + SPLIT_WRITE_S * i / len(second)
-            while (left := until - time.monotonic()) > 0:  # poll returns at each callback
-                producer.poll(left)
+        producer.send(second, over_s=SPLIT_WRITE_S)
         step(f"{len(second)} more written during the split")
         producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-        during = [acked[r["id"]] for r in second if r["id"] in acked]
+        during = {r["id"] for r in second} & set(producer.acked)
         step(f"{len(during)} of them acknowledged")
-        run.old_leader_view = _view(lab, topic, LEADER)
-        run.controller_view = _view(lab, topic, OTHERS[0])
-        step(f"broker 1 says: {run.old_leader_view['text']}")
-        step(f"broker 2 says: {run.controller_view['text']}")
-
-        lab.heal()
+        facts.update(old_leader_view=_view(lab, topic, LEADER),
+                     controller_view=_view(lab, topic, OTHERS[0]))
+        step(f"broker 1 says: {facts['old_leader_view']['text']}")
+        step(f"broker 2 says: {facts['controller_view']['text']}")
+        run.event("viewed")  # the network heals
         healed = time.monotonic()
-        step("network healed")
         _wait_for_rejoin(lab, topic, elected.leader)
-        run.rejoined_s = round(time.monotonic() - healed, 1)
+        facts["rejoined_s"] = round(time.monotonic() - healed, 1)
         step(f"broker 1 follows broker {elected.leader} and has cut its log back to it")
-
-    in_log = [r.value["id"] for r in topics.read(lab.broker(elected.leader).address, topic,
-                                                 "read_uncommitted")]
-    run.produced, run.during_split = len(inputs), len(second)
-    run.acknowledged = len(acked)
-    run.acknowledged_during_split = len(during)
-    run.acknowledged_by = dict(Counter(str(leader) for _, leader in during))
-    old_acks = [when for when, leader in during if leader == LEADER]
-    if old_acks:
-        run.old_leader_acknowledged_for_s = round(max(old_acks) - elected_at, 1)
-    run.not_acknowledged = dict(refused)
-    run.in_log = len(set(in_log))
-    lost = set(acked) - set(in_log)
-    run.lost_acknowledged = len(lost)
-    run.lost_acknowledged_by = dict(Counter(str(acked[rid][1]) for rid in lost))
-    run.duplicated = len(in_log) - len(set(in_log))
-    return run
+    old_acks = [producer.acked_at[i] for i in during if producer.acked[i] == LEADER]
+    facts.update(during_split=len(second), acknowledged_during_split=len(during),
+                 acknowledged_by=dict(Counter(str(producer.acked[i]) for i in during)),
+                 old_leader_acknowledged_for_s=round(max(old_acks) - elected_at, 1)
+                 if old_acks else None)
 
 
-def check_settings(acks: str, min_insync: int, records: int) -> None:
-    """A ValueError that says what to use, before any broker is started."""
-    if acks not in ACKS:
-        raise ValueError(f"acks must be one of {', '.join(ACKS)}, not {acks!r}")
-    if min_insync not in (1, 2):
-        raise ValueError(f"min_insync must be 1 or 2, not {min_insync}")
-    if records < 4:
-        raise ValueError(f"records must be 4 or more (half before the split, half during), "
-                         f"not {records}")
+def _summary(run) -> str:
+    kept = ("" if run.old_leader_acknowledged_for_s is None else
+            f"; the old leader acknowledged for {run.old_leader_acknowledged_for_s:.1f} s "
+            "after the controller had replaced it")
+    return (f"acks={run.options['acks']} min.insync.replicas={run.options['min_insync']}, "
+            f"broker 1 isolated: produced={run.produced} acknowledged={run.acknowledged} "
+            f"in_log={run.in_log} lost_acknowledged={run.lost_acknowledged} "
+            f"duplicated={run.duplicated}\n"
+            f"    during the split: {run.acknowledged_during_split} of "
+            f"{run.during_split} acknowledged (by leader: {run.acknowledged_by or 'none'})"
+            f"; not acknowledged: {run.not_acknowledged or 'none'}{kept}\n"
+            f"    broker 1 said: {run.old_leader_view.get('text')}\n"
+            f"    broker 2 said: {run.controller_view.get('text')}")
 
 
 def _view(lab: LocalCluster, topic: str, at: int) -> dict:
@@ -268,17 +178,27 @@ def _wait_for_rejoin(lab: LocalCluster, topic: str, leader: int) -> None:
                REJOIN_WAIT_S)
 
 
-def _run(context, *, acks: str, min_insync: int, records: int) -> IsolatedLeaderRun:
-    return isolated_leader(context.cluster, acks, min_insync, records)
-
-
 register(Experiment(
-    "isolated-leader", "the partition's leader cut off by a network partition keeps "
+    SCENARIO, "the partition's leader cut off by a network partition keeps "
     "acknowledging while the controller elects another: what acks=1 loses when it heals",
-    _run, where=FAILURE_LAB, stall_s=STALL_S, partitions=True,
-    check=lambda acks, min_insync, records, **_: check_settings(acks, min_insync, records),
-    text=lambda run: f"{run.summary()}\n{run.timeline()}", options=(
+    where=FAILURE_LAB, stall_s=STALL_S, partitions=True, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
-        Option("min_insync", 1, "the topic's min.insync.replicas", kind=int),
-        Option("records", 40, "how many records (half during the split)", kind=int, short="-n"),
-    )))
+        Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2"), kind=int),
+        Option("records", 40, "how many records (half during the split)", kind=int,
+               short="-n", minimum=4, why="half before the split, half during"),
+    ),
+    workload=lambda o: Workload("isolated", (Topic(
+        "output", replica_assignment=[[LEADER, *OTHERS]],
+        config={"min.insync.replicas": str(o.min_insync)}),), data.generate(o.records, prefix="i")),
+    clients=lambda run: AcknowledgingProducer(split, acks=run.o.acks, track_leader=True,
+                                              delivery_timeout_ms=DELIVERY_TIMEOUT_MS),
+    nemesis=lambda o: Nemesis(WholeLab(), Isolate(LEADER, on("copied")), Heal(on("viewed"))),
+    checkers=lambda o: [AcknowledgedWrites(
+        SCENARIO, f"acks={o.acks}", lambda run: run.clients.acked,
+        fault="leader partitioned from the controller and followers",
+        # asked of the new leader
+        read_from=lambda run: run.cluster.broker(run.facts["new_leader"]).address)],
+    presentation=Presentation(summary=_summary, json=lambda run: {
+        "scenario": SCENARIO, **{k: run.facts[k] if k in run.facts else run.options[k]
+                                 for k in RUN_KEYS}}),
+    text=lambda run: f"{run.summary()}\n{run.timeline()}"))

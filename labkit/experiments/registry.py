@@ -27,7 +27,7 @@ import pkgutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 from typing import Any, Protocol, runtime_checkable
 
 from labkit.checking.audit import AuditReport
@@ -94,19 +94,32 @@ class Option:
     cli_default: Any = REQUIRED
     short: str = ""  # e.g. "-g"
     minimum: float | None = None  # the least value it takes (numbers)
+    maximum: float | None = None  # the most
+    why: str = ""  # why those values, said with the refusal
     positional: bool = False  # the CLI's arguments (a command after `--`), not a flag
     cli_flag: str = ""  # the CLI's flag where it is not the name with dashes
-    why: str = ""  # why that least value, said with the refusal
 
     def checked(self, experiment: str, value: Any) -> None:
-        """A ValueError that says what to use, for a value out of bounds."""
-        if self.minimum is None or value is None:
+        """A ValueError that says what to use, for a value not among its choices or out of
+        bounds ("min_insync must be 1, 2 or 3 (why), not 4")."""
+        bounded = self.choices or self.minimum is not None or self.maximum is not None
+        if value is None or not bounded:
             return
+        why = f" ({self.why})" if self.why else ""
         if self.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{experiment}: {self.name} must be a whole number, not {value!r}")
-        if value < self.minimum:
-            why = f" ({self.why})" if self.why else ""
-            raise ValueError(f"{self.name} must be {self.minimum:g} or more{why}, not {value}")
+        if self.choices and str(value) not in self.choices:
+            if self.kind in (int, float):  # numbers read as a list: "1, 2 or 3"
+                *rest, last = self.choices
+                spoken = f"{', '.join(rest)} or {last}" if rest else last
+                raise ValueError(f"{self.name} must be {spoken}{why}, not {value}")
+            raise ValueError(f"{experiment}: {self.name} must be one of "
+                             f"{', '.join(self.choices)}{why}, not {value!r}")
+        low, high = self.minimum, self.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = (f"{low:g} to {high:g}" if low is not None and high is not None else
+                      f"{low:g} or more" if low is not None else f"{high:g} or less")
+            raise ValueError(f"{self.name} must be {bounds}{why}, not {value}")
 
     @property
     def flag(self) -> str:
@@ -139,6 +152,12 @@ class Experiment:
     facts: Callable[[RunContext], dict] | None = None  # what the run found, besides the audit
     presentation: Presentation = PLAIN  # its summary and JSON, when not the audit's
     about: str = ""  # more help for its command, after the line of ``help``
+    # why a run's fault missed its window (a starved machine stretched it), or None: such a
+    # run is made again on new topics, ``attempts`` runs at most (the fact ``attempts``)
+    missed: Callable[[RunContext], str | None] | None = None
+    attempts: int = 1
+    # where=OWN_BROKER: the settings of the broker started for the run, from its options
+    broker: Callable[[Any], dict] | None = None
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Every option's value: the given ones checked by name and choice, defaults else."""
@@ -155,10 +174,6 @@ class Experiment:
                 raise ValueError(f"{self.name}: choose {o.flag} or --no-{o.flag[2:]}")
             raise ValueError(f"{self.name} needs {o.flag} {' | '.join(o.choices) or o.name}")
         for name, value in values.items():
-            choices = known[name].choices
-            if choices and value is not None and str(value) not in choices:
-                raise ValueError(f"{self.name}: {name} must be one of {', '.join(choices)}, "
-                                 f"not {value!r}")
             known[name].checked(self.name, value)
         if self.check is not None:
             self.check(**values)
@@ -172,7 +187,7 @@ def register(experiment: Experiment) -> Experiment:
     """Add ``experiment`` to the catalog (an experiment module calls this once, at import)."""
     if experiment.where not in WHERE:
         raise ValueError(f"{experiment.name}: where must be one of {', '.join(WHERE)}")
-    if _REGISTRY.get(experiment.name, experiment).body is not experiment.body:
+    if _REGISTRY.get(experiment.name, experiment) != experiment:
         raise ValueError(f"two experiments are named {experiment.name!r}")
     _REGISTRY[experiment.name] = experiment
     return experiment
@@ -219,10 +234,10 @@ def run(name: str, *, pipeline: Callable | None = None, cluster: Any = None,
     stall_s = experiment.stall_s if stall_after is None else stall_after
     if stall_s <= 0:
         raise ValueError(f"stall_after must be a positive number of seconds, not {stall_after!r}")
-    with _context(experiment, cluster, announce) as (bootstrap, lab):
+    with _context(experiment, cluster, announce, values) as (bootstrap, lab):
         context = RunContext(name, values, bootstrap=bootstrap, cluster=lab, pipeline=pipeline,
                              watch=watch, announce=announce)
-        stop = lab.kill if experiment.where == FAILURE_LAB else None
+        stop = lab.kill if experiment.where != LAB else None
         return watched(name, stall_s, lambda: perform(experiment, context), stop=stop)
 
 
@@ -239,7 +254,8 @@ def perform(experiment: Experiment, run: RunContext) -> RunRecord:
             report = _phases(experiment, run)
     finally:
         run.close()
-    # an experiment may say more of its topics than their names (torture: whether kept)
+    # the topics' names, by role, also when deleted (keep_topics says whether they are
+    # there); an experiment may say more of them (torture: whether kept)
     topics = run.facts.pop("topics", None) or dict(run.topics)
     return RunRecord(experiment.name, report, topics=topics,
                      history=run.history, steps=run.steps, faults=run.fired_faults,
@@ -252,14 +268,22 @@ def _phases(experiment: Experiment, run: RunContext) -> AuditReport:
                if getattr(experiment, part) is None]
     if missing:
         raise TypeError(f"{experiment.name} has neither a body nor its {', '.join(missing)}")
-    prepare(run, experiment.workload(run.o))
-    clients = run.clients = experiment.clients(run)
-    if hasattr(clients, "attach"):
-        clients.attach(run)  # e.g. a pool the nemesis arms a crash point in
-    if experiment.nemesis is not None:
-        run.nemesis = experiment.nemesis(run.o)
-    with run.nemesis.active(run):
-        clients(run)
+    for attempt in range(1, experiment.attempts + 1):
+        prepare(run, experiment.workload(run.o))
+        clients = run.clients = experiment.clients(run)
+        if hasattr(clients, "attach"):
+            clients.attach(run)  # e.g. a pool the nemesis arms a crash point in
+        if experiment.nemesis is not None:
+            run.nemesis = experiment.nemesis(run.o)
+        with run.nemesis.active(run):
+            clients(run)
+        missed = experiment.missed(run) if experiment.missed is not None else None
+        if missed is None or attempt == experiment.attempts:
+            break
+        run.step(f"{missed}: the experiment is run again ({attempt} of {experiment.attempts})")
+        run.again()
+    if experiment.attempts > 1:
+        run.facts["attempts"] = attempt
     report = compose(run, experiment.checkers(run.o))
     if experiment.facts is not None:
         run.facts.update(experiment.facts(run))
@@ -267,11 +291,18 @@ def _phases(experiment: Experiment, run: RunContext) -> AuditReport:
 
 
 @contextmanager
-def _context(experiment: Experiment, cluster: Any,
-             announce: Callable[[str], None]) -> Iterator[tuple[str | None, Any]]:
-    """The experiment's cluster: the one given, the lab's, or a failure lab for this run."""
+def _context(experiment: Experiment, cluster: Any, announce: Callable[[str], None],
+             options: dict[str, Any]) -> Iterator[tuple[str | None, Any]]:
+    """The experiment's cluster: the one given, the lab's, or a failure lab or a broker of
+    its own for this run."""
     if experiment.where == OWN_BROKER:
-        yield None, None
+        from labkit.kafka.localcluster import private_cluster
+
+        announce("This experiment changes a broker setting, so it starts a Kafka of its own "
+                 "on this machine (one broker), whatever cluster your other lessons use.")
+        properties = experiment.broker(SimpleNamespace(**options)) if experiment.broker else {}
+        with private_cluster(f"{experiment.name}-", properties=properties) as lab:
+            yield lab.bootstrap, lab
         return
     if experiment.where == FAILURE_LAB:
         if cluster is not None and not hasattr(cluster, "kill"):

@@ -1,6 +1,6 @@
 """Does fencing outlive an idle transactional.id? (transactional.id.expiration.ms)
 
-    run = txn_id_expiry(expiration_ms=2000)   # -> TxnIdExpiryRun
+    run = experiments.run("txn-id-expiry", expiration_ms=2000)
     run.zombie_errors          # ['INVALID_PRODUCER_ID_MAPPING (abortable)', '_FENCED (fatal)']
     run.report.duplicated      # 0: the zombie wrote nothing, though its id had expired
 
@@ -16,30 +16,26 @@ at which expired ids are removed are the broker's):
    loop does: abortable, abort and try again; fatal, stop.
 
 The audit reads the output as read_committed: anything the zombie got through would be a
-duplicate.
+duplicate. The parts: the broker of its own, one topic, the client (A, B and the zombie in
+one thread, reporting ``committed`` once A has), the nemesis (A left idle on that event:
+``Pause``) and the audit of the topic (``TopicAudit``).
 """
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 from confluent_kafka import KafkaException, Producer
 
-from labkit.checking import audit
-
-from labkit.kafka import names, topics
-
-from labkit.pipelines import data
-from labkit.checking.audit import AuditReport
-from labkit.kafka.localcluster import private_cluster
+from labkit.checking.checks import TopicAudit
+from labkit.checking.record import Presentation
+from labkit.experiments.acknowledged import halves
 from labkit.experiments.coordinator_failover import classified
-from labkit.kafka.inspect import describe_topic
+from labkit.experiments.parts import Topic, Workload, in_thread
 from labkit.experiments.poll_zombie import fee_service
-from labkit.experiments.producer_expiry import check_expiration
-from labkit.experiments.registry import OWN_BROKER, Experiment, Option, RunBasics, register
-from labkit.progress import status
+from labkit.experiments.registry import OWN_BROKER, Experiment, Option, register
+from labkit.faults.nemesis import Nemesis, on
+from labkit.faults.process_faults import Pause
+from labkit.kafka import topics
+from labkit.kafka.inspect import describe_topic
+from labkit.pipelines import data
 
 SCENARIO = "txn-id-expiry"
 KAFKA_DEFAULT_MS = 604_800_000  # transactional.id.expiration.ms: 7 days
@@ -48,37 +44,9 @@ CLEANUP_INTERVAL_MS = 500  # transaction.remove.expired.transaction.cleanup.inte
 ATTEMPTS = 3  # the zombie's tries: an abortable error lets it try again
 
 
-@dataclass
-class TxnIdExpiryRun(RunBasics):
-    report: AuditReport
-    expiration_ms: int
-    idle_s: float  # how long A stayed idle before B started
-    zombie_errors: list[str] = field(default_factory=list)  # each error A's commit met, classified
-    zombie_committed: bool = False  # did A's commit go through?
-    # producer ids of the data batches in the output: 2 when B got a new one (A's id had
-    # expired), 1 when B took A's over with a bumped epoch
-    producer_ids: int = 0
-
-    def to_json(self) -> str:
-        return json.dumps({**json.loads(self.report.to_json()), "expiration_ms": self.expiration_ms,
-                           "idle_s": self.idle_s, "zombie_errors": self.zombie_errors,
-                           "zombie_committed": self.zombie_committed,
-                           "producer_ids": self.producer_ids})
-
-    def summary(self) -> str:
-        told = " then ".join(self.zombie_errors) or "nothing"
-        return (f"transactional.id.expiration.ms={self.expiration_ms}, A idle {self.idle_s:.0f} s: "
-                f"producer ids in the output: {self.producer_ids}; zombie told {told}; "
-                f"its commit went through: {self.zombie_committed}\n"
-                f"{self.report.summary()}")
-
-
-def check_settings(expiration_ms: int, records: int) -> None:
-    """A ValueError that says what to use, before any broker starts."""
-    check_expiration(expiration_ms, KAFKA_DEFAULT_MS)
-    if records < 2 or records % 2:
-        raise ValueError(f"records must be even and 2 or more (A commits the first half, "
-                         f"B and the zombie the second), not {records}")
+def idle_s(expiration_ms: int) -> float:
+    """How long A stays idle: twice the expiration and a cleanup (5 s past a minute)."""
+    return 2 * (expiration_ms + CLEANUP_INTERVAL_MS) / 1000 if expiration_ms < 60_000 else 5.0
 
 
 def _commit(producer: Producer, topic: str, payments: list[dict]) -> None:
@@ -108,44 +76,63 @@ def zombie_commits(producer: Producer, topic: str, payments: list[dict],
     return False
 
 
-def txn_id_expiry(expiration_ms: int = EXPIRATION_MS, records: int = 10,
-                  announce: Callable[[str], None] = print) -> TxnIdExpiryRun:
-    """A idle past ``expiration_ms``, B takes over, A wakes up: audited read_committed."""
-    check_settings(expiration_ms, records)
-    announce("This experiment changes a broker setting, so it starts a Kafka of its own on "
-             "this machine (one broker), whatever cluster your other lessons use.")
-    properties = {"transactional.id.expiration.ms": expiration_ms,
-                  "transaction.remove.expired.transaction.cleanup.interval.ms": CLEANUP_INTERVAL_MS}
-    idle_s = 2 * (expiration_ms + CLEANUP_INTERVAL_MS) / 1000 if expiration_ms < 60_000 else 5.0
-    with private_cluster("txn-id-expiry-", properties=properties) as lab, \
-            status("A commits, idles; B takes over; A wakes up") as say:
-        topic = names.topic("txn-id-expiry")
-        topics.create(lab.bootstrap, topic)
-        app_id = names.transactional_id("fee-service")
-        payments = data.generate(records, prefix="t")
-        first, second = payments[:records // 2], payments[records // 2:]
-        a = fee_service(lab.bootstrap, app_id)  # instance A
+def a_b_and_the_zombie(run) -> None:
+    """A commits the first half and is left idle; B, its replacement with the same
+    transactional.id, commits the second; A wakes up and commits it too."""
+    topic, app_id = run.topics["output"], run.transactional_id()
+    first, second = halves(run.inputs)
+    with run.status("A commits, idles; B takes over; A wakes up"):
+        a = fee_service(run.client_bootstrap, app_id)  # instance A
         _commit(a, topic, first)
-        say(f"instance A idle for {idle_s:.0f} s")
-        time.sleep(idle_s)
-        b = fee_service(lab.bootstrap, app_id)  # instance B, A's replacement
+        run.event("committed", instance="A")  # A is left idle
+        b = fee_service(run.client_bootstrap, app_id)  # instance B, A's replacement
         _commit(b, topic, second)
-        say("instance A wakes up")
+        run.step("instance A wakes up")
         errors: list[str] = []
-        committed = zombie_commits(a, topic, second, errors)
-        report = audit.audit_topic(lab.bootstrap, topic, payments, SCENARIO, "exactly_once",
-                                   fault=f"A idle {idle_s:.0f} s, then a zombie")
-        batches = describe_topic(lab.bootstrap, topic).batches
-        producer_ids = len({b.producer_id for b in batches if not b.is_control})
-    return TxnIdExpiryRun(report, expiration_ms, idle_s, errors, committed, producer_ids)
+        run.facts.update(zombie_committed=zombie_commits(a, topic, second, errors),
+                         zombie_errors=errors)
+
+
+def _facts(run) -> dict:
+    batches = describe_topic(run.bootstrap, run.topics["output"]).batches
+    return {"expiration_ms": run.o.expiration_ms, "idle_s": idle_s(run.o.expiration_ms),
+            # 2 when B got a new producer id (A's had expired), 1 when B took A's over
+            "producer_ids": len({b.producer_id for b in batches if not b.is_control})}
+
+
+def _summary(run) -> str:
+    told = " then ".join(run.zombie_errors) or "nothing"
+    return (f"transactional.id.expiration.ms={run.expiration_ms}, A idle {run.idle_s:.0f} s: "
+            f"producer ids in the output: {run.producer_ids}; zombie told {told}; "
+            f"its commit went through: {run.zombie_committed}\n"
+            f"{run.report.summary()}")
+
+
+def _even(records: int, **_) -> None:
+    if records % 2:
+        raise ValueError(f"records must be even (A commits the first half, B and the zombie "
+                         f"the second), not {records}")
 
 
 register(Experiment(
-    "txn-id-expiry", "A idles past transactional.id.expiration.ms, B takes its id, A wakes up",
-    lambda context, expiration_ms, records: txn_id_expiry(expiration_ms, records,
-                                                          announce=context.announce),
-    where=OWN_BROKER, check=check_settings, options=(
+    SCENARIO, "A idles past transactional.id.expiration.ms, B takes its id, A wakes up",
+    where=OWN_BROKER, check=_even, options=(
         Option("expiration_ms", EXPIRATION_MS, "the broker's transactional.id.expiration.ms "
-               f"(Kafka's: {KAFKA_DEFAULT_MS})", kind=int),
+               f"(Kafka's: {KAFKA_DEFAULT_MS})", kind=int, minimum=1,
+               why=f"Kafka's default is {KAFKA_DEFAULT_MS}"),
         Option("records", 10, "how many records (even: A commits the first half)", kind=int,
-               short="-n"))))
+               short="-n", minimum=2, why="A commits the first half, B and the zombie the "
+                                          "second")),
+    broker=lambda o: {"transactional.id.expiration.ms": o.expiration_ms,
+                      "transaction.remove.expired.transaction.cleanup.interval.ms":
+                          CLEANUP_INTERVAL_MS},
+    workload=lambda o: Workload("txn-id-expiry", (Topic("output"),),
+                                data.generate(o.records, prefix="t")),
+    clients=in_thread(a_b_and_the_zombie),
+    nemesis=lambda o: Nemesis(Pause(on("committed", instance="A"), idle_s(o.expiration_ms),
+                                    who="instance A")),
+    checkers=lambda o: [TopicAudit(SCENARIO, "exactly_once",
+                                   fault=f"A idle {idle_s(o.expiration_ms):.0f} s, then a zombie")],
+    facts=_facts,
+    presentation=Presentation(summary=_summary, json_facts=(
+        "expiration_ms", "idle_s", "zombie_errors", "zombie_committed", "producer_ids"))))

@@ -133,6 +133,36 @@ class FreezeBroker(Fault):
         self.thaw()
 
 
+class ThawBroker(Fault):
+    """SIGCONT a frozen broker (``broker``; None: every frozen one) when ``trigger`` fires:
+    it carries on where it stopped."""
+
+    def __init__(self, trigger: Trigger, broker: Broker | None = None):
+        self.trigger, self.broker = trigger, broker
+        self.name = "frozen brokers thawed"
+
+    def invoke(self, run: Run) -> None:
+        states = run.cluster.process_states()
+        nodes = [_which(self.broker, run)] if self.broker is not None else \
+            [n for n, state in states.items() if state == "frozen"]
+        for node in nodes:
+            with contextlib.suppress(ProcessLookupError):
+                run.cluster.thaw(node)
+        run.fired(self, f"broker{'s' * (len(nodes) != 1)} {', '.join(map(str, nodes))} "
+                        f"thawed ({self.trigger})")
+
+
+class WholeLab(Fault):
+    """No fault: before the clients, every broker of the lab running and every cut link
+    forwarding (a run before may have left its old leader starting, or failed half way)."""
+
+    name = "the lab made whole"
+
+    def setup(self, run: Run) -> None:
+        run.cluster.heal()
+        run.cluster.restart()
+
+
 class Isolate(Fault):
     """Cut broker ``broker`` off from the controller and its followers (a partitionable
     lab: ``labkit.faults.partition``) when ``trigger`` fires; clients still reach it. Healed

@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Callable
 
+from labkit import progress
 from labkit.faults import crashpoints
 from labkit.faults.nemesis import Fault, Run, Trigger
 
@@ -116,17 +117,37 @@ class RandomKills(Fault):
 
 class Kill(Fault):
     """One SIGKILL of instance ``instance`` when ``trigger`` fires (it is restarted); without
-    a trigger, when a ``Schedule`` says."""
+    a trigger, when a ``Schedule`` says. ``name``: what the timeline calls it ("SIGKILL the
+    app's JVM")."""
 
-    def __init__(self, instance: Instance = 0, trigger: Trigger | None = None):
+    def __init__(self, instance: Instance = 0, trigger: Trigger | None = None, name: str = ""):
         self.instance, self.trigger = instance, trigger or Trigger()
-        self.name = "an instance SIGKILLed"
+        self.name = name or "an instance SIGKILLed"
 
     def invoke(self, run: Run) -> None:
         i = _target(self.instance, run)
         if run.workers.kill(i):
-            run.fired(self, f"instance {i} SIGKILLed" +
-                      (f" ({self.trigger})" if str(self.trigger) else ""))
+            what = self.name if self.name != "an instance SIGKILLed" else f"instance {i} SIGKILLed"
+            run.fired(self, what + (f" ({self.trigger})" if str(self.trigger) else ""))
+
+
+class Pause(Fault):
+    """The client that reported the trigger's event goes idle for ``seconds`` (it sleeps in
+    its own thread: a producer left idle past a broker's expiration, a long pause of the
+    process), then carries on where it stopped. Idle is not stalled: the watchdog is told."""
+
+    def __init__(self, trigger: Trigger, seconds: float, who: str = "the client"):
+        if seconds < 0:
+            raise ValueError(f"a pause lasts 0 seconds or more, not {seconds}")
+        self.trigger, self.seconds, self.who = trigger, seconds, who
+        self.name = f"{who} idle {seconds:g} s"
+
+    def invoke(self, run: Run) -> None:
+        run.fired(self, f"{self.who} idle for {self.seconds:.0f} s ({self.trigger})")
+        until = time.monotonic() + self.seconds
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, 1.0))
+            progress.beat(f"{self.who} to wake up")
 
 
 class Freeze(Fault):

@@ -5,6 +5,7 @@ fires (a lost ack, a reset, a delay, a request answered with an error).
     Nemesis(ProxyFault("drop-ack:produce:1"))                  # from the start
     Nemesis(ProxyFault("drop-ack:produce:1", on("batch-sent", batch=3)))
     Nemesis(ProxyFault(trace=exchanges.append))                # every exchange recorded
+    Nemesis(ProxyFault(("drop-ack:produce:1", "delay:4000:produce")))   # two at once
 
 While it is set up the run's ``client_bootstrap`` is the proxy's, so every client the
 experiment starts afterwards talks through it; the lab's own reads (the audit) go to the
@@ -13,7 +14,7 @@ cluster directly. Its counters end up in the run's facts as ``fault_stats``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from labkit.faults.faultspec import parse_fault_spec
 from labkit.faults.nemesis import Fault, Run, Trigger
@@ -41,25 +42,28 @@ class Arm(Fault):
 
 
 class ProxyFault(Fault):
-    """``spec`` (a ``labkit.faults.faultspec`` form, or None: the proxy only) armed from the
-    start, or when ``trigger`` fires; each exchange handed to ``trace``, kept in
-    ``exchanges`` (``keep=True``) and, with ``trace_file``, written there as a JSON line.
-    ``only_if(run)``: whether the run needs the proxy at all (a plaintext app in front of a
-    cluster that wants TLS or credentials)."""
+    """``spec`` (a ``labkit.faults.faultspec`` form; several as a tuple or joined by "+";
+    None: the proxy only) armed from the start, or when ``trigger`` fires; each exchange
+    handed to ``trace``, kept in ``exchanges`` (``keep=True``) and, with ``trace_file``,
+    written there as a JSON line. ``only_if(run)``: whether the run needs the proxy at all
+    (a plaintext app in front of a cluster that wants TLS or credentials)."""
 
-    def __init__(self, spec: str | None = None, trigger: Trigger | None = None,
+    def __init__(self, spec: str | Sequence[str] | None = None, trigger: Trigger | None = None,
                  trace: Callable[[dict], None] | None = None, trace_file: str | None = None,
                  keep: bool = False, only_if: Callable[[Run], bool] | None = None):
-        for one in (spec or "").split("+") if spec else ():  # "a+b": both armed
+        given = () if spec is None else spec.split("+") if isinstance(spec, str) else spec
+        self.specs = tuple(given)
+        for one in self.specs:
             parse_fault_spec(one)  # a bad form is refused here, listing the valid ones
-        self.spec, self.trace, self.trace_file = spec, trace, trace_file
+        self.spec = ", ".join(self.specs) or None
+        self.trace, self.trace_file = trace, trace_file
         self._out = None
         self.exchanges: list[dict] | None = [] if keep else None
         self.from_start = trigger is None
         self.only_if = only_if  # set up only where the run needs it (None: always)
         if trigger is not None:
             self.trigger = trigger
-        self.name = spec or "the fault proxy"
+        self.name = self.spec or "the fault proxy"
         self.proxy: FaultProxy | None = None
 
     def setup(self, run: Run) -> None:
@@ -67,17 +71,20 @@ class ProxyFault(Fault):
             return
         if self.trace_file is not None:
             self._out = open(self.trace_file, "w", encoding="utf-8")
-        self.proxy = FaultProxy(run.bootstrap, trace=self._record).start()
-        if self.spec is not None and self.from_start:
-            for one in self.spec.split("+"):
-                self.proxy.apply(one)
+        self.proxy = FaultProxy(run.bootstrap, trace=self._record)
+        if self.from_start:
+            self._arm()
+        self.proxy.start()
         run.client_bootstrap = self.proxy.bootstrap
 
     def invoke(self, run: Run) -> None:
-        if self.spec is not None and self.proxy is not None:
-            for one in self.spec.split("+"):
-                self.proxy.apply(one)
+        if self.specs and self.proxy is not None:
+            self._arm()
             run.fired(self, f"{self.spec} armed in the proxy")
+
+    def _arm(self) -> None:
+        for one in self.specs:
+            self.proxy.apply(one)
 
     def _record(self, exchange: dict) -> None:
         if self.exchanges is not None:
