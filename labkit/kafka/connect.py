@@ -21,7 +21,9 @@ commits its transactions at the same interval.
 """
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from labkit import proc, settings
 
-from labkit.kafka import javaconfig, jvm, names, topics
+from labkit.kafka import connection, javaconfig, jvm, names, topics
 from labkit.kafka.brokerconfig import LOG4J2
 from labkit.kafka.connectrest import ConnectError, ConnectRest
 from labkit.kafka.inspect import Inspector, Transaction
@@ -39,7 +41,9 @@ from labkit.progress import status
 
 MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"  # in every worker JVM's command line
 HOST = "127.0.0.1"
-READY_TIMEOUT_S = 120.0  # measured ~10 s on a quiet 2-core laptop; the first start fetches jars
+# Measured 2 s on a quiet 2-core machine (5 s loaded), ~6 s after a SIGKILL (the dead
+# worker's session expires first); the first start also fetches the jars.
+READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 # Kafka's default: offsets written once a minute. A lesson's window between "sent" and
 # "offsets written" is this long; a crash inside it sends those records again.
@@ -118,10 +122,9 @@ def worker_properties(bootstrap: str, worker: WorkerNames, port: int, *, exactly
     return {k: str(v) for k, v in props.items()}
 
 
-def properties_text(props: dict[str, str]) -> str:
-    # java.util.Properties reads backslashes as escapes (a Windows path, a PEM's newlines).
-    return "".join(f"{k}={v.replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + 'n')}\n"
-                   for k, v in props.items())
+def _escaped(value: str) -> str:
+    # java.util.Properties reads backslashes as escapes and a line end as the value's end.
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 class ConnectWorker:
@@ -143,6 +146,8 @@ class ConnectWorker:
         self.port = port or free_port()
         self.extra = dict(properties or {})
         self._child: subprocess.Popen | None = None
+        self._owner = os.getpid()
+        self._at_exit = False
         self.starts: list[float] = []  # seconds from spawn to ready, one per start
 
     # -- where ----------------------------------------------------------------------
@@ -190,11 +195,16 @@ class ConnectWorker:
         for plugin in jvm.CONNECT_PLUGINS:
             jvm.resolve(plugin)
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "worker.properties").write_text(properties_text(self.properties()))
-        (self.dir / "worker.properties").chmod(0o600)  # LABKIT_KAFKA_CONFIG's password
+        connection.write_properties(  # owner-only: it may hold LABKIT_KAFKA_CONFIG's password
+            self.dir / "worker.properties",
+            {k: _escaped(v) for k, v in self.properties().items()},
+            header=f"Kafka Connect worker of {self.names.group}, written by labkit.kafka.connect")
         (self.dir / "log4j2.properties").write_text(LOG4J2.format(log=self.log_file))
         cmd = [java, "-Xmx512m", "-Xms64m", *settings.SHORT_LIVED_JVM.split(),
                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+               # log4j's own shutdown hook would stop the log as the worker starts stopping,
+               # hiding how its tasks stopped (their last commit); lines are flushed as written
+               "-Dlog4j2.shutdownHookEnabled=false",
                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                "-cp", classpath, MAIN, str(self.dir / "worker.properties")]
         started = time.monotonic()
@@ -207,7 +217,14 @@ class ConnectWorker:
             self.kill()
             raise
         self.starts.append(round(time.monotonic() - started, 1))
+        if not self._at_exit:  # a worker started from a thread does not die with its owner
+            atexit.register(self._kill_at_exit)
+            self._at_exit = True
         return self
+
+    def _kill_at_exit(self) -> None:
+        if os.getpid() == self._owner:  # not in a forked child that inherited atexit
+            self.kill()
 
     def wait_ready(self, started: float | None = None, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until REST's /health says the worker has joined its group and read its topics."""
@@ -236,13 +253,13 @@ class ConnectWorker:
             self._child = None
 
     def restart(self) -> "ConnectWorker":
-        """Start it again (after ``kill`` or ``stop``): same group, topics and port."""
+        """SIGKILL it if it runs, then start it again: same group, topics and port."""
         self.kill()
         return self.start()
 
     def stop(self) -> None:
-        """SIGTERM (Connect stops its tasks, which write their last offsets), SIGKILL after
-        STOP_TIMEOUT_S."""
+        """SIGTERM (Connect stops its tasks, which write their last offsets or commit their
+        last transaction on the way out), SIGKILL after STOP_TIMEOUT_S."""
         if self._child is not None:
             proc.stop([self._child], STOP_TIMEOUT_S, group=True)
             self._child = None
