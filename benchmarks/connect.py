@@ -69,7 +69,7 @@ def kills(bootstrap: str, dsn: str, args: argparse.Namespace, home: Path) -> Non
                     r = run.report
                     print(f"| {'exactly-once' if exactly_once else 'at-least-once'} "
                           f"| {interval / 1000:g} s | {kill_after} | {len(run.sent_by_killed)} "
-                          f"| {len(run.stored_before_kill)} | {r.duplicated} | {r.lost} "
+                          f"| {len(run.stored_at_kill)} | {r.duplicated} | {r.lost} "
                           f"| {r.aborted_in_log} | {run.restart_s:.1f} |", flush=True)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from labkit.checking import audit
 from labkit.kafka import connect, topics
 from labkit.kafka.connect import ConnectWorker, StoredOffset
+from labkit.kafka.inspect import Inspector
 from labkit.kafka.debezium import OutboxSource, connect as pg_connect
 from labkit.pipelines import data, outbox
 
@@ -52,10 +53,11 @@ class CrashResult:
     second: int
     start_s: float              # the worker's first start
     restart_s: float            # SIGKILL to ready again (the dead member leaves its group first)
-    stored_before_kill: list[StoredOffset] = field(default_factory=list)
+    stored_at_kill: list[StoredOffset] = field(default_factory=list)  # the offsets topic
     rest_before_kill: list[dict] = field(default_factory=list)  # GET /connectors/x/offsets
-    slot_before_kill: dict | None = None
+    slot_at_kill: dict | None = None
     open_before_kill: list = field(default_factory=list)   # Ongoing transactions then
+    producers_before_kill: list = field(default_factory=list)  # DescribeProducers, events topic
     open_after_kill: list = field(default_factory=list)
     stored_after: list[StoredOffset] = field(default_factory=list)
     sent_by_killed: list[str] = field(default_factory=list)  # ids it sent after the commit point
@@ -122,13 +124,16 @@ def outbox_crash(bootstrap: str, dsn: str, *, exactly_once: bool, first: int = 2
         wait_count(bootstrap, source.topic, first + (second if kill_after is None else kill_after))
         result = CrashResult(audit.AuditReport("outbox", ""), source, worker.names,
                              exactly_once, first, second, start_s, 0.0)
-        result.stored_before_kill = connect.stored_offsets(bootstrap, worker.names, source.name)
         result.rest_before_kill = worker.rest.offsets(source.name)
-        result.slot_before_kill = source.slot_state()
         result.open_before_kill = connect.transactions(bootstrap, worker.names, source.name,
                                                        ("Ongoing",))
+        with Inspector(bootstrap) as inspector:
+            result.producers_before_kill = inspector.producers(source.topic)
         killed = time.monotonic()
         worker.kill()
+        # what was stored when it died (read after the kill: a commit just before it counts)
+        result.stored_at_kill = connect.stored_offsets(bootstrap, worker.names, source.name)
+        result.slot_at_kill = source.slot_state()
         # what the killed worker had sent after the stored offsets: all of it again below
         result.sent_by_killed = [r.value["id"] for r in topics.read(
             bootstrap, source.topic, isolation="read_uncommitted")][first:]

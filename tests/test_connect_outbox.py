@@ -42,12 +42,13 @@ def test_an_at_least_once_worker_killed_sends_again_what_came_after_its_stored_o
     assert twice == set(run.sent_by_killed)
     # what Connect kept before the kill: one offsets record, the position after FIRST, the
     # same in its offsets topic and from its REST API; none written for what came after
-    [stored] = run.stored_before_kill
+    [stored] = run.stored_at_kill
     assert stored.committed and stored.partition == {"server": run.source.slot}
     assert run.rest_before_kill == [{"partition": stored.partition, "offset": stored.offset}]
     # PostgreSQL's slot was confirmed up to that commit only: the WAL after it was kept
-    assert run.slot_before_kill["confirmed_flush_lsn"] == lsn_text(stored.offset["lsn_commit"])
+    assert run.slot_at_kill["confirmed_flush_lsn"] == lsn_text(stored.offset["lsn_commit"])
     assert run.open_before_kill == [] and run.open_after_kill == []  # no transactions at all
+    assert not any(p.open_transaction for p in run.producers_before_kill)
     # Debezium found that position and resumed right after it
     assert any(f"last change LSN 'LSN{{{lsn_text(stored.offset['lsn'])}}}'" in line
                for line in run.resume_lines), run.resume_lines
@@ -73,9 +74,13 @@ def test_an_exactly_once_worker_killed_keeps_each_event_once(bootstrap, pg_dsn, 
     assert [(t.transactional_id, t.partitions) for t in run.open_before_kill] == \
         [(task_id, ((run.source.topic, 0),))]
     assert [t.transactional_id for t in run.open_after_kill] == [task_id]  # SIGKILL ends nothing
-    [stored] = run.stored_before_kill
+    # the partition leader's view (DescribeProducers): that producer's open transaction
+    # begins right after the first batch and its commit marker
+    [open_here] = [p for p in run.producers_before_kill if p.open_transaction]
+    assert open_here.txn_start_offset == FIRST + 1
+    [stored] = run.stored_at_kill
     assert stored.committed
-    assert run.slot_before_kill["confirmed_flush_lsn"] == lsn_text(stored.offset["lsn_commit"])
+    assert run.slot_at_kill["confirmed_flush_lsn"] == lsn_text(stored.offset["lsn_commit"])
     # after the restart the re-sent events committed with their offsets, in one transaction
     assert len(run.stored_after) >= 2 and run.stored_after[-1].committed
     assert run.stored_after[-1].offset["lsn"] > stored.offset["lsn"]
