@@ -36,7 +36,7 @@ from labkit.pipelines import data, outbox
 VISIBLE_TIMEOUT_S = 60.0
 # The restarted worker's offset.flush.interval.ms (an exactly-once connector's transaction
 # interval defaults to it): its re-sent records are committed while it runs. The run does
-# not count on the clean stop to commit them: once in about 15 runs a SIGTERM right after
+# not count on the clean stop to commit them: once in about 20 runs a SIGTERM right after
 # the re-send ended with that transaction aborted, not committed (nothing lost for good:
 # its offsets were not committed either, a next start sends them again). Why is not known:
 # log4j's shutdown hook had cut the worker's log (now off, labkit.kafka.connect).

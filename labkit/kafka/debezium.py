@@ -14,14 +14,15 @@ Debezium's outbox event router (``io.debezium.transforms.outbox.EventRouter``) t
 inserted outbox row into one record: its ``payload`` column as the value, ``aggregateid``
 as the key, the row's ``id`` in the record's ``id`` header, on ``topic``.
 
-Where the reader's position is kept, three places:
+Where the reader's position is kept:
 - Connect's offsets topic: ``{"lsn": ..., "lsn_commit": ..., "txId": ...}`` under the key
-  ``["<connector>", {"server": "<name>"}]``; Debezium resumes from it after a restart and
-  skips what it finds at or before it (``WalPositionLocator``).
-- the slot's ``confirmed_flush_lsn``: Debezium confirms an LSN to PostgreSQL only after
-  Connect has written its offsets (``SourceTask.commit``), so the slot never runs ahead
-  of the offsets topic: the WAL a restarted connector needs is still there.
-- nowhere else: the outbox rows stay; what was sent is not marked in the table.
+  ``["<connector>", {"server": "<name>"}]`` (``labkit.kafka.connect.stored_offsets``);
+  Debezium resumes from it after a restart, skipping what it finds at or before it
+  (``WalPositionLocator``): everything after it is sent again.
+- the slot's ``confirmed_flush_lsn`` (``slot_state``): Debezium confirms an LSN to
+  PostgreSQL only after Connect has written its offsets (``SourceTask.commit``), so the slot
+  never runs ahead of the offsets topic and the WAL a restarted connector needs is kept.
+- not in the table: the outbox rows stay, nothing marks them sent.
 
 Slot and publication are created here, before the connector starts (with snapshot.mode
 ``no_data`` the connector then reads every outbox row committed after ``prepare``, whenever
