@@ -45,7 +45,7 @@ def setup() -> None:
 
     try:
         java = jvm.check_java()
-        for profile in jvm.PROFILES:
+        for profile in jvm.SETUP_PROFILES:
             jars = jvm.resolve(profile)
             typer.echo(f"{profile}: {len(jars)} jars in {jvm.jar_dir(profile)}")
     except LabkitSetupError as exc:

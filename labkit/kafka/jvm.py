@@ -3,8 +3,11 @@
 ``jvm/pom.xml`` pins the Kafka broker and Spark's Kafka connector. ``classpath("kafka")``
 returns the broker's jars, ``classpath("spark")`` the connector's, ``classpath("tools")``
 kafka-tools (Kafka's TransactionalMessageCopier, for ``labkit torture``), ``classpath("streams")``
-kafka-streams (a real Kafka Streams app under ``labkit torture``), resolving them with
-``mvn`` into ``.cache/`` the first time (with a progress line) and reusing them after.
+kafka-streams (a real Kafka Streams app under ``labkit torture``), ``classpath("connect")``
+a Kafka Connect worker, resolving them with ``mvn`` into ``.cache/`` the first time (with a
+progress line) and reusing them after. ``resolve("debezium")`` puts Debezium's PostgreSQL
+connector in a directory of its own under ``plugin_path()``, where a Connect worker loads it
+as a plugin (its own class loader).
 """
 from __future__ import annotations
 
@@ -20,7 +23,12 @@ from labkit.paths import LabkitSetupError, cache_dir, pom_file
 from labkit.progress import status
 
 MIN_JAVA = 17
-PROFILES = ("kafka", "spark", "tools", "streams")
+PROFILES = ("kafka", "spark", "tools", "streams", "connect", "debezium")
+# What `labkit setup` fetches; Kafka Connect and Debezium (~40 MB) come on first use (with
+# the same progress line), since only the outbox lesson starts a Connect worker.
+SETUP_PROFILES = ("kafka", "spark", "tools", "streams")
+# Connect plugins: each profile's jars in a directory of its own under plugin_path().
+CONNECT_PLUGINS = ("debezium",)
 
 _INSTALL_JAVA = (
     "Install a JDK 17 or newer (Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless`; "
@@ -88,7 +96,15 @@ def pinned_versions() -> dict[str, str]:
 
 
 def jar_dir(profile: str) -> Path:
+    if profile in CONNECT_PLUGINS:
+        return plugin_path() / profile
     return cache_dir() / "jars" / profile
+
+
+def plugin_path() -> Path:
+    """A Connect worker's ``plugin.path``: each directory in it is one plugin, its jars
+    loaded by a class loader of their own (so a plugin's Jackson never meets the worker's)."""
+    return cache_dir() / "jars" / "connect-plugins"
 
 
 def is_resolved(profile: str) -> bool:

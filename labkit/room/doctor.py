@@ -75,10 +75,10 @@ def maven() -> str:
 
 
 def jars_cached() -> str:
-    missing = [p for p in jvm.PROFILES if not jvm.is_resolved(p)]
+    missing = [p for p in jvm.SETUP_PROFILES if not jvm.is_resolved(p)]
     if missing:
         raise LabkitSetupError(f"not fetched yet: {', '.join(missing)} jars")
-    return f"{', '.join(jvm.PROFILES)} jars in {cache_dir() / 'jars'}"
+    return f"{', '.join(jvm.SETUP_PROFILES)} jars in {cache_dir() / 'jars'}"
 
 
 def free_memory() -> str:
