@@ -3,7 +3,8 @@
 ``jvm/pom.xml`` pins the Kafka broker and Spark's Kafka connector. ``classpath("kafka")``
 returns the broker's jars, ``classpath("spark")`` the connector's, ``classpath("tools")``
 kafka-tools (Kafka's TransactionalMessageCopier, for ``labkit torture``), ``classpath("streams")``
-kafka-streams (a real Kafka Streams app under ``labkit torture``), resolving them with
+kafka-streams (a real Kafka Streams app under ``labkit torture``), ``classpath("flink")``
+Flink's Kafka connector (for PyFlink, ``labkit.flink``), resolving them with
 ``mvn`` into ``.cache/`` the first time (with a progress line) and reusing them after.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from labkit.paths import LabkitSetupError, cache_dir, pom_file
 from labkit.progress import status
 
 MIN_JAVA = 17
-PROFILES = ("kafka", "spark", "tools", "streams")
+PROFILES = ("kafka", "spark", "tools", "streams", "flink")
 
 _INSTALL_JAVA = (
     "Install a JDK 17 or newer (Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless`; "

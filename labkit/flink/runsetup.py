@@ -1,0 +1,92 @@
+"""One run of a Flink job: its names (topics, group, transactional id prefix, in the
+learner's namespace), its folder (checkpoints, each start's settings, output and Flink log),
+the parameters its job function is called with, its clock and its steps, and each start of
+the job (fresh, or restoring the latest completed checkpoint)."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit import progress
+from labkit.flink import checkpoints
+from labkit.flink import environment
+from labkit.flink.outcome import FlinkJobError
+from labkit.flink.process import JobProcess
+from labkit.kafka import javaconfig, names
+
+START_S = 120.0  # a job's start to its first checkpoint (about 8 s on an idle 2-core machine)
+
+
+@dataclass(frozen=True)
+class Start:
+    name: str
+    restored_from: str | None  # the checkpoint folder it restored (None: a fresh start)
+    started_s: float  # since the run began
+    first_checkpoint_s: float | None  # its start to its first completed checkpoint
+    ended: str  # "killed", "stopped", or Flink's error
+
+
+class RunSetup:
+    """One run's names, folders, clock and steps."""
+
+    def __init__(self, bootstrap: str, guarantee: str, interval_ms: int, timeout_ms: int,
+                 job_file: Path, function: str):
+        environment.python()  # PyFlink's environment: created now if new, not in a start
+        self.id = uuid.uuid4().hex[:8]
+        self.bootstrap = bootstrap
+        self.source = names.topic(f"flink-{self.id}-in")
+        self.sink = names.topic(f"flink-{self.id}-out")
+        self.group = names.group(f"flink-{self.id}")
+        self.prefix = names.transactional_id(f"flink-{self.id}")
+        self.dir = Path(tempfile.mkdtemp(prefix=f"labkit-flink-{self.id}-"))
+        self.checkpoints = self.dir / "checkpoints"
+        self.job_file, self.function = job_file, function
+        self.params = {
+            "bootstrap": bootstrap, "input_topic": self.source, "output_topic": self.sink,
+            "group_id": self.group, "transactional_id_prefix": self.prefix,
+            "delivery_guarantee": guarantee, "checkpoint_dir": self.checkpoints.as_uri(),
+            "checkpoint_interval_ms": interval_ms, "transaction_timeout_ms": timeout_ms,
+            "restore_from": None,
+            "connector_jars": [p.as_uri() for p in environment.connector_jars()],
+            "kafka_properties": javaconfig.for_client(bootstrap)}
+        self.began = time.monotonic()
+        self.steps: list[tuple[float, str]] = []
+        self.starts: list[Start] = []
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.began, 1)
+
+    def step(self, what: str) -> None:
+        self.steps.append((self.now(), what))
+        progress.step(what)
+
+    def start(self) -> tuple[JobProcess, str | None]:
+        last = checkpoints.latest(self.checkpoints)
+        restore = str(last.path) if last else None
+        name = f"start-{len(self.starts) + 1}"
+        job = JobProcess(self.job_file, self.function, {**self.params, "restore_from": restore},
+                         self.dir, name)
+        self.step(f"{name}: the job starts " + (f"from checkpoint {last.id}" if last
+                                                else "fresh (no checkpoint yet)"))
+        return job, restore
+
+    def first_checkpoint(self, job: JobProcess, after: int) -> float:
+        """Wait for the job's first completed checkpoint (an id above ``after``)."""
+        deadline = time.monotonic() + START_S
+        while True:
+            last = checkpoints.latest(self.checkpoints)
+            if last is not None and last.id > after:
+                return round(time.monotonic() - job.started, 1)
+            if not job.alive:
+                raise FlinkJobError(job, "the job ended before its first checkpoint")
+            if time.monotonic() > deadline:
+                raise FlinkJobError(job, f"no checkpoint {START_S:.0f} s after the start")
+            time.sleep(0.05)
+
+    def remove(self) -> None:
+        """Delete the run's folder (checkpoints, logs)."""
+        shutil.rmtree(self.dir, ignore_errors=True)

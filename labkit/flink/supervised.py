@@ -1,0 +1,232 @@
+"""A Flink job under a supervisor: started, SIGKILLed at named moments of its checkpoints,
+restarted from the latest retained checkpoint until the input is consumed, then audited.
+
+    run = supervised.run(bootstrap, guarantee="exactly_once", kills=["before-commit"])
+    run.report                 # the one audit of the output, read_committed
+    run.kills                  # what each SIGKILL hit (labkit.flink.aim.Kill)
+    run.latency                # input CreateTime -> visible to read_committed, p50/p99
+    run.transactions           # the sink's transactional ids by their end state at the broker
+
+Payments are produced at ``rate`` a second from the moment the first start has completed a
+checkpoint, and go on ``stream_s`` seconds after the last kill, so every kill lands in a
+stream and every restart has input to read. After each kill the job stays down ``down_s``
+seconds (``transaction.timeout.ms`` is the broker's patience with the sink's open
+transactions) and starts again from the last completed checkpoint, as a supervisor would.
+The run ends when the input is produced, the job's source has committed its end (Flink's
+KafkaSource commits its offsets when a checkpoint completes) and no transaction of the sink
+is open in the output: then the job is stopped and the output audited.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.checking.audit import AuditReport, audit_topic
+from labkit.flink import aim, checkpoints, visibility
+from labkit.flink.consumed import EndWatch
+from labkit.flink.outcome import FlinkJobError, broker_errors, flink_says, sink_transactions
+from labkit.flink.runsetup import START_S, RunSetup, Start
+from labkit.flink.process import REFERENCE_JOB, JobProcess
+from labkit.kafka import topics
+from labkit.kafka.inspect.client import Inspector
+from labkit.pipelines import data
+
+SCENARIO = "flink-two-phase-commit"
+GUARANTEES = ("exactly_once", "at_least_once")
+DONE_S = 120.0  # the last start to the input's end, committed
+MAX_FAILURES = 2  # starts that end by themselves (not killed) before the run gives up
+
+
+@dataclass
+class FlinkRun:
+    report: AuditReport
+    guarantee: str
+    checkpoint_interval_ms: int
+    transaction_timeout_ms: int
+    down_s: float
+    kills: list[aim.Kill]
+    starts: list[Start]
+    latency: dict[str, float]  # p50_ms, p99_ms, records: those visible before the first kill
+    latency_all: dict[str, float]  # the same over every payment, the restarts' wait included
+    transactions: dict[str, list[str]]  # end state at the coordinator -> the sink's ids
+    flink_said: list[str]  # Flink's own log lines about commits that failed (data loss)
+    topics: dict[str, str] = field(default_factory=dict)
+    steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
+    run_dir: Path | None = None
+    bootstrap: str = ""
+
+    @property
+    def restore_s(self) -> list[float]:
+        """Each restart's start to its first completed checkpoint (JVM, local cluster, restore)."""
+        return [s.first_checkpoint_s for s in self.starts[1:] if s.first_checkpoint_s is not None]
+
+    def summary(self) -> str:
+        kills = "; ".join(k.describe() for k in self.kills) or "no kill"
+        return (f"{self.report.summary()}\nFlink {self.guarantee}, checkpoints every "
+                f"{self.checkpoint_interval_ms} ms, transaction.timeout.ms "
+                f"{self.transaction_timeout_ms}: {kills}; down {self.down_s:g} s each time; "
+                f"{len(self.starts)} starts; visible to read_committed after p50 "
+                f"{self.latency['p50_ms']:.0f} ms, p99 {self.latency['p99_ms']:.0f} ms")
+
+    def timeline(self) -> str:
+        return "\n".join(f"{t:6.1f} s  {what}" for t, what in self.steps)
+
+    def to_json(self) -> dict:
+        return {**self.report.to_dict(), "checkpoint_interval_ms": self.checkpoint_interval_ms,
+                "transaction_timeout_ms": self.transaction_timeout_ms, "down_s": self.down_s,
+                "kills": [k.describe() for k in self.kills], "starts": len(self.starts),
+                "restore_s": self.restore_s, "latency": self.latency,
+                "transactions": {k: len(v) for k, v in self.transactions.items()},
+                "flink_said": self.flink_said}
+
+    def cleanup(self) -> None:
+        """Delete the run's topics and folder (kept for a notebook's next cells)."""
+        if self.topics:
+            topics.delete(self.bootstrap, *self.topics.values())
+            self.topics = {}
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None
+
+
+def check_options(guarantee: str, kills, checkpoint_interval_ms: int,
+                  transaction_timeout_ms: int, down_s: float, rate: float) -> None:
+    if guarantee not in GUARANTEES:
+        raise ValueError(f"guarantee must be one of {', '.join(GUARANTEES)}, not {guarantee!r}")
+    for point in kills:
+        if point not in aim.KILL_POINTS:
+            raise ValueError(f"unknown kill point {point!r}: choose from "
+                             f"{', '.join(aim.KILL_POINTS)}")
+    if not 100 <= checkpoint_interval_ms <= 60_000:
+        raise ValueError(f"checkpoint_interval_ms must be 100 to 60000, not "
+                         f"{checkpoint_interval_ms}")
+    if transaction_timeout_ms < 1000:
+        raise ValueError(f"transaction_timeout_ms must be 1000 or more (the broker refuses "
+                         f"less than 1 s), not {transaction_timeout_ms}")
+    if down_s < 0 or not 1 <= rate <= 5000:
+        raise ValueError(f"down_s must be 0 or more and rate 1 to 5000 a second "
+                         f"(given {down_s}, {rate})")
+
+
+def run(bootstrap: str, *, guarantee: str = "exactly_once",
+        kills: tuple[str, ...] | list[str] = ("mid-checkpoint",),
+        checkpoint_interval_ms: int = 1000, transaction_timeout_ms: int = 60_000,
+        down_s: float = 0.0, rate: float = 100.0, stream_s: float = 2.0, seed: int = 0,
+        job_file: Path | None = None, function: str = "fee_job",
+        keep_topics: bool = False, keep_files: bool = False) -> FlinkRun:
+    """Run the job (``function`` in ``job_file``, default the lab's fee_job), SIGKILL it at
+    each of ``kills`` in turn (labkit.flink.aim.KILL_POINTS), restart it from its latest
+    checkpoint after ``down_s`` seconds each time, and audit its output read_committed."""
+    check_options(guarantee, kills, checkpoint_interval_ms, transaction_timeout_ms, down_s, rate)
+    r = RunSetup(bootstrap, guarantee, checkpoint_interval_ms, transaction_timeout_ms,
+             Path(job_file or REFERENCE_JOB), function)
+    payments = data.generate(int(rate * (START_S + stream_s + len(kills) * (START_S + down_s))),
+                             seed=seed)
+    topics.create(bootstrap, r.source, r.sink)
+    stop_payments, failed = threading.Event(), []
+    producer = threading.Thread(target=data.produce_at_rate, daemon=True, name="payments",
+                                args=(bootstrap, r.source, payments, rate, stop_payments, failed))
+    rng = random.Random(seed)
+    done: list[aim.Kill] = []
+    first_kill_ms = float("inf")
+    job: JobProcess | None = None
+    try:
+        for attempt in range(len(kills) + 1 + MAX_FAILURES):
+            with Inspector(bootstrap) as inspector:  # what the starts before this one wrote
+                output_from = inspector.offsets(r.sink)[0].high_watermark
+            job, restored = r.start()
+            before = checkpoints.latest(r.checkpoints)
+            took = r.first_checkpoint(job, before.id if before else 0)
+            r.step(f"{job.name}: first checkpoint {took:.1f} s after its start")
+            if not producer.is_alive() and not stop_payments.is_set():
+                producer.start()
+                r.step(f"payments arrive at {rate:g} a second")
+            if len(done) < len(kills):
+                hit = aim.kill_at(job, kills[len(done)], checkpoint_root=r.checkpoints,
+                                  bootstrap=bootstrap, prefix=r.prefix,
+                                  exactly_once=guarantee == "exactly_once",
+                                  interval_ms=checkpoint_interval_ms, rng=rng, timeout_s=START_S)
+                done.append(hit)
+                first_kill_ms = min(first_kill_ms, hit.at * 1000)
+                r.starts.append(Start(job.name, restored, r.now(), took, "killed"))
+                r.step(f"{job.name}: {hit.describe()}")
+                if len(done) == len(kills):
+                    _later(stream_s, stop_payments.set)
+                if down_s:
+                    r.step(f"the job stays down {down_s:g} s")
+                    time.sleep(down_s)
+                continue
+            if not kills:
+                _later(stream_s, stop_payments.set)
+            ended = _until_consumed(r, job, producer, output_from)
+            r.starts.append(Start(job.name, restored, r.now(), took, ended))
+            if ended == "stopped":
+                break
+        else:
+            raise FlinkJobError(job, f"the job failed {MAX_FAILURES + 1} times by itself")
+    finally:
+        stop_payments.set()
+        if job is not None:
+            job.stop()
+        if producer.is_alive():
+            producer.join(30)
+    if failed:
+        raise RuntimeError(f"payments could not be produced: {failed[:3]}")
+    return _audited(r, payments, guarantee, checkpoint_interval_ms, transaction_timeout_ms,
+                    down_s, done, first_kill_ms, keep_topics, keep_files)
+
+
+def _later(seconds: float, what) -> None:
+    timer = threading.Timer(seconds, what)
+    timer.daemon = True
+    timer.start()
+
+
+def _until_consumed(r: RunSetup, job: JobProcess, producer: threading.Thread,
+                    output_from: int) -> str:
+    """Wait until the input is consumed (then stop the job: "stopped"), or the job ends by
+    itself (Flink's error, the next start goes on from the latest checkpoint)."""
+    deadline = time.monotonic() + DONE_S
+    with Inspector(r.bootstrap) as inspector:
+        end = EndWatch(inspector, r.source, r.sink, r.group, r.checkpoints, output_from)
+        while producer.is_alive() or not end.done():
+            if not job.alive:
+                said = flink_says(job) or "it ended by itself"
+                r.step(f"{job.name}: failed: {said}")
+                return said
+            if time.monotonic() > deadline:
+                raise FlinkJobError(job, f"the input was not consumed {DONE_S:.0f} s after the "
+                                         "last start")
+            time.sleep(0.2)
+    job.stop()
+    r.step(f"{job.name}: the input is consumed and committed; the job is stopped")
+    return "stopped"
+
+
+def _audited(r: RunSetup, payments: list[dict], guarantee: str, interval_ms: int,
+             timeout_ms: int, down_s: float, kills: list[aim.Kill], first_kill_ms: float,
+             keep_topics: bool, keep_files: bool) -> FlinkRun:
+    written = {rec.value["id"] for rec in topics.read(r.bootstrap, r.source)}
+    inputs = [p for p in payments if p["id"] in written]
+    fault = "; ".join(k.describe() for k in kills) or None
+    report = audit_topic(r.bootstrap, r.sink, inputs, SCENARIO, guarantee, fault=fault)
+    found = visibility.delays(r.bootstrap, r.source, r.sink)
+    with Inspector(r.bootstrap) as inspector:
+        transactions = sink_transactions(inspector, r.prefix)
+    said = broker_errors(r.dir)
+    kept = {"input": r.source, "output": r.sink}
+    run = FlinkRun(report, guarantee, interval_ms, timeout_ms, down_s, kills, r.starts,
+                   visibility.quantiles(found, visible_before_ms=first_kill_ms),
+                   visibility.quantiles(found), transactions, said, topics=kept,
+                   steps=r.steps, run_dir=r.dir, bootstrap=r.bootstrap)
+    if not keep_topics:
+        topics.delete(r.bootstrap, r.source, r.sink)
+        run.topics = {}
+    if not keep_files:
+        shutil.rmtree(r.dir, ignore_errors=True)
+        run.run_dir = None
+    return run
