@@ -5,6 +5,8 @@
   Ongoing (flushed, never to get another record) and already knows ``<prefix>-0-<N+1>``,
   the transaction the sink opened for the next checkpoint right after the pre-commit.
   A restart restores checkpoint N-1: N's transaction must be aborted and its input read again.
+  With AT_LEAST_ONCE, also after the sink has written records since N-1 completed (the
+  output's high watermark has grown): what the restart will write again.
 - ``before-commit``: checkpoint N has completed (its ``_metadata`` is written) and, with
   EXACTLY_ONCE, its transaction is still Ongoing at the broker: the sink has not committed
   it yet. A restart restores N and must commit that transaction itself, unless the broker
@@ -45,6 +47,7 @@ class Kill:
     state: str | None  # that transaction's state at the coordinator, the job frozen
     # ... and once the job was dead: still Ongoing shows no commit was on its way
     state_after_kill: str | None
+    producer_id: int | None  # the transaction's producer id: its records in the log carry it
     since_checkpoint_ms: float | None  # since the last completed checkpoint's _metadata
     tries: int  # checkpoints looked at (the last one hit)
     at: float  # time.time() of the SIGKILL
@@ -67,12 +70,13 @@ def transaction_of(prefix: str, checkpoint: int, subtask: int = 0) -> str:
 
 
 class _Aim:
-    def __init__(self, job: JobProcess, root: Path, bootstrap: str, prefix: str,
+    def __init__(self, job: JobProcess, root: Path, bootstrap: str, prefix: str, output: str,
                  exactly_once: bool, deadline: float):
-        self.job, self.root, self.prefix = job, root, prefix
+        self.job, self.root, self.prefix, self.output = job, root, prefix, output
         self.exactly_once, self.deadline = exactly_once, deadline
         self.inspector = Inspector(bootstrap)
         self.tries = 0
+        self.producer_ids: dict[str, int] = {}
 
     def check_alive(self) -> None:
         if not self.job.alive:
@@ -83,6 +87,8 @@ class _Aim:
 
     def state(self, transactional_id: str) -> str | None:
         found = self.inspector.describe_transactions([transactional_id])
+        if found:
+            self.producer_ids[transactional_id] = found[0].producer_id
         return found[0].state if found else None
 
     def next_pending(self, after: int) -> checkpoints.Checkpoint:
@@ -102,31 +108,59 @@ class _Aim:
         if last is not None and last.completed_at is not None:
             since = (at - last.completed_at) * 1000
         after = self.state(txn) if txn else None
-        return Kill(point, cp, txn, state, after, since, self.tries, at)
+        return Kill(point, cp, txn, state, after, self.producer_ids.get(txn or ""), since,
+                    self.tries, at)
+
+    def known_up_to(self) -> int:
+        """The highest checkpoint id among the sink's transactional ids the broker knows."""
+        mine = f"{self.prefix}-0-"
+        return max((int(t[len(mine):]) for t in self.inspector.transactional_ids()
+                    if t.startswith(mine) and t[len(mine):].isdigit()), default=0)
+
+    def written(self) -> int:
+        """The output's high watermark (every record written, committed or not)."""
+        return sum(o.high_watermark for o in self.inspector.offsets(self.output).values())
+
+    def precommitted(self, checkpoint: int, written_before: int
+                     ) -> tuple[str, str | None, str | None]:
+        """With the job frozen during ``checkpoint``: "kill" (the sink has pre-committed it;
+        AT_LEAST_ONCE: has written since the last checkpoint), "wait", or "next" (nothing was
+        written for it: the next checkpoint)."""
+        if not self.exactly_once:
+            return ("kill" if self.written() > written_before else "wait"), None, None
+        if transaction_of(self.prefix, checkpoint + 1) not in self.inspector.transactional_ids():
+            return "wait", None, None
+        txn = transaction_of(self.prefix, checkpoint)
+        state = self.state(txn)
+        return ("kill" if state == "Ongoing" else "next"), txn, state
 
     def mid_checkpoint(self) -> Kill:
         after = _last_id(self.root)
+        # A restored job numbers its checkpoints again from the one it restored, so the ids a
+        # killed start opened (and the restore's probing for lingering transactions) are
+        # known already: only a checkpoint whose next id is new tells a pre-commit by its id.
+        stale = self.known_up_to() if self.exactly_once else 0
+        # AT_LEAST_ONCE: what the output held when the last checkpoint had completed; a
+        # record written after it came after that checkpoint's barrier
+        written_before = 0 if self.exactly_once else self.written()
         while True:
             cp = self.next_pending(after)
+            if cp.id + 1 <= stale:
+                after = cp.id
+                continue
             while not checkpoints.is_completed(cp.path):
                 self.check_alive()
-                self.job.freeze()
-                try:
+                with self.job.frozen():
                     if checkpoints.is_completed(cp.path):
                         break  # completed before the freeze: the window closed, next one
-                    if not self.exactly_once:  # nothing to ask the broker: triggered is enough
-                        return self.kill("mid-checkpoint", cp.id, None, None)
-                    txn = transaction_of(self.prefix, cp.id)
-                    if transaction_of(self.prefix, cp.id + 1) in self.inspector.transactional_ids():
-                        state = self.state(txn)
-                        if state == "Ongoing":
-                            return self.kill("mid-checkpoint", cp.id, txn, state)
-                        break  # nothing written in N (no transaction to pre-commit): next one
-                finally:
-                    if self.job.alive:
-                        self.job.thaw()
+                    verdict, txn, state = self.precommitted(cp.id, written_before)
+                    if verdict == "kill":
+                        return self.kill("mid-checkpoint", cp.id, txn, state)
+                    if verdict == "next":
+                        break
                 time.sleep(POLL_S)
             after = cp.id
+            written_before = 0 if self.exactly_once else self.written()
 
     def before_commit(self) -> Kill:
         after = _last_id(self.root)
@@ -135,17 +169,13 @@ class _Aim:
             while not checkpoints.is_completed(cp.path):
                 self.check_alive()
                 time.sleep(POLL_S)
-            self.job.freeze()
-            try:
+            with self.job.frozen():
                 if not self.exactly_once:
                     return self.kill("before-commit", cp.id, None, None)
                 txn = transaction_of(self.prefix, cp.id)
                 state = self.state(txn)
                 if state == "Ongoing":  # complete, not committed: the window
                     return self.kill("before-commit", cp.id, txn, state)
-            finally:
-                if self.job.alive:
-                    self.job.thaw()
             after = cp.id
 
     def at_random(self, interval_ms: int, rng: random.Random) -> Kill:
@@ -168,13 +198,13 @@ def _last_id(root: Path) -> int:
 
 
 def kill_at(job: JobProcess, point: str, *, checkpoint_root: Path, bootstrap: str,
-            prefix: str, exactly_once: bool, interval_ms: int, rng: random.Random,
-            timeout_s: float) -> Kill:
+            prefix: str, output_topic: str, exactly_once: bool, interval_ms: int,
+            rng: random.Random, timeout_s: float) -> Kill:
     """SIGKILL ``job`` (its whole process group) at ``point`` of a checkpoint taken after
     this call; what the kill hit, as the broker and the checkpoint folder showed it."""
     if point not in KILL_POINTS:
         raise ValueError(f"unknown kill point {point!r}: choose one of {', '.join(KILL_POINTS)}")
-    aim = _Aim(job, checkpoint_root, bootstrap, prefix, exactly_once,
+    aim = _Aim(job, checkpoint_root, bootstrap, prefix, output_topic, exactly_once,
                time.monotonic() + timeout_s)
     try:
         if point == "mid-checkpoint":

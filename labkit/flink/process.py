@@ -14,6 +14,8 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from labkit import proc
@@ -59,6 +61,16 @@ class JobProcess:
 
     def thaw(self) -> None:
         proc.signal_group(self.popen.pid, signal.SIGCONT)
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Frozen for the block; thawed after it unless it was killed meanwhile."""
+        self.freeze()
+        try:
+            yield
+        finally:
+            if self.alive:
+                self.thaw()
 
     def sigkill(self) -> None:
         """The crash: SIGKILL the group (a frozen one too), and reap it."""

@@ -18,6 +18,11 @@ from labkit.flink.outcome import FlinkJobError
 from labkit.flink.process import JobProcess
 from labkit.kafka import javaconfig, names
 
+# What a job function may ask for by name (the lab's fee_job asks for all of it).
+JOB_PROVIDES = ("bootstrap", "input_topic", "output_topic", "group_id",
+                "transactional_id_prefix", "delivery_guarantee", "checkpoint_dir",
+                "checkpoint_interval_ms", "transaction_timeout_ms", "restore_from",
+                "connector_jars", "kafka_properties")
 START_S = 120.0  # a job's start to its first checkpoint (about 8 s on an idle 2-core machine)
 
 

@@ -58,6 +58,7 @@ class FlinkRun:
     steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
     run_dir: Path | None = None
     bootstrap: str = ""
+    run_id: str = ""  # in every name of the run: topics, group, prefix, folder, processes
 
     @property
     def restore_s(self) -> list[float]:
@@ -147,7 +148,7 @@ def run(bootstrap: str, *, guarantee: str = "exactly_once",
                 r.step(f"payments arrive at {rate:g} a second")
             if len(done) < len(kills):
                 hit = aim.kill_at(job, kills[len(done)], checkpoint_root=r.checkpoints,
-                                  bootstrap=bootstrap, prefix=r.prefix,
+                                  bootstrap=bootstrap, prefix=r.prefix, output_topic=r.sink,
                                   exactly_once=guarantee == "exactly_once",
                                   interval_ms=checkpoint_interval_ms, rng=rng, timeout_s=START_S)
                 done.append(hit)
@@ -222,7 +223,7 @@ def _audited(r: RunSetup, payments: list[dict], guarantee: str, interval_ms: int
     run = FlinkRun(report, guarantee, interval_ms, timeout_ms, down_s, kills, r.starts,
                    visibility.quantiles(found, visible_before_ms=first_kill_ms),
                    visibility.quantiles(found), transactions, said, topics=kept,
-                   steps=r.steps, run_dir=r.dir, bootstrap=r.bootstrap)
+                   steps=r.steps, run_dir=r.dir, bootstrap=r.bootstrap, run_id=r.id)
     if not keep_topics:
         topics.delete(r.bootstrap, r.source, r.sink)
         run.topics = {}
