@@ -47,8 +47,10 @@ def ids_in(bootstrap: str, topic: str) -> list[str]:
 
 
 def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_commit(bootstrap):
-    run = supervised.run(bootstrap, kills=["mid-checkpoint", "before-commit"], down_s=DOWN_S,
-                         keep_topics=True)
+    # down as long as in the timeout test below after the kill before the commit: what the
+    # default transaction.timeout.ms (60 s) survives
+    run = supervised.run(bootstrap, kills=["mid-checkpoint", "before-commit"],
+                         down_s=[0, DOWN_S], keep_topics=True)
     try:
         mid, before = run.kills
         # each SIGKILL hit its window, as the broker showed it while the job stood frozen and

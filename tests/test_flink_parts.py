@@ -62,6 +62,7 @@ def test_latency_quantiles_count_only_what_was_visible_before_the_first_kill():
     (dict(checkpoint_interval_ms=50), "checkpoint_interval_ms must be 100 to 60000"),
     (dict(transaction_timeout_ms=500), "the broker refuses less than 1 s"),
     (dict(down_s=-1), "down_s must be 0 or more"),
+    (dict(kills=["random"], down_s=[1, 2]), "one per kill"),
 ])
 def test_a_run_refuses_what_it_cannot_do_before_starting_anything(options, message):
     with pytest.raises(ValueError, match=message):

@@ -10,7 +10,7 @@ restarted from the latest retained checkpoint until the input is consumed, then 
 Payments are produced at ``rate`` a second from the moment the first start has completed a
 checkpoint, and go on ``stream_s`` seconds after the last kill, so every kill lands in a
 stream and every restart has input to read. After each kill the job stays down ``down_s``
-seconds (``transaction.timeout.ms`` is the broker's patience with the sink's open
+(one number for every kill, or one per kill) seconds (``transaction.timeout.ms`` is the broker's patience with the sink's open
 transactions) and starts again from the last completed checkpoint, as a supervisor would.
 The run ends when the input is produced, the job's source has committed its end (Flink's
 KafkaSource commits its offsets when a checkpoint completes) and no transaction of the sink
@@ -47,7 +47,7 @@ class FlinkRun:
     guarantee: str
     checkpoint_interval_ms: int
     transaction_timeout_ms: int
-    down_s: float
+    down_s: list[float]  # after each kill
     kills: list[aim.Kill]
     starts: list[Start]
     latency: dict[str, float]  # p50_ms, p99_ms, records: those visible before the first kill
@@ -69,7 +69,7 @@ class FlinkRun:
         kills = "; ".join(k.describe() for k in self.kills) or "no kill"
         return (f"{self.report.summary()}\nFlink {self.guarantee}, checkpoints every "
                 f"{self.checkpoint_interval_ms} ms, transaction.timeout.ms "
-                f"{self.transaction_timeout_ms}: {kills}; down {self.down_s:g} s each time; "
+                f"{self.transaction_timeout_ms}: {kills}; down {self.down_s} s; "
                 f"{len(self.starts)} starts; visible to read_committed after p50 "
                 f"{self.latency['p50_ms']:.0f} ms, p99 {self.latency['p99_ms']:.0f} ms")
 
@@ -95,7 +95,7 @@ class FlinkRun:
 
 
 def check_options(guarantee: str, kills, checkpoint_interval_ms: int,
-                  transaction_timeout_ms: int, down_s: float, rate: float) -> None:
+                  transaction_timeout_ms: int, down_s: list[float], rate: float) -> None:
     if guarantee not in GUARANTEES:
         raise ValueError(f"guarantee must be one of {', '.join(GUARANTEES)}, not {guarantee!r}")
     for point in kills:
@@ -108,36 +108,55 @@ def check_options(guarantee: str, kills, checkpoint_interval_ms: int,
     if transaction_timeout_ms < 1000:
         raise ValueError(f"transaction_timeout_ms must be 1000 or more (the broker refuses "
                          f"less than 1 s), not {transaction_timeout_ms}")
-    if down_s < 0 or not 1 <= rate <= 5000:
-        raise ValueError(f"down_s must be 0 or more and rate 1 to 5000 a second "
-                         f"(given {down_s}, {rate})")
+    if len(down_s) != len(kills) or any(d < 0 for d in down_s) or not 1 <= rate <= 5000:
+        raise ValueError(f"down_s must be 0 or more (one number, or one per kill) and rate 1 "
+                         f"to 5000 a second (given {down_s} for {len(kills)} kills, {rate})")
 
 
 def run(bootstrap: str, *, guarantee: str = "exactly_once",
         kills: tuple[str, ...] | list[str] = ("mid-checkpoint",),
         checkpoint_interval_ms: int = 1000, transaction_timeout_ms: int = 60_000,
-        down_s: float = 0.0, rate: float = 100.0, stream_s: float = 2.0, seed: int = 0,
-        job_file: Path | None = None, function: str = "fee_job",
+        down_s: float | list[float] = 0.0, rate: float = 100.0, stream_s: float = 2.0,
+        seed: int = 0, job_file: Path | None = None, function: str = "fee_job",
         keep_topics: bool = False, keep_files: bool = False) -> FlinkRun:
     """Run the job (``function`` in ``job_file``, default the lab's fee_job), SIGKILL it at
     each of ``kills`` in turn (labkit.flink.aim.KILL_POINTS), restart it from its latest
-    checkpoint after ``down_s`` seconds each time, and audit its output read_committed."""
-    check_options(guarantee, kills, checkpoint_interval_ms, transaction_timeout_ms, down_s, rate)
+    checkpoint after ``down_s`` seconds (one number, or one per kill), and audit its output
+    read_committed. ``keep_topics``/``keep_files``: leave the topics and the run's folder
+    (checkpoints, logs) for ``FlinkRun.cleanup()``."""
+    kills = list(kills)
+    downs = [float(down_s)] * len(kills) if isinstance(down_s, (int, float)) else list(down_s)
+    check_options(guarantee, kills, checkpoint_interval_ms, transaction_timeout_ms, downs, rate)
     r = RunSetup(bootstrap, guarantee, checkpoint_interval_ms, transaction_timeout_ms,
-             Path(job_file or REFERENCE_JOB), function)
-    payments = data.generate(int(rate * (START_S + stream_s + len(kills) * (START_S + down_s))),
+                 Path(job_file or REFERENCE_JOB), function)
+    # more than the run can write: the producer stops stream_s after the last kill
+    payments = data.generate(int(rate * (START_S + stream_s + len(kills) * START_S + sum(downs))),
                              seed=seed)
-    topics.create(bootstrap, r.source, r.sink)
+    try:
+        topics.create(bootstrap, r.source, r.sink)
+        done = _supervise(r, payments, guarantee, kills, downs, checkpoint_interval_ms, rate,
+                          stream_s, random.Random(seed))
+        return _audited(r, payments, guarantee, checkpoint_interval_ms, transaction_timeout_ms,
+                        downs, done, keep_topics, keep_files)
+    except BaseException:
+        r.remove()
+        topics.delete(bootstrap, r.source, r.sink)
+        raise
+
+
+def _supervise(r: RunSetup, payments: list[dict], guarantee: str, kills: list[str],
+               downs: list[float], interval_ms: int, rate: float, stream_s: float,
+               rng: random.Random) -> list[aim.Kill]:
+    """Start, kill at each point, restart, until the input is consumed; the kills."""
     stop_payments, failed = threading.Event(), []
     producer = threading.Thread(target=data.produce_at_rate, daemon=True, name="payments",
-                                args=(bootstrap, r.source, payments, rate, stop_payments, failed))
-    rng = random.Random(seed)
+                                args=(r.bootstrap, r.source, payments, rate, stop_payments,
+                                      failed))
     done: list[aim.Kill] = []
-    first_kill_ms = float("inf")
     job: JobProcess | None = None
     try:
-        for attempt in range(len(kills) + 1 + MAX_FAILURES):
-            with Inspector(bootstrap) as inspector:  # what the starts before this one wrote
+        for _ in range(len(kills) + 1 + MAX_FAILURES):
+            with Inspector(r.bootstrap) as inspector:  # what the starts before this one wrote
                 output_from = inspector.offsets(r.sink)[0].high_watermark
             job, restored = r.start()
             before = checkpoints.latest(r.checkpoints)
@@ -148,18 +167,18 @@ def run(bootstrap: str, *, guarantee: str = "exactly_once",
                 r.step(f"payments arrive at {rate:g} a second")
             if len(done) < len(kills):
                 hit = aim.kill_at(job, kills[len(done)], checkpoint_root=r.checkpoints,
-                                  bootstrap=bootstrap, prefix=r.prefix, output_topic=r.sink,
+                                  bootstrap=r.bootstrap, prefix=r.prefix, output_topic=r.sink,
                                   exactly_once=guarantee == "exactly_once",
-                                  interval_ms=checkpoint_interval_ms, rng=rng, timeout_s=START_S)
+                                  interval_ms=interval_ms, rng=rng, timeout_s=START_S)
+                down = downs[len(done)]
                 done.append(hit)
-                first_kill_ms = min(first_kill_ms, hit.at * 1000)
                 r.starts.append(Start(job.name, restored, r.now(), took, "killed"))
                 r.step(f"{job.name}: {hit.describe()}")
                 if len(done) == len(kills):
                     _later(stream_s, stop_payments.set)
-                if down_s:
-                    r.step(f"the job stays down {down_s:g} s")
-                    time.sleep(down_s)
+                if down:
+                    r.step(f"the job stays down {down:g} s")
+                    time.sleep(down)
                 continue
             if not kills:
                 _later(stream_s, stop_payments.set)
@@ -177,8 +196,7 @@ def run(bootstrap: str, *, guarantee: str = "exactly_once",
             producer.join(30)
     if failed:
         raise RuntimeError(f"payments could not be produced: {failed[:3]}")
-    return _audited(r, payments, guarantee, checkpoint_interval_ms, transaction_timeout_ms,
-                    down_s, done, first_kill_ms, keep_topics, keep_files)
+    return done
 
 
 def _later(seconds: float, what) -> None:
@@ -209,8 +227,8 @@ def _until_consumed(r: RunSetup, job: JobProcess, producer: threading.Thread,
 
 
 def _audited(r: RunSetup, payments: list[dict], guarantee: str, interval_ms: int,
-             timeout_ms: int, down_s: float, kills: list[aim.Kill], first_kill_ms: float,
-             keep_topics: bool, keep_files: bool) -> FlinkRun:
+             timeout_ms: int, down_s: list[float], kills: list[aim.Kill], keep_topics: bool,
+             keep_files: bool) -> FlinkRun:
     written = {rec.value["id"] for rec in topics.read(r.bootstrap, r.source)}
     inputs = [p for p in payments if p["id"] in written]
     fault = "; ".join(k.describe() for k in kills) or None
@@ -221,13 +239,14 @@ def _audited(r: RunSetup, payments: list[dict], guarantee: str, interval_ms: int
     said = broker_errors(r.dir)
     kept = {"input": r.source, "output": r.sink}
     run = FlinkRun(report, guarantee, interval_ms, timeout_ms, down_s, kills, r.starts,
-                   visibility.quantiles(found, visible_before_ms=first_kill_ms),
+                   visibility.quantiles(found, visible_before_ms=min(
+                       (k.at * 1000 for k in kills), default=float("inf"))),
                    visibility.quantiles(found), transactions, said, topics=kept,
                    steps=r.steps, run_dir=r.dir, bootstrap=r.bootstrap, run_id=r.id)
     if not keep_topics:
         topics.delete(r.bootstrap, r.source, r.sink)
         run.topics = {}
     if not keep_files:
-        shutil.rmtree(r.dir, ignore_errors=True)
+        r.remove()
         run.run_dir = None
     return run
