@@ -32,7 +32,7 @@ from labkit.flink.outcome import FlinkJobError, broker_errors, flink_says, sink_
 from labkit.flink.runsetup import START_S, RunSetup, Start
 from labkit.flink.process import REFERENCE_JOB, JobProcess
 from labkit.kafka import topics
-from labkit.kafka.inspect.client import Inspector
+from labkit.kafka.inspect.client import InspectError, Inspector
 from labkit.pipelines import data
 
 SCENARIO = "flink-two-phase-commit"
@@ -134,6 +134,7 @@ def run(bootstrap: str, *, guarantee: str = "exactly_once",
                              seed=seed)
     try:
         topics.create(bootstrap, r.source, r.sink)
+        _until_served(bootstrap, r.source, r.sink)
         done = _supervise(r, payments, guarantee, kills, downs, checkpoint_interval_ms, rate,
                           stream_s, random.Random(seed))
         return _audited(r, payments, guarantee, checkpoint_interval_ms, transaction_timeout_ms,
@@ -197,6 +198,22 @@ def _supervise(r: RunSetup, payments: list[dict], guarantee: str, kills: list[st
     if failed:
         raise RuntimeError(f"payments could not be produced: {failed[:3]}")
     return done
+
+
+def _until_served(bootstrap: str, *names: str, timeout_s: float = 30.0) -> None:
+    """Wait until each new topic's leader answers for it: metadata names the leader a
+    moment before the broker serves the partition (NOT_LEADER_OR_FOLLOWER meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    with Inspector(bootstrap) as inspector:
+        for name in names:
+            while True:
+                try:
+                    inspector.offsets(name)
+                    break
+                except InspectError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
 
 def _later(seconds: float, what) -> None:
