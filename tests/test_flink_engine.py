@@ -5,6 +5,8 @@ and its output read back from Kafka with read_committed."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -20,9 +22,11 @@ SHORT_TIMEOUT_MS = 4000  # below DOWN_S: the broker aborts what the job left ope
 
 
 def left_behind(run: supervised.FlinkRun) -> list[str]:
-    """Processes of this run still alive: the job's Python and JVM carry the run's folder
-    (labkit-flink-<id>) in their command lines."""
-    found = []
+    """Processes of this run still alive (the job's Python and JVM carry the run's folder,
+    labkit-flink-<id>, in their command lines) and files a local Flink cluster leaves in the
+    system's temporary folder when it is SIGKILLed (24 MB of jars a start): the run keeps
+    them in its own folder, removed with it."""
+    found = [str(p) for p in Path(tempfile.gettempdir()).glob("minicluster_*")]
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
         if f"labkit-flink-{run.run_id}" in cmd:

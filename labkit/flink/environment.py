@@ -10,7 +10,7 @@ from Maven Central (``labkit setup``; about 23 MB).
 
     python = environment.python()            # the venv's python (created once)
     jars = environment.connector_jars()      # flink-connector-kafka, kafka-clients, ...
-    env = environment.child_env(log_dir)     # what a job's process is started with
+    env = environment.child_env(folder)      # what a job's process is started with
 """
 from __future__ import annotations
 
@@ -62,18 +62,23 @@ def connector_jars() -> list[Path]:
     return jvm.resolve("flink")
 
 
-def child_env(log_dir: Path, python_path: Path | None = None) -> dict[str, str]:
+def child_env(folder: Path, python_path: Path | None = None) -> dict[str, str]:
     """The environment of a job's process: the venv first on PATH (PyFlink starts its
-    Python functions with ``python``), the job's JVM sized and its log in ``log_dir``."""
+    Python functions with ``python``), the job's JVM sized, its log in ``folder/log`` and
+    its temporary files in ``folder/tmp``: the local cluster copies 24 MB of jars there at
+    each start, and a SIGKILLed JVM never deletes them, so they go with the run's folder."""
     py = python_path or python()
+    tmp = folder / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     java = jvm.check_java()
     env.update({
         "PATH": f"{py.parent}{os.pathsep}{env.get('PATH', '')}",
         "VIRTUAL_ENV": str(py.parent.parent),
         "JAVA_HOME": str(Path(java).resolve().parent.parent),
-        "JVM_ARGS": f"-Xmx{JOB_HEAP} {settings.SHORT_LIVED_JVM}",
-        "FLINK_LOG_DIR": str(log_dir),
+        "JVM_ARGS": f"-Xmx{JOB_HEAP} {settings.SHORT_LIVED_JVM} -Djava.io.tmpdir={tmp}",
+        "TMPDIR": str(tmp),
+        "FLINK_LOG_DIR": str(folder / "log"),
         "PYTHONUNBUFFERED": "1",
     })
     return env

@@ -39,7 +39,7 @@ def flink_says(job: JobProcess) -> str | None:
 def broker_errors(run_dir: Path) -> list[str]:
     """Flink's own log lines, every start's, about transactions it could not commit."""
     found = []
-    for log in sorted(run_dir.glob("*-flink-log/*.log")):
+    for log in sorted(run_dir.glob("*-flink/log/*.log")):
         for line in log.read_text(errors="replace").splitlines():
             if COMMIT_FAILED.search(line):
                 found.append(line.strip()[:600])

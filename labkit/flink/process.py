@@ -37,7 +37,7 @@ class JobProcess:
             "code_file": str(code_file), "function": function, "params": params,
             "outcome_file": str(self.outcome_file)}, indent=1))
         python = environment.python()
-        env = environment.child_env(run_dir / f"{name}-flink-log", python)
+        env = environment.child_env(run_dir / f"{name}-flink", python)
         self.started = time.monotonic()
         with open(self.log_file, "w") as log:
             # group=True: the job leads a process group with its JVM (PyFlink's gateway is
