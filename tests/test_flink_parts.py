@@ -110,7 +110,7 @@ def test_the_reference_job_names_only_what_the_lab_provides(tmp_path):
     job = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fee_job")
     assert [a.arg for a in job.args.args] == list(JOB_PROVIDES)
     # and what a run passes is that, no more, no less
-    setup = RunSetup("127.0.0.1:1", "exactly_once", 1000, 60_000, REFERENCE_JOB, "fee_job")
+    setup = RunSetup("127.0.0.1:1", "exactly_once", 1000, 60_000)
     try:
         assert set(setup.params) == set(JOB_PROVIDES)
         assert all(Path(j.removeprefix("file://")).is_file() for j in setup.params["connector_jars"])
@@ -131,3 +131,14 @@ def test_pyflink_and_its_kafka_connector_are_one_flink_release():
     profile = pom.find("m:profiles", ns)
     ids = [p.find("m:id", ns).text for p in profile]
     assert "flink" in ids
+
+
+@pytest.mark.parametrize("code, message", [
+    ("def job(bootstrap:\n", "the job's code does not parse"),
+    ("def other(bootstrap):\n    pass\n", "defines no function 'job' \\(it defines other\\)"),
+    ("def job(bootstrap, parallelism, sink=None):\n    pass\n",
+     "job asks for parallelism, which the lab does not provide"),
+])
+def test_a_learners_job_is_refused_before_anything_starts(code, message):
+    with pytest.raises(ValueError, match=message):
+        supervised.run("127.0.0.1:1", function="job", job_code=code)

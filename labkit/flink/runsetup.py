@@ -4,6 +4,7 @@ the parameters its job function is called with, its clock and its steps, and eac
 the job (fresh, or restoring the latest completed checkpoint)."""
 from __future__ import annotations
 
+import ast
 import shutil
 import tempfile
 import time
@@ -15,7 +16,7 @@ from labkit import progress
 from labkit.flink import checkpoints
 from labkit.flink import environment
 from labkit.flink.outcome import FlinkJobError
-from labkit.flink.process import JobProcess
+from labkit.flink.process import REFERENCE_JOB, JobProcess
 from labkit.kafka import javaconfig, names
 
 # What a job function may ask for by name (the lab's fee_job asks for all of it).
@@ -35,12 +36,35 @@ class Start:
     ended: str  # "killed", "stopped", or Flink's error
 
 
+def check_job(code: str, function: str) -> None:
+    """A job's code, checked without running it (PyFlink is not importable here): it must
+    parse, define ``function``, and ask only for what the lab provides (JOB_PROVIDES)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        raise ValueError(f"the job's code does not parse: {exc}") from None
+    defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    if function not in defined:
+        raise ValueError(f"the job's code defines no function {function!r} (it defines "
+                         f"{', '.join(defined) or 'none'})")
+    args = defined[function].args
+    required = [a.arg for a in args.args[:len(args.args) - len(args.defaults)]]
+    unknown = [a for a in required if a not in JOB_PROVIDES]
+    if unknown:
+        raise ValueError(f"{function} asks for {', '.join(unknown)}, which the lab does not "
+                         f"provide; it provides {', '.join(JOB_PROVIDES)}")
+
+
 class RunSetup:
     """One run's names, folders, clock and steps."""
 
     def __init__(self, bootstrap: str, guarantee: str, interval_ms: int, timeout_ms: int,
-                 job_file: Path, function: str):
+                 function: str = "fee_job", job_file: Path | None = None,
+                 job_code: str | None = None):
+        code = job_code if job_code is not None else Path(job_file or REFERENCE_JOB).read_text()
+        check_job(code, function)  # before anything starts
         environment.python()  # PyFlink's environment: created now if new, not in a start
+        jars = [p.as_uri() for p in environment.connector_jars()]
         self.id = uuid.uuid4().hex[:8]
         self.bootstrap = bootstrap
         self.source = names.topic(f"flink-{self.id}-in")
@@ -49,14 +73,18 @@ class RunSetup:
         self.prefix = names.transactional_id(f"flink-{self.id}")
         self.dir = Path(tempfile.mkdtemp(prefix=f"labkit-flink-{self.id}-"))
         self.checkpoints = self.dir / "checkpoints"
-        self.job_file, self.function = job_file, function
+        self.function = function
+        self.job_file = Path(job_file or REFERENCE_JOB)
+        if job_code is not None:  # a learner's cell: the job's process runs it from a file
+            self.job_file = self.dir / "job.py"
+            self.job_file.write_text(job_code)
         self.params = {
             "bootstrap": bootstrap, "input_topic": self.source, "output_topic": self.sink,
             "group_id": self.group, "transactional_id_prefix": self.prefix,
             "delivery_guarantee": guarantee, "checkpoint_dir": self.checkpoints.as_uri(),
             "checkpoint_interval_ms": interval_ms, "transaction_timeout_ms": timeout_ms,
             "restore_from": None,
-            "connector_jars": [p.as_uri() for p in environment.connector_jars()],
+            "connector_jars": jars,
             "kafka_properties": javaconfig.for_client(bootstrap)}
         self.began = time.monotonic()
         self.steps: list[tuple[float, str]] = []

@@ -30,7 +30,7 @@ from labkit.flink import aim, checkpoints, visibility
 from labkit.flink.consumed import EndWatch
 from labkit.flink.outcome import FlinkJobError, broker_errors, flink_says, sink_transactions
 from labkit.flink.runsetup import START_S, RunSetup, Start
-from labkit.flink.process import REFERENCE_JOB, JobProcess
+from labkit.flink.process import JobProcess
 from labkit.kafka import topics
 from labkit.kafka.inspect.client import InspectError, Inspector
 from labkit.pipelines import data
@@ -117,9 +117,11 @@ def run(bootstrap: str, *, guarantee: str = "exactly_once",
         kills: tuple[str, ...] | list[str] = ("mid-checkpoint",),
         checkpoint_interval_ms: int = 1000, transaction_timeout_ms: int = 60_000,
         down_s: float | list[float] = 0.0, rate: float = 100.0, stream_s: float = 2.0,
-        seed: int = 0, job_file: Path | None = None, function: str = "fee_job",
-        keep_topics: bool = False, keep_files: bool = False) -> FlinkRun:
-    """Run the job (``function`` in ``job_file``, default the lab's fee_job), SIGKILL it at
+        seed: int = 0, function: str = "fee_job", job_file: Path | None = None,
+        job_code: str | None = None, keep_topics: bool = False,
+        keep_files: bool = False) -> FlinkRun:
+    """Run the job (``function`` in ``job_code``, a learner's cell, or in ``job_file``;
+    default the lab's fee_job), SIGKILL it at
     each of ``kills`` in turn (labkit.flink.aim.KILL_POINTS), restart it from its latest
     checkpoint after ``down_s`` seconds (one number, or one per kill), and audit its output
     read_committed. ``keep_topics``/``keep_files``: leave the topics and the run's folder
@@ -128,7 +130,7 @@ def run(bootstrap: str, *, guarantee: str = "exactly_once",
     downs = [float(down_s)] * len(kills) if isinstance(down_s, (int, float)) else list(down_s)
     check_options(guarantee, kills, checkpoint_interval_ms, transaction_timeout_ms, downs, rate)
     r = RunSetup(bootstrap, guarantee, checkpoint_interval_ms, transaction_timeout_ms,
-                 Path(job_file or REFERENCE_JOB), function)
+                 function, job_file, job_code)
     # more than the run can write: the producer stops stream_s after the last kill
     payments = data.generate(int(rate * (START_S + stream_s + len(kills) * START_S + sum(downs))),
                              seed=seed)

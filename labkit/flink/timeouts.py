@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.flink.outcome import FlinkJobError, flink_says
-from labkit.flink.process import REFERENCE_JOB
 from labkit.flink.runsetup import START_S, RunSetup
 from labkit.kafka import topics
 from labkit.pipelines.share import broker_settings
@@ -48,12 +47,13 @@ class Refusal:
 
 
 def refused_start(bootstrap: str, transaction_timeout_ms: int = LEGACY_FLINK_TIMEOUT_MS, *,
-                  job_file: Path | None = None, function: str = "fee_job") -> Refusal:
+                  function: str = "fee_job", job_file: Path | None = None,
+                  job_code: str | None = None) -> Refusal:
     """Start the job (exactly once) with ``transaction_timeout_ms`` and return how it
     failed. Raises FlinkJobError if it did not fail (it completed a checkpoint)."""
     broker_max = broker_max_timeout_ms(bootstrap)
-    r = RunSetup(bootstrap, "exactly_once", 1000, transaction_timeout_ms,
-                 Path(job_file or REFERENCE_JOB), function)
+    r = RunSetup(bootstrap, "exactly_once", 1000, transaction_timeout_ms, function, job_file,
+                 job_code)
     topics.create(bootstrap, r.source, r.sink)
     try:
         job, _ = r.start()
