@@ -93,6 +93,7 @@ def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootst
         assert set(out) == set(written)  # nothing lost
         assert len(out) - len(set(out)) == run.report.duplicated > 0, run.timeline()
         assert run.report.aborted_in_log == 0  # no transactions: written is visible
+        assert json.loads(run.to_json())["duplicated"] == run.report.duplicated
         assert run.starts[1].restored_from.endswith(f"chk-{run.kills[0].checkpoint - 1}")
     finally:
         run.cleanup()

@@ -18,6 +18,7 @@ is open in the output: then the job is stopped and the output audited.
 """
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import threading
@@ -59,6 +60,7 @@ class FlinkRun:
     run_dir: Path | None = None
     bootstrap: str = ""
     run_id: str = ""  # in every name of the run: topics, group, prefix, folder, processes
+    history: tuple = ()  # (labkit.experiments.registry.Run's shape: no workers' history)
 
     @property
     def restore_s(self) -> list[float]:
@@ -76,13 +78,14 @@ class FlinkRun:
     def timeline(self) -> str:
         return "\n".join(f"{t:6.1f} s  {what}" for t, what in self.steps)
 
-    def to_json(self) -> dict:
-        return {**self.report.to_dict(), "checkpoint_interval_ms": self.checkpoint_interval_ms,
-                "transaction_timeout_ms": self.transaction_timeout_ms, "down_s": self.down_s,
-                "kills": [k.describe() for k in self.kills], "starts": len(self.starts),
-                "restore_s": self.restore_s, "latency": self.latency,
-                "transactions": {k: len(v) for k, v in self.transactions.items()},
-                "flink_said": self.flink_said}
+    def to_json(self) -> str:
+        return json.dumps({
+            **self.report.to_dict(), "checkpoint_interval_ms": self.checkpoint_interval_ms,
+            "transaction_timeout_ms": self.transaction_timeout_ms, "down_s": self.down_s,
+            "kills": [k.describe() for k in self.kills], "starts": len(self.starts),
+            "restore_s": self.restore_s, "latency": self.latency,
+            "transactions": {k: len(v) for k, v in self.transactions.items()},
+            "flink_said": self.flink_said})
 
     def cleanup(self) -> None:
         """Delete the run's topics and folder (kept for a notebook's next cells)."""
