@@ -36,7 +36,7 @@ def flink_says(job: JobProcess) -> str | None:
     return causes[-1] if causes else outcome.get("error")
 
 
-def broker_errors(run_dir: Path) -> list[str]:
+def commit_failures(run_dir: Path) -> list[str]:
     """Flink's own log lines, every start's, about transactions it could not commit."""
     found = []
     for log in sorted(run_dir.glob("*-flink/log/*.log")):

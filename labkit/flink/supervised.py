@@ -10,11 +10,11 @@ restarted from the latest retained checkpoint until the input is consumed, then 
 Payments are produced at ``rate`` a second from the moment the first start has completed a
 checkpoint, and go on ``stream_s`` seconds after the last kill, so every kill lands in a
 stream and every restart has input to read. After each kill the job stays down ``down_s``
-(one number for every kill, or one per kill) seconds (``transaction.timeout.ms`` is the broker's patience with the sink's open
-transactions) and starts again from the last completed checkpoint, as a supervisor would.
-The run ends when the input is produced, the job's source has committed its end (Flink's
-KafkaSource commits its offsets when a checkpoint completes) and no transaction of the sink
-is open in the output: then the job is stopped and the output audited.
+seconds (one number for every kill, or one per kill; ``transaction.timeout.ms`` is the
+broker's patience with the sink's open transactions meanwhile) and starts again from the
+last completed checkpoint, as a supervisor would. The run ends once the last start has
+consumed the input and a checkpoint covering it has completed with no transaction left open
+in the output (``labkit.flink.consumed``): then the job is stopped and the output audited.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from labkit.checking.audit import AuditReport, audit_topic
 from labkit.flink import aim, checkpoints, visibility
 from labkit.flink.consumed import EndWatch
-from labkit.flink.outcome import FlinkJobError, broker_errors, flink_says, sink_transactions
+from labkit.flink.outcome import FlinkJobError, commit_failures, flink_says, sink_transactions
 from labkit.flink.runsetup import START_S, RunSetup, Start
 from labkit.flink.process import JobProcess
 from labkit.kafka import topics
@@ -258,7 +258,7 @@ def _audited(r: RunSetup, payments: list[dict], guarantee: str, interval_ms: int
     found = visibility.delays(r.bootstrap, r.source, r.sink)
     with Inspector(r.bootstrap) as inspector:
         transactions = sink_transactions(inspector, r.prefix)
-    said = broker_errors(r.dir)
+    said = commit_failures(r.dir)
     kept = {"input": r.source, "output": r.sink}
     run = FlinkRun(report, guarantee, interval_ms, timeout_ms, down_s, kills, r.starts,
                    visibility.quantiles(found, visible_before_ms=min(
