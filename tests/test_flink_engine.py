@@ -18,7 +18,9 @@ from labkit.kafka.inspect.client import Inspector
 pytestmark = pytest.mark.flink
 
 DOWN_S = 6.0  # the job's downtime after each kill, in the two timeout tests alike
-SHORT_TIMEOUT_MS = 4000  # below DOWN_S: the broker aborts what the job left open
+SHORT_TIMEOUT_MS = 5000  # below DOWN_S: the broker aborts what the job left open (and above
+# how long a transaction of the running job lives, a checkpoint interval and its commit,
+# with room for a loaded machine)
 
 
 def left_behind(run: supervised.FlinkRun) -> list[str]:
