@@ -30,7 +30,7 @@ from labkit.checking import audit
 from labkit.kafka import connect, topics
 from labkit.kafka.connect import ConnectWorker, StoredOffset
 from labkit.kafka.inspect import Inspector
-from labkit.kafka.debezium import OutboxSource, connect as pg_connect
+from labkit.storage.debezium import OutboxSource, connect as pg_connect
 from labkit.pipelines import data, outbox
 
 VISIBLE_TIMEOUT_S = 60.0

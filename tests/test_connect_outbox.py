@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from labkit.kafka import connect
-from labkit.kafka.debezium import lsn_text
+from labkit.storage.debezium import lsn_text
 from tests.connect_scenario import outbox_crash
 from tests.temporary_postgres import servers_left, temporary_postgres
 

@@ -11,7 +11,7 @@ import pytest
 from labkit.kafka import connect, topics
 from labkit.kafka.connect import ConnectWorker, WorkerNames, worker_properties
 from labkit.kafka.connectrest import ConnectError, ConnectRest
-from labkit.kafka.debezium import CONNECTOR_CLASS, DebeziumError, OutboxSource
+from labkit.storage.debezium import CONNECTOR_CLASS, DebeziumError, OutboxSource
 from labkit.pipelines import data, outbox
 from tests.temporary_postgres import temporary_postgres
 

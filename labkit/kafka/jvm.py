@@ -4,7 +4,8 @@
 returns the broker's jars, ``classpath("spark")`` the connector's, ``classpath("tools")``
 kafka-tools (Kafka's TransactionalMessageCopier, for ``labkit torture``), ``classpath("streams")``
 kafka-streams (a real Kafka Streams app under ``labkit torture``), ``classpath("connect")``
-a Kafka Connect worker, resolving them with ``mvn`` into ``.cache/`` the first time (with a
+a Kafka Connect worker, ``classpath("flink")`` Flink's Kafka connector (for PyFlink,
+``labkit.flink``), resolving them with ``mvn`` into ``.cache/`` the first time (with a
 progress line) and reusing them after. ``resolve("debezium")`` puts Debezium's PostgreSQL
 connector in a directory of its own under ``plugin_path()``, where a Connect worker loads it
 as a plugin (its own class loader).
@@ -23,9 +24,9 @@ from labkit.paths import LabkitSetupError, cache_dir, pom_file
 from labkit.progress import status
 
 MIN_JAVA = 17
-PROFILES = ("kafka", "spark", "tools", "streams", "connect", "debezium")
-# What `labkit setup` fetches; Kafka Connect and Debezium (~40 MB) come on first use (with
-# the same progress line), since only the outbox lesson starts a Connect worker.
+PROFILES = ("kafka", "spark", "tools", "streams", "connect", "debezium", "flink")
+# What `labkit setup` fetches; Kafka Connect and Debezium (~40 MB) and Flink's connector
+# (~23 MB) come on first use (with the same progress line), for the lessons that need them.
 SETUP_PROFILES = ("kafka", "spark", "tools", "streams")
 # Connect plugins: each profile's jars in a directory of its own under plugin_path().
 CONNECT_PLUGINS = ("debezium",)

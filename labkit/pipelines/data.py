@@ -6,11 +6,14 @@ so an experiment's numbers are the same on every run.
 
     records = generate(200, seed=0)                     # [{'id': 'r-000001', 'key': ...}, ...]
     load_into_topic(bootstrap, "payments-in", records)  # one partition, in order, no duplicates
+    produce_at_rate(bootstrap, topic, records, 100, stop, failed)  # a stream: 100 a second
 """
 from __future__ import annotations
 
 import csv
 import random
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -126,3 +129,21 @@ def load_into_topic(bootstrap: str, topic: str, records: Sequence[dict],
         raise RuntimeError(f"loading {topic}: {remaining} record(s) undelivered, "
                            f"errors: {failed[:3]}")
     return len(records)
+
+
+def produce_at_rate(bootstrap: str, topic: str, records: Sequence[dict], rate: float,
+                    stop: threading.Event, failed: list[str]) -> None:
+    """Write ``records`` at ``rate`` a second until ``stop`` is set (or none is left), as a
+    stream for a pipeline that runs meanwhile: each record's CreateTime is the moment it was
+    produced. Delivery errors are appended to ``failed``."""
+    producer = Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                                       "enable.idempotence": True}))
+    start = time.monotonic()
+    for i, record in enumerate(records):
+        if stop.wait(max(0.0, start + i / rate - time.monotonic())):
+            break
+        producer.produce(topic, key=str(record["key"]).encode(), value=topics.encode(record),
+                         on_delivery=lambda err, _: err is not None and failed.append(str(err)))
+        producer.poll(0)
+    if producer.flush(30):
+        failed.append("records left undelivered after 30 s")

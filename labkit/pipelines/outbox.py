@@ -5,7 +5,7 @@
 
 The service never talks to Kafka. Its event is a row of the outbox table, committed with
 the payment or not at all, so "the payment is stored but its event is lost" (or the
-reverse) cannot happen here; Debezium (``labkit.kafka.debezium``) reads the committed outbox
+reverse) cannot happen here; Debezium (``labkit.storage.debezium``) reads the committed outbox
 rows from the WAL and a Kafka Connect worker writes them to a topic. Each event's payload is
 the payment record as JSON: its ``id`` is the event's id, what the audit counts.
 """
@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from psycopg import sql
-
-from labkit.kafka.debezium import OUTBOX_TABLE, connect, create_outbox
+from labkit.storage.db import identifier
+from labkit.storage.debezium import OUTBOX_TABLE, connect, create_outbox
 
 PAYMENTS_TABLE = "payments"
 AGGREGATE = "payment"
@@ -25,8 +24,8 @@ EVENT_TYPE = "PaymentReceived"
 
 def create_tables(dsn: str, table: str = PAYMENTS_TABLE, outbox: str = OUTBOX_TABLE) -> None:
     with connect(dsn) as db:
-        db.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id text PRIMARY KEY, account text "
-                           "NOT NULL, amount_cents integer NOT NULL)").format(sql.Identifier(table)))
+        db.execute(f"CREATE TABLE IF NOT EXISTS {identifier(table)} (id text PRIMARY KEY, "
+                   "account text NOT NULL, amount_cents integer NOT NULL)")
     create_outbox(dsn, outbox)
 
 
@@ -34,10 +33,10 @@ def write(dsn: str, records: Iterable[dict], *, table: str = PAYMENTS_TABLE,
           outbox: str = OUTBOX_TABLE, each: Callable[[int], None] | None = None) -> int:
     """Store each record as a payment and its outbox event, one transaction per record;
     ``each(n)`` after the n-th commit (progress, a pause). Returns how many were written."""
-    insert_payment = sql.SQL("INSERT INTO {} (id, account, amount_cents) VALUES (%s, %s, %s)"
-                             ).format(sql.Identifier(table))
-    insert_event = sql.SQL("INSERT INTO {} (id, aggregatetype, aggregateid, type, payload) "
-                           "VALUES (%s, %s, %s, %s, %s)").format(sql.Identifier(outbox))
+    insert_payment = (f"INSERT INTO {identifier(table)} (id, account, amount_cents) "
+                      "VALUES (?, ?, ?)")
+    insert_event = (f"INSERT INTO {identifier(outbox)} (id, aggregatetype, aggregateid, type, "
+                    "payload) VALUES (?, ?, ?, ?, ?)")
     written = 0
     with connect(dsn) as db:
         for r in records:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from labkit import progress
 from labkit.checking.audit import AuditReport, expected_counts
@@ -133,23 +133,6 @@ def check_sizes(rate: float, kill_after: float, after_kill: float) -> None:
     if kill_after < 0 or after_kill < 0:
         raise ValueError(f"kill_after and after_kill are seconds, 0 or more (given "
                          f"{kill_after}, {after_kill})")
-
-
-def _produce(bootstrap: str, topic: str, payments: list[dict], rate: float,
-             stop: threading.Event, failed: list[str]) -> None:
-    """Write the payments at ``rate`` a second until ``stop`` is set (or none is left);
-    CreateTime is set as each is produced."""
-    producer = Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 0,
-                                       "enable.idempotence": True}))
-    start = time.monotonic()
-    for i, payment in enumerate(payments):
-        if stop.wait(max(0.0, start + i / rate - time.monotonic())):
-            break
-        producer.produce(topic, key=payment["key"].encode(), value=topics.encode(payment),
-                         on_delivery=lambda err, _: err is not None and failed.append(str(err)))
-        producer.poll(0)
-    if producer.flush(30):
-        failed.append("records left undelivered after 30 s")
 
 
 def read_stamped(bootstrap: str, topic: str) -> pd.DataFrame:
@@ -281,7 +264,7 @@ def experiment(bootstrap: str, query: Callable, *, rate: float = 100.0, kill_aft
     watcher = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": "labkit-reader"}))
     failed: list[str] = []
     stop_payments = threading.Event()
-    producer = threading.Thread(target=_produce, daemon=True, name="payments",
+    producer = threading.Thread(target=data.produce_at_rate, daemon=True, name="payments",
                                 args=(bootstrap, source, payments, rate, stop_payments, failed))
     drivers: list[_Driver] = []
     try:

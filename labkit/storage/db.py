@@ -47,6 +47,19 @@ def sqlite_path(url: str | Path) -> Path:
     return Path(text)
 
 
+def dsn_parts(dsn: str) -> dict[str, str]:
+    """A PostgreSQL DSN's parts (host, port, user, password, dbname), for a client that takes
+    them one by one (a Debezium connector's config)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    return {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
+
+
+def in_use(error: Exception) -> bool:
+    """Did PostgreSQL refuse because the object is in use (a replication slot being read)?"""
+    return getattr(error, "sqlstate", None) == "55006"  # object_in_use
+
+
 def identifier(name: str) -> str:
     """``name`` if it may be spliced into SQL as a table or column name; else the error."""
     if not name.isidentifier() or not name.isascii():

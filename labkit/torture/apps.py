@@ -11,10 +11,10 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from labkit import proc, settings
+from labkit.appenv import app_env  # noqa: F401 - where tests and docs have found it
 
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka import connection, jvm, topics
@@ -99,47 +99,6 @@ def streams_command(guarantee: str = "exactly_once_v2", *, commit_interval_ms: i
 # app, it gets an environment of its own (the lab's pins do not move for it).
 QUIX_REQUIREMENTS = ("quixstreams==3.28.1", "confluent-kafka==2.12.2")
 QUIX_GUARANTEES = ("at-least-once", "exactly-once")
-
-
-def app_env(name: str, requirements: Sequence[str]) -> Path:
-    """The Python of a virtualenv of its own for an app under test, created once under
-    .cache/apps/NAME with exactly ``requirements`` (pip) and reused while they stay the
-    same (a stamp file named after their hash). Returns the environment's python."""
-    import fcntl
-    import hashlib
-
-    from labkit.paths import LabkitSetupError, cache_dir
-
-    home = cache_dir() / "apps" / f"{name}-venv"
-    python = home / "bin" / "python"
-    key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
-    stamp = home / f".installed-{key}"
-    if stamp.exists():
-        return python
-    home.parent.mkdir(parents=True, exist_ok=True)
-    # Two test processes (or a notebook and a test) may ask at once: one builds, one waits.
-    with open(home.parent / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists():
-            return python
-        steps = [[sys.executable, "-m", "venv", "--clear", str(home)],
-                 [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                  *requirements]]
-        with status(f"{name}: creating its own environment in {home} "
-                    f"({' '.join(requirements)}), once") as progress:
-            for i, step in enumerate(steps, 1):
-                progress(f"{name}: {'venv' if i == 1 else 'pip install ' + ' '.join(requirements)}"
-                         f" ({i}/{len(steps)})")
-                done = subprocess.run(step, capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise LabkitSetupError(
-                        f"creating {name}'s environment failed ({shlex.join(step)}, exit "
-                        f"{done.returncode}); is PyPI reachable? Its last lines:\n"
-                        + "\n".join(done.stderr.splitlines()[-10:]))
-        for old in home.glob(".installed-*"):
-            old.unlink()
-        stamp.touch()
-    return python
 
 
 def quix_command(guarantee: str = "exactly-once", commit_interval_s: float | None = None

@@ -48,6 +48,9 @@ class Batch:
     compression: int = 0
     # Empty for compressed batches: kio reads uncompressed records only.
     records: tuple[Record, ...] = ()
+    # The batch's largest timestamp (ms): a marker's is when its partition leader wrote it,
+    # the moment the transaction's records became readable (read_committed); -1 if none.
+    max_timestamp: int = -1
 
     # The exact keys of `labkit inspect --json` (a contract: scripts read them).
     JSON_KEYS = ("base_offset", "last_offset", "producer_id", "producer_epoch",
@@ -74,7 +77,7 @@ def parse_batches(data: bytes, partition: int) -> Iterator[Batch]:
     view = memoryview(data)
     pos = 0
     while pos + _HEADER.size <= len(data):
-        (base_offset, length, _leader_epoch, magic, _crc, attributes, last_delta, _t0, _t1,
+        (base_offset, length, _leader_epoch, magic, _crc, attributes, last_delta, _t0, max_ts,
          producer_id, producer_epoch, base_sequence, count) = _HEADER.unpack_from(view, pos)
         end = pos + _BATCH_OVERHEAD + length
         if end > len(data):
@@ -104,5 +107,6 @@ def parse_batches(data: bytes, partition: int) -> Iterator[Batch]:
             marker=marker_type(records[0].key) if is_control and records else None,
             compression=compression,
             records=records,
+            max_timestamp=max_ts,
         )
         pos = end

@@ -35,11 +35,8 @@ import re
 import time
 from dataclasses import dataclass
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-
 from labkit.kafka import names
+from labkit.storage.db import Database, dsn_parts, identifier, in_use
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
@@ -58,8 +55,8 @@ class DebeziumError(RuntimeError):
     """PostgreSQL cannot serve Debezium (no logical WAL, a slot in use); the message says what to do."""
 
 
-def connect(dsn: str) -> psycopg.Connection:
-    return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+def connect(dsn: str) -> Database:
+    return Database(dsn, timeout_s=10)
 
 
 def pg_name(text: str) -> str:
@@ -70,7 +67,7 @@ def pg_name(text: str) -> str:
 def create_outbox(dsn: str, table: str = OUTBOX_TABLE) -> None:
     """The outbox table (if it is not there yet)."""
     with connect(dsn) as db:
-        db.execute(sql.SQL(OUTBOX_DDL).format(table=sql.Identifier(table)))
+        db.execute(OUTBOX_DDL.format(table=identifier(table)))
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,7 @@ class OutboxSource:
         worker refuses it unless exactly-once source support is enabled) with
         ``transaction.boundary`` (``interval``: one transaction per the worker's
         ``offset.flush.interval.ms``; ``poll``: one per batch Debezium returns)."""
-        db = conninfo_to_dict(self.dsn)
+        db = dsn_parts(self.dsn)
         config = {
             "connector.class": CONNECTOR_CLASS,
             "tasks.max": "1",  # Debezium reads one slot with one task
@@ -132,31 +129,32 @@ class OutboxSource:
         """The outbox table, its publication and the replication slot, if not there yet.
         From here on PostgreSQL keeps every outbox change for this connector."""
         with connect(self.dsn) as db:
-            level = db.execute("SHOW wal_level").fetchone()[0]
+            level = db.query("SHOW wal_level")[0][0]
             if level != "logical":
                 raise DebeziumError(
                     f"this PostgreSQL runs with wal_level={level}; Debezium reads the WAL "
                     "through a logical replication slot: start it with wal_level=logical "
                     "(the lab's own server does; in postgresql.conf, then restart it)")
-            db.execute(sql.SQL(OUTBOX_DDL).format(table=sql.Identifier(self.table)))
-            if not db.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
-                              (self.publication,)).fetchone():
-                db.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                    sql.Identifier(self.publication), sql.Identifier(self.table)))
-            if not db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
-                              (self.slot,)).fetchone():
-                db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+            db.execute(OUTBOX_DDL.format(table=identifier(self.table)))
+            if not db.query("SELECT 1 FROM pg_publication WHERE pubname = ?",
+                            (self.publication,)):
+                db.execute(f"CREATE PUBLICATION {identifier(self.publication)} FOR TABLE "
+                           f"{identifier(self.table)}")
+            if not db.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = ?",
+                            (self.slot,)):
+                db.execute("SELECT pg_create_logical_replication_slot(?, 'pgoutput')",
                            (self.slot,))
 
     def slot_state(self) -> dict | None:
         """The slot as PostgreSQL sees it: ``active`` (a connector streams from it now),
         ``confirmed_flush_lsn`` (what the reader confirmed), ``restart_lsn``; None if gone."""
         with connect(self.dsn) as db:
-            row = db.execute(
+            rows = db.query(
                 "SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text "
-                "FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
-        if row is None:
+                "FROM pg_replication_slots WHERE slot_name = ?", (self.slot,))
+        if not rows:
             return None
+        row = rows[0]
         return {"slot": self.slot, "active": row[0], "active_pid": row[1],
                 "confirmed_flush_lsn": row[2], "restart_lsn": row[3]}
 
@@ -178,22 +176,23 @@ class OutboxSource:
         with connect(self.dsn) as db:
             deadline = time.monotonic() + timeout_s
             while True:
-                row = db.execute("SELECT active_pid FROM pg_replication_slots "
-                                 "WHERE slot_name = %s", (self.slot,)).fetchone()
-                if row is None:
+                rows = db.query("SELECT active_pid FROM pg_replication_slots "
+                                "WHERE slot_name = ?", (self.slot,))
+                if not rows:
                     break
-                if row[0] is not None:  # a killed worker's walsender lingers until timeout
-                    db.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+                if rows[0][0] is not None:  # a killed worker's walsender lingers until timeout
+                    db.execute("SELECT pg_terminate_backend(?)", (rows[0][0],))
                 try:
-                    db.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+                    db.execute("SELECT pg_drop_replication_slot(?)", (self.slot,))
                     break
-                except psycopg.errors.ObjectInUse:
+                except Exception as exc:  # the slot still in use: wait, then again
+                    if not in_use(exc):
+                        raise
                     if time.monotonic() > deadline:
                         raise DebeziumError(f"replication slot {self.slot} stays in use; stop "
                                             "the Connect worker that reads it") from None
                     time.sleep(0.2)
-            db.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(
-                sql.Identifier(self.publication)))
+            db.execute(f"DROP PUBLICATION IF EXISTS {identifier(self.publication)}")
 
 
 def lsn_text(lsn: int | None) -> str | None:

@@ -1,0 +1,134 @@
+"""Flink's two-phase-commit Kafka sink on real PyFlink 2.2 (flink-connector-kafka 5.0) and the
+real broker: the job SIGKILLed from outside where a checkpoint's transaction is pre-committed
+and where it is complete but not yet committed, restarted from its latest retained checkpoint,
+and its output read back from Kafka with read_committed."""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from labkit.flink import supervised, timeouts
+from labkit.kafka import topics
+from labkit.kafka.inspect.client import Inspector
+
+pytestmark = pytest.mark.flink
+
+DOWN_S = 6.0  # the job's downtime after each kill, in the two timeout tests alike
+SHORT_TIMEOUT_MS = 5000  # below DOWN_S: the broker aborts what the job left open (and above
+# how long a transaction of the running job lives, a checkpoint interval and its commit,
+# with room for a loaded machine)
+
+
+def left_behind(run: supervised.FlinkRun) -> list[str]:
+    """Processes of this run still alive (the job's Python and JVM carry the run's folder,
+    labkit-flink-<id>, in their command lines) and files a local Flink cluster leaves in the
+    system's temporary folder when it is SIGKILLed (24 MB of jars a start): the run keeps
+    them in its own folder, removed with it."""
+    found = [str(p) for p in Path(tempfile.gettempdir()).glob("minicluster_*")]
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if f"labkit-flink-{run.run_id}" in cmd:
+            found.append(f"{p.pid}: {cmd[:150]}")
+    return found
+
+
+def transaction_in_log(bootstrap: str, topic: str, producer_id: int) -> tuple[set[str], list[str]]:
+    """The payment ids one producer wrote into ``topic`` and the markers that closed its
+    transactions, read from the log (read_uncommitted, batch by batch)."""
+    with Inspector(bootstrap) as inspector:
+        offsets = inspector.offsets(topic)[0]
+        batches = [b for b in inspector.batches(topic, 0, offsets.log_start,
+                                                offsets.high_watermark)
+                   if b.producer_id == producer_id]
+    records = {json.loads(r.value)["id"] for b in batches if not b.is_control for r in b.records}
+    return records, [b.marker for b in batches if b.is_control]
+
+
+def ids_in(bootstrap: str, topic: str) -> list[str]:
+    return [r.value["id"] for r in topics.read(bootstrap, topic)]  # read_committed
+
+
+def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_commit(bootstrap):
+    # down as long as in the timeout test below after the kill before the commit: what the
+    # default transaction.timeout.ms (60 s) survives
+    run = supervised.run(bootstrap, kills=["mid-checkpoint", "before-commit"],
+                         down_s=[0, DOWN_S], keep_topics=True)
+    try:
+        mid, before = run.kills
+        # each SIGKILL hit its window, as the broker showed it while the job stood frozen and
+        # once it was dead: the checkpoint's transaction open, not committed
+        assert mid.state == mid.state_after_kill == "Ongoing", run.timeline()
+        assert before.state == before.state_after_kill == "Ongoing", run.timeline()
+        # mid-checkpoint: checkpoint N never completed, so the restart restored N-1
+        # before-commit: checkpoint N had completed, so the restart restored N itself
+        assert run.starts[1].restored_from.endswith(f"chk-{mid.checkpoint - 1}")
+        assert run.starts[2].restored_from.endswith(f"chk-{before.checkpoint}")
+        # read back here: each payment exactly once for a read_committed reader
+        written = ids_in(bootstrap, run.topics["input"])
+        out = ids_in(bootstrap, run.topics["output"])
+        assert sorted(out) == sorted(written) and len(written) == run.report.produced > 0
+        assert run.report.lost == run.report.duplicated == 0 and run.report.exactly_once
+        # the pre-committed transaction was aborted (its records stay in the log, unread);
+        # the complete one was committed by the restored job, DOWN_S s later, within the
+        # producer's transaction.timeout.ms (60 s)
+        assert run.report.aborted_in_log > 0
+        assert before.transaction in run.transactions["CompleteCommit"]
+        records, markers = transaction_in_log(bootstrap, run.topics["output"],
+                                              before.producer_id)
+        assert markers == ["COMMIT"] and records and records <= set(out)
+        assert run.transaction_timeout_ms / 1000 > DOWN_S
+    finally:
+        run.cleanup()
+    assert left_behind(run) == []
+
+
+def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootstrap):
+    run = supervised.run(bootstrap, guarantee="at_least_once", kills=["mid-checkpoint"],
+                         keep_topics=True)
+    try:
+        written = ids_in(bootstrap, run.topics["input"])
+        out = ids_in(bootstrap, run.topics["output"])
+        assert set(out) == set(written)  # nothing lost
+        assert len(out) - len(set(out)) == run.report.duplicated > 0, run.timeline()
+        assert run.report.aborted_in_log == 0  # no transactions: written is visible
+        assert json.loads(run.to_json())["duplicated"] == run.report.duplicated
+        assert run.starts[1].restored_from.endswith(f"chk-{run.kills[0].checkpoint - 1}")
+    finally:
+        run.cleanup()
+    assert left_behind(run) == []
+
+
+def test_a_restore_after_the_transaction_timeout_loses_the_precommitted_records(bootstrap):
+    run = supervised.run(bootstrap, kills=["before-commit"], down_s=DOWN_S,
+                         transaction_timeout_ms=SHORT_TIMEOUT_MS, keep_topics=True)
+    try:
+        (before,) = run.kills
+        assert before.state == before.state_after_kill == "Ongoing", run.timeline()
+        written = set(ids_in(bootstrap, run.topics["input"]))
+        out = ids_in(bootstrap, run.topics["output"])
+        lost = written - set(out)
+        # exactly the records of the transaction the kill left pre-committed, which the
+        # broker aborted while the job was down (read from the log by its producer id)
+        records, markers = transaction_in_log(bootstrap, run.topics["output"],
+                                              before.producer_id)
+        assert markers == ["ABORT"]
+        assert lost == records and len(lost) == run.report.lost > 0
+        assert len(out) == len(set(out))  # and nothing twice
+        assert before.transaction in run.transactions["CompleteAbort"]
+        # Flink's own log says what happened, in its words
+        assert any(f"'transaction.timeout.ms' ({SHORT_TIMEOUT_MS}ms)" in line
+                   for line in run.flink_said), run.flink_said
+    finally:
+        run.cleanup()
+    assert left_behind(run) == []
+
+
+def test_the_broker_refuses_a_transaction_timeout_above_its_maximum(bootstrap):
+    refusal = timeouts.refused_start(bootstrap, transaction_timeout_ms=3_600_000)
+    assert refusal.broker_max_ms < refusal.transaction_timeout_ms
+    assert "transaction.max.timeout.ms" in refusal.flink_error, refusal.flink_error
+    assert "larger than the maximum value allowed by the broker" in refusal.flink_error
