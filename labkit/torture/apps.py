@@ -20,7 +20,6 @@ from labkit.faults.proxy import FaultProxy
 from labkit.kafka import connection, jvm, topics
 from labkit.kafka import names as namespace
 from labkit.pipelines import data, learner
-from labkit.progress import status
 from labkit.pipelines.contract import (ENV_BOOTSTRAP, ENV_GROUP, ENV_INPUT, ENV_OUTPUT,
                                      ENV_TRANSACTIONAL_ID, HarnessError)
 
