@@ -44,6 +44,7 @@ from labkit.kafka import connection, topics
 from labkit.kafka import names as namespace
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.localcluster import LocalCluster
+from labkit import paths
 from labkit.paths import lab_home
 from labkit.pipelines import data
 from labkit.progress import status
@@ -156,6 +157,23 @@ def _app_topics(bootstrap: str, group: str) -> list[str]:
                   and t not in (f"{group}-in", f"{group}-out"))
 
 
+def shown(command: Sequence[str]) -> str:
+    """The command as its progress line shows it: no path of this machine (a notebook stores
+    that line). A path inside the lab's folder or its cache is shown from there, any other
+    absolute path (the interpreter, java) by its last part."""
+    places = [(paths.project_root(), ""), (paths.cache_dir(), "<cache>/")]
+
+    def short(arg: str) -> str:
+        if not arg.startswith("/"):
+            return arg
+        for root, label in places:
+            if arg.startswith(f"{root}/"):
+                return label + arg[len(str(root)) + 1:]
+        return Path(arg).name
+
+    return shlex.join(short(a) for a in command)
+
+
 def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_dir: Path,
          inputs: list[dict], *, kills: int, broker_kills: int, timeout_s: float, check: str,
          kill_after_s: tuple[float, float], fault: str | None, seed: int,
@@ -165,7 +183,7 @@ def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_di
     result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
                            run_dir=str(run_dir))
     started = time.monotonic()
-    with status(f"torture: {shlex.join(command)}") as progress, \
+    with status(f"torture: {shown(command)}") as progress, \
             (FaultProxy(cluster.bootstrap, fault)
              if fault or (plaintext and connection.for_client(cluster.bootstrap))
              else nullcontext()) as proxy, \
