@@ -9,7 +9,6 @@ measured drift and a question, never the code.
 """
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 
 from labkit import experiments
@@ -29,13 +28,6 @@ def drift(report) -> tuple[int, int]:
     return sum(d for d in diffs if d > 0), -sum(d for d in diffs if d < 0)
 
 
-def crash_points_in(count: Callable) -> set[str]:
-    """The names of the ``crash_point("...")`` calls in the cell that defines ``count``."""
-    return {node.args[0].value for node in ast.walk(ast.parse(learner.code_of(count)))
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point"
-            and node.args and isinstance(node.args[0], ast.Constant)}
-
-
 def run_crashed(count: Callable, point: str, bootstrap: str | None):
     return experiments.run(SCENARIO, guarantee=GUARANTEE, crash_at=point, records=RECORDS,
                            pipeline=count, cluster=bootstrap, keep_topics=False)
@@ -47,7 +39,7 @@ def check_store_on_disk(count: Callable, bootstrap: str | None = None) -> Verdic
     the transaction and after one right behind the commit?"""
     if not callable(count):
         return check(False, "", "pass your function itself (count_on_disk), not its result.")
-    missing = [p for p in POINTS if p not in crash_points_in(count)]
+    missing = [p for p in POINTS if p not in learner.crash_points_in(count)]
     if missing:
         return check(False, "", f"{count.__name__} no longer calls crash_point() at "
                                 f"{', '.join(missing)}: keep those lines where they were, so "
