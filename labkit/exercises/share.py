@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from labkit.exercises import Verdict, check, exercise
+from labkit.exercises import Verdict, check, exercise, not_changed, what_it_raised
 from labkit.pipelines import learner
 
 POINT = "after-process-before-ack"
@@ -32,12 +32,12 @@ def check_work_once(function: Callable, shown: Callable, bootstrap: str | None =
     """11 · ``function``, the learner's share consumer, killed and frozen between an order's
     work and its ACCEPT: is each order's work in the results topic once? ``shown`` is the
     loop of section 2 (unchanged, it is not run again: its duplicate was measured there)."""
-    if not callable(function):
-        return check(False, "", "pass your function itself (take_orders_once), not its result.")
-    if learner.fingerprint(function) == learner.fingerprint(shown):
-        return check(False, "", "take_orders_once is still the loop of section 2, which did "
-                                "one order's work twice in section 3. Change it, then run this cell "
-                                "again: the check then kills and freezes your loop.")
+    refused = not_changed(function, "take_orders_once", shown, (
+        "take_orders_once is still the loop of section 2, which did one order's work twice in "
+        "section 3. Change it, then run this cell again: the check then kills and freezes "
+        "your loop."))
+    if refused:
+        return refused
     if POINT not in learner.crash_points_in(function):
         return check(False, "", f"{function.__name__} no longer calls crash_point(\"{POINT}\"): "
                                 "keep that line where it was, so the lab can stop it there.")
@@ -49,9 +49,7 @@ def check_work_once(function: Callable, shown: Callable, bootstrap: str | None =
             try:
                 outcomes[how] = future.result()
             except Exception as exc:  # the learner's code, run as the worker: what it raised
-                lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-                return check(False, "", f"the run {how} failed: "
-                                        f"{(lines[-1] if lines else repr(exc))[:300]}")
+                return check(False, "", f"the run {how} failed: {what_it_raised(exc)}")
     for how, run in outcomes.items():
         report = run.report
         if report.lost or run.archived:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit import experiments
-from labkit.exercises import Verdict, check, exercise
+from labkit.exercises import Verdict, check, exercise, not_changed, what_it_raised
 from labkit.pipelines import learner
 
 SCENARIO = "running-count"
@@ -37,8 +37,9 @@ def run_crashed(count: Callable, point: str, bootstrap: str | None):
 def check_store_on_disk(count: Callable, bootstrap: str | None = None) -> Verdict:
     """07 · the learner's running count with its store on disk: exact after a crash inside
     the transaction and after one right behind the commit?"""
-    if not callable(count):
-        return check(False, "", "pass your function itself (count_on_disk), not its result.")
+    refused = not_changed(count, "count_on_disk")
+    if refused:
+        return refused
     missing = [p for p in POINTS if p not in learner.crash_points_in(count)]
     if missing:
         return check(False, "", f"{count.__name__} no longer calls crash_point() at "
@@ -47,10 +48,8 @@ def check_store_on_disk(count: Callable, bootstrap: str | None = None) -> Verdic
     for point in POINTS:
         try:
             run = run_crashed(count, point, bootstrap)
-        except Exception as exc:  # the learner's code, run as the worker: say what it raised
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            return check(False, "", f"the run crashed at {point} failed: "
-                                    f"{(lines[-1] if lines else repr(exc))[:300]}")
+        except Exception as exc:  # the learner's code, run as the worker: what it raised
+            return check(False, "", f"the run crashed at {point} failed: {what_it_raised(exc)}")
         report = run.report
         if report.lost or report.duplicated:
             return check(False, "", f"crashed at {point}, the output itself is off "
