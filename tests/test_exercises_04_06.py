@@ -8,8 +8,10 @@ from labkit import experiments
 from labkit.experiments import scenarios
 from labkit.exercises.ctp import check_ctp_settings
 from labkit.exercises.transactions import check_transactions
-from labkit.exercises.zombies import check_next_epoch, replay_takeover
+from labkit.exercises.zombies import check_fenced_zombie, check_next_epoch, replay_takeover
 from labkit.pipelines import consumer
+from tests.notebook_cells import as_cell, read
+from tests.solution_code import solution_codes
 
 CTP = "consume-transform-produce"
 
@@ -37,6 +39,30 @@ def test_zombie_check_measures_the_next_epoch_and_the_answer_stays(bootstrap):
     # a wrong guess, then the right one: the check replays the story, the answer stays 3
     assert check_next_epoch(bootstrap, 3).passed
     assert check_next_epoch(bootstrap, 3).passed
+
+
+def _group_id_only():
+    source = next(c.source for c in read("06_zombies").cells
+                  if c.cell_type == "code" and "def group_id_only(" in c.source)
+    return as_cell(source, "group_id_only")
+
+
+def test_the_fenced_zombie_check_passes_the_documented_metadata(bootstrap):
+    solution = as_cell(solution_codes("06_zombies")[1], "fenced_metadata")
+    verdict = check_fenced_zombie(solution, _group_id_only(), bootstrap)
+    assert verdict.passed, verdict.message
+    assert "UNKNOWN_MEMBER_ID" in verdict.message
+
+
+def test_the_fenced_zombie_check_refuses_the_shown_form_and_no_function_without_running():
+    shown = _group_id_only()
+    unchanged = as_cell(next(c.source for c in read("06_zombies").cells
+                             if c.cell_type == "code" and c.source.startswith("# EXERCISE: return")),
+                        "fenced_metadata")
+    verdict = check_fenced_zombie(unchanged, shown, "127.0.0.1:1")
+    assert not verdict.passed and "never joined the group" in verdict.message
+    assert "consumer_group_metadata" not in verdict.message  # a hint, not the answer
+    assert "your function itself" in check_fenced_zombie(None, shown, "127.0.0.1:1").message
 
 
 def test_a_side_effect_outside_the_transaction_repeats_after_a_crash(bootstrap, tmp_path):

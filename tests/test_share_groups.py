@@ -36,7 +36,10 @@ from labkit import experiments
 from labkit.experiments import share_group
 from labkit.kafka.inspect import Inspector
 from labkit.kafka.inspect.share import java_string_hash, share_state
+from labkit.exercises.share import check_work_once
 from labkit.pipelines import share
+from tests.notebook_cells import as_cell, edited, read
+from tests.solution_code import solution_code
 
 RECORDS = 40
 FROZEN_RECORDS = 10  # the thawed consumer redoes these one by one under a 3 s lock
@@ -178,16 +181,12 @@ def test_what_a_share_group_cannot_do_is_refused_before_anything_runs():
     assert out.returncode != 0 and "No such option: --poison" in out.stderr
 
 
-def test_a_groups_own_delivery_limit_archives_the_poison_record_and_the_exercise_hints(bootstrap):
-    from labkit.exercises.share import check_poison
-
+def test_a_groups_own_delivery_limit_archives_the_poison_record(bootstrap):
     run = experiments.run("share-group", poison="release", delivery_limit=3, records=20,
                           cluster=bootstrap)
     assert [a.delivery_count for a in run.attempts if a.outcome != "processed"] == [1, 2, 3]
     # archived at the group's limit, not the broker's 5: no loss blamed on the queue
     assert (run.archived, run.report.lost, run.report.duplicated) == (1, 0, 0), run.summary()
-    wrong = check_poison(bootstrap, 5)  # the broker's limit, not this group's
-    assert not wrong.passed and "3" not in wrong.message
 
 
 def test_share_state_of_a_group_that_never_read(bootstrap, topic_name):
@@ -229,15 +228,51 @@ def test_a_member_counts_its_idle_time_from_its_assignment(bootstrap, topic_name
     topics.create(bootstrap, topic_name)
     group = f"{topic_name}-g"
     share.prepare_group(bootstrap, group)
-    assigned = share._Assignment()
-    consumer = ShareConsumer(client_config({
-        "bootstrap.servers": bootstrap, "group.id": group,
-        "statistics.interval.ms": share.STATS_INTERVAL_MS, "stats_cb": assigned.on_stats}))
+    queue_end = share.QueueEnd()
+    consumer = ShareConsumer(client_config({"bootstrap.servers": bootstrap, "group.id": group,
+                                            **queue_end.settings}))
     consumer.subscribe([topic_name])
     started = time.monotonic()
     try:
-        while assigned.at is None and time.monotonic() - started < share.JOIN_LIMIT_S:
+        while queue_end.assigned_at is None and time.monotonic() - started < share.JOIN_LIMIT_S:
             consumer.poll(0.5)
     finally:
         consumer.close()
-    assert assigned.at is not None and assigned.at - started < share.JOIN_LIMIT_S
+    assert queue_end.assigned_at is not None
+    assert queue_end.assigned_at - started < share.JOIN_LIMIT_S
+    assert not queue_end.reached()  # assigned, nothing polled since: idle only after IDLE_S
+
+
+# ---------------------------------------------------------------- 11's exercise: the work once
+def _notebook_function(name: str):
+    source = next(c.source for c in read("11_share_groups").cells
+                  if c.cell_type == "code" and f"def {name}(" in c.source)
+    return source, as_cell(source, name)
+
+
+def test_the_documented_work_once_passes_and_a_set_only_read_at_start_does_not(bootstrap):
+    """The solution reads the ids already worked on at start and adds each one after its
+    work: exact killed and frozen. Without the second half, the frozen consumer (the same
+    process, never restarted) works on its order twice, and the hint says so without the
+    code."""
+    _, shown = _notebook_function("take_orders")
+    solution = solution_code("11_share_groups")
+    verdict = check_work_once(as_cell(solution, "take_orders_once"), shown, bootstrap)
+    assert verdict.passed, verdict.message
+    only_at_start = edited(solution, "                    done.add(order_id)\n", "")
+    verdict = check_work_once(as_cell(only_at_start, "take_orders_once"), shown, bootstrap)
+    assert not verdict.passed and "frozen past its lock" in verdict.message
+    assert "done_orders" not in verdict.message and "done.add" not in verdict.message
+
+
+def test_the_work_once_check_refuses_the_unchanged_loop_without_running():
+    source, shown = _notebook_function("take_orders")
+    unchanged = as_cell(source.replace("def take_orders(", "def take_orders_once("),
+                        "take_orders_once")
+    verdict = check_work_once(unchanged, shown, "127.0.0.1:1")
+    assert not verdict.passed and "still the loop of section 2" in verdict.message
+    assert "your function itself" in check_work_once(None, shown, "127.0.0.1:1").message
+    no_point = as_cell(source.replace('crash_point("after-process-before-ack")', "pass")
+                       .replace("def take_orders(", "def take_orders_once("), "take_orders_once")
+    verdict = check_work_once(no_point, shown, "127.0.0.1:1")
+    assert not verdict.passed and "after-process-before-ack" in verdict.message

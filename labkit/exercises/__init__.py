@@ -49,6 +49,27 @@ def prediction_gaps(prediction: object, points: tuple[str, ...], fill_in: str) -
     return None
 
 
+def not_changed(function: object, name: str, shown: Callable | None = None,
+                unchanged: str = "") -> Verdict | None:
+    """A "Not yet" before anything runs for a code exercise: ``function`` is not a function,
+    or (``shown`` given) it is still the code shown above it, parameters and body (comments
+    and its name aside), ``unchanged`` saying why that is not an answer. None otherwise."""
+    from labkit.pipelines import learner  # only for a code exercise
+
+    if not callable(function):
+        return check(False, "", f"pass your function itself ({name}), not its result.")
+    if shown is not None and learner.fingerprint(function) == learner.fingerprint(shown):
+        return check(False, "", unchanged)
+    return None
+
+
+def what_it_raised(error: Exception) -> str:
+    """The last line of what the learner's code raised, run as a worker (the runner's error
+    ends with the worker's traceback, whose last line names the exception)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else repr(error))[:300]
+
+
 def exercise(notebook: str, label: str = "") -> Callable:
     """Marks a notebook's check: with LABKIT_ROOM set, its verdict also goes to the room's
     board (``labkit.room.board``), which never stops the check from answering."""

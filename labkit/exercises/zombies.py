@@ -1,7 +1,9 @@
 """06 · zombies: the exercise check."""
 from __future__ import annotations
 
-from labkit.exercises import Verdict, check, exercise, unanswered
+from collections.abc import Callable
+
+from labkit.exercises import Verdict, check, exercise, not_changed, unanswered, what_it_raised
 
 
 def replay_takeover(bootstrap: str) -> tuple[int, int]:
@@ -58,29 +60,39 @@ def check_next_epoch(bootstrap: str, epoch: int | None) -> Verdict:
                  "open to abort?")
 
 
-GROUP_RECORDS, GROUP_INSTANCES, GROUP_PARTITIONS = 180, 3, 6
+ZOMBIE_RECORDS = 40
 
 
 @exercise("06_zombies", "2")
-def check_group_duplicates(bootstrap: str, duplicates: int | None) -> Verdict:
-    """06: predict the duplicates when one of three at_least_once instances is killed at
-    after-process-before-commit on its second batch. The check runs it and audits."""
+def check_fenced_zombie(metadata: Callable, shown: Callable, bootstrap: str | None = None) -> Verdict:
+    """06 · the learner's function gives the group metadata both instances' offsets carry into
+    their transactions; the check runs the zombie after a rebalance (A frozen mid-transaction,
+    B takes over, A wakes and commits) with it and audits the output. ``shown`` is the
+    group-id-only function of section 5 (unchanged, it is not run again)."""
     from labkit import experiments
 
-    if unanswered(duplicates):
-        return check(False, "", "fill in my_duplicates, then run this cell again.")
-    if isinstance(duplicates, bool) or not isinstance(duplicates, int):
-        return check(False, "", "my_duplicates must be a whole number of payments.")
-    run = experiments.run("consume-transform-produce", guarantee="at_least_once",
-                          crash_at="after-process-before-commit",
-                          records=GROUP_RECORDS, cluster=bootstrap,
-                          instances=GROUP_INSTANCES,
-                          partitions=GROUP_PARTITIONS)
-    got = run.report.duplicated
-    return check(duplicates == got,
-                 f"the audit counts {got} duplicates: the batch instance 0 had written but "
-                 "not committed; its partitions' next owner read it again from the committed "
-                 "offsets. A group does not change what at_least_once means.",
-                 f"the audit does not count {duplicates}. What had instance 0 written, and "
-                 "not yet committed, when it died? Where does the member that takes over its "
-                 "partitions start reading? (Batches hold 10 records.)")
+    refused = not_changed(metadata, "fenced_metadata", shown, (
+        "fenced_metadata still builds the metadata of a consumer that never joined the group, "
+        "as group_id_only does: its run above let the zombie commit. Change it, then run this "
+        "cell again."))
+    if refused:
+        return refused
+    try:
+        run = experiments.run("zombie-rebalance", records=ZOMBIE_RECORDS, pipeline=metadata,
+                              cluster=bootstrap, keep_topics=False)
+    except Exception as exc:  # the learner's code, run in both instances: what it raised
+        return check(False, "", f"the run failed: {what_it_raised(exc)}")
+    report = run.report
+    if report.duplicated or not run.zombie_error:
+        return check(False, "", f"the zombie's commit went through: {report.duplicated} payments "
+                                "are in the output twice. The coordinator refuses offsets only "
+                                "when they name a member and a generation it can check: which "
+                                "object knows the member that read this batch, and in which "
+                                "generation?")
+    if report.lost:
+        return check(False, "", f"{report.lost} payments are missing from the output: the "
+                                "metadata must let the live instance commit its own batches.")
+    told = run.zombie_error.split(" (")[0].rsplit(": ", 1)[-1]
+    return check(True, f"the group coordinator refused the zombie's offsets ({told}): they "
+                       "named a member and a generation that had ended, the zombie aborted, "
+                       "and each payment is in the output once.", "")

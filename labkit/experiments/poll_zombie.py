@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -70,12 +71,14 @@ def check_settings(fencing: str, records: int) -> None:
         raise ValueError(f"records must be {2 * BATCH} or more (A's batch of {BATCH} and more)")
 
 
-def member(bootstrap: str, group: str, name: str) -> Consumer:
+def member(bootstrap: str, group: str, name: str, eof: bool = False) -> Consumer:
+    """``eof``: report each partition's end (B's loop may stop there; A's next polls must
+    show its own error, not an end of partition)."""
     return Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "isolation.level": "read_committed", "session.timeout.ms": MAX_POLL_INTERVAL_MS,
-        "max.poll.interval.ms": MAX_POLL_INTERVAL_MS}))
+        "max.poll.interval.ms": MAX_POLL_INTERVAL_MS, "enable.partition.eof": eof}))
 
 
 def fee_service(bootstrap: str, transactional_id: str) -> Producer:
@@ -97,11 +100,12 @@ def next_poll_error(consumer: Consumer, timeout_s: float = 10.0) -> str | None:
     return None
 
 
-def poll_interval_zombie(bootstrap: str, fencing: str = "group",
-                         records: int = 20) -> PollZombieRun:
+def poll_interval_zombie(bootstrap: str, fencing: str = "group", records: int = 20,
+                         loop: Callable[..., None] = copy_fees) -> PollZombieRun:
     """Instance A reads one batch and writes its fees in a transaction, then is slow until
-    instance B has taken over and copied the whole input; then A sends its offsets
-    (``fencing``: with its group metadata, or the group id only) and commits."""
+    instance B has taken over and copied the whole input with ``loop`` (called as
+    ``copy_fees`` is: notebook 06's on screen); then A sends its offsets (``fencing``: with
+    its group metadata, or the group id only) and commits."""
     check_settings(fencing, records)
     base = names.topic(f"poll-zombie-{fencing}-{time.monotonic_ns() % 10**9}")
     source, output = f"{base}-in", f"{base}-out"
@@ -112,11 +116,11 @@ def poll_interval_zombie(bootstrap: str, fencing: str = "group",
     b_done = threading.Event()
 
     def instance_b() -> None:
-        consumer, producer = member(bootstrap, base, "instance-B"), fee_service(bootstrap, f"{base}-b")
+        consumer = member(bootstrap, base, "instance-B", eof=True)
+        producer = fee_service(bootstrap, f"{base}-b")
         consumer.subscribe([source])
         try:
-            copy_fees(consumer, producer, output, records, lambda n: None,
-                      lambda n, ok: None, errors)
+            loop(consumer, producer, output, records, lambda n: None, lambda n, ok: None, errors)
         finally:
             consumer.close()
             b_done.set()
@@ -171,8 +175,9 @@ def _text(run: PollZombieRun) -> str:
 
 register(Experiment(
     SCENARIO, "a member slower than max.poll.interval.ms over one batch commits late",
-    lambda context, fencing, records: poll_interval_zombie(context.bootstrap, fencing, records),
-    check=check_settings, text=_text,
+    lambda context, fencing, records: poll_interval_zombie(context.bootstrap, fencing, records,
+                                                           context.pipeline or copy_fees),
+    check=check_settings, text=_text, pipeline="the loop instance B runs (as copy_fees)",
     stall_s=DONE_WAIT_S + 60,  # its slow batch waits up to DONE_WAIT_S without a step
     options=(Option("fencing", "group", "A's offsets carry its group metadata (KIP-447) or "
                     "the group id only", FENCING),

@@ -29,7 +29,7 @@ from labkit.faults.pool import target_name as runner_target
 from labkit.kafka import names as namespace
 from labkit.kafka import topics
 from labkit.paths import lab_home
-from labkit.pipelines import data, share
+from labkit.pipelines import data, learner, share
 
 SHARE = "share-group"
 SHARE_CRASH_POINTS = {ALO: ("after-acquire-before-process", "after-process-before-ack", "after-ack"),
@@ -89,7 +89,7 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
                 seed: int = 0, group_protocol: str | None = None, trace=None,
                 record_lock_ms: int | None = None, delivery_limit: int | None = None,
                 freeze: bool = False, watch: Callable[[dict[str, str]], AbstractContextManager] | None = None,
-                keep_topics: bool = True) -> ShareRun:
+                keep_topics: bool = True, pipeline: Callable | None = None) -> ShareRun:
     """``instances`` share consumers (processes) take ``records`` records from one partition;
     instance 0 is SIGKILLed at ``crash_at`` on its ``hit``-th visit and restarted (default:
     the 2nd record with explicit acknowledgement; the 1st poll with implicit, because the
@@ -110,7 +110,12 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
     drops the rest of that stale poll, polls again and gets the records once more
     (delivery count 2): the one it had processed is processed twice.
 
-    ``keep_topics`` as in ``scenarios.run_detailed``."""
+    ``keep_topics`` as in ``scenarios.run_detailed``. ``pipeline``: the learner's share
+    consumer (a function in a notebook cell, run as the worker in place of ``share.run``),
+    called with the settings it names of ``bootstrap``, ``input_topic``, ``output_topic``,
+    ``group_id``, ``poison_ids``, ``guarantee``, ``ack_mode``, ``poison``, ``batch_size``;
+    it writes one record per attempt to ``output_topic`` as ``share.run`` does (``id``,
+    ``delivery_count``, ``outcome``; ``consumer`` optional)."""
     from labkit.checking.checkers import Attempt
     from labkit.kafka.inspect import Inspector
     from labkit.kafka.inspect.share import share_state
@@ -136,24 +141,30 @@ def share_group(bootstrap: str, guarantee: str = "at_least_once", crash_at: str 
                   "output_topic": names_["output"], "group_id": base, "guarantee": guarantee,
                   "batch_size": batch_size(records), "ack_mode": ack_mode,
                   "poison_ids": poison_ids, "poison": poison or "release"}
+        worker = share.run
+        if pipeline is not None:  # the learner's function, sent as the text of its cell
+            learner.check_parameters(pipeline, set(member))
+            worker = learner.run_code
+            member = {**member, "code": learner.code_of(pipeline), "function": pipeline.__name__}
         workdir = lab_home() / "runs" / base
         workdir.mkdir(parents=True, exist_ok=True)
         frozen_s = None
         try:
             with watch({**names_, "group": base}) if watch else nullcontext():
                 if freeze:
-                    result, frozen_s = _share_frozen(member, crash_at, hit, guarantee,
+                    result, frozen_s = _share_frozen(worker, member, crash_at, hit, guarantee,
                                                      record_lock_ms, str(workdir / "history.jsonl"))
                 else:
-                    result = run_workers(share.run, [dict(member) for _ in range(instances)],
+                    result = run_workers(worker, [dict(member) for _ in range(instances)],
                                          crash_at=crash_at, hit=hit, label=f"{SHARE} [{guarantee}]",
                                          history_file=str(workdir / "history.jsonl"), seed=seed)
             events = history.read(workdir / "history.jsonl")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         log = topics.read(bootstrap, names_["output"])
-        attempts = [Attempt(str(r.value["id"]), str(r.value["consumer"]), r.value["delivery_count"],
-                            r.value["outcome"]) for r in log]
+        attempts = [Attempt(str(r.value["id"]), str(r.value.get("consumer", "")),
+                            r.value.get("delivery_count"), r.value.get("outcome", "processed"))
+                    for r in log]
         with Inspector(bootstrap) as inspector:
             state = share_state(inspector, base, names_["input"])
     run = _audit_share(guarantee, crash_at, inputs, attempts, result, names_, base, state,
@@ -175,16 +186,16 @@ FREEZE_LOCK_MS = 3000
 FREEZE_MARGIN_S = 2.0
 
 
-def _share_frozen(member: dict, crash_at: str, hit: int, guarantee: str, lock_ms: int,
-                  history_file: str) -> tuple[RunResult, float]:
+def _share_frozen(worker: Callable, member: dict, crash_at: str, hit: int, guarantee: str,
+                  lock_ms: int, history_file: str) -> tuple[RunResult, float]:
     """``share_group(freeze=True)``: the consumer frozen (SIGSTOP) past its records' lock,
     thawed (SIGCONT), run to its end; as a RunResult (nothing crashed, one attempt)."""
     started = time.monotonic()
-    frozen_s = run_frozen(share.run, dict(member), stall_at=crash_at,
+    frozen_s = run_frozen(worker, dict(member), stall_at=crash_at,
                           frozen_s=lock_ms / 1000 + FREEZE_MARGIN_S, hit=hit,
                           label=f"{SHARE} [{guarantee}] frozen at {crash_at}",
                           history_file=history_file)
-    result = RunResult(target=runner_target(share.run), crash_at=crash_at, hit=hit, attempts=1,
+    result = RunResult(target=runner_target(worker), crash_at=crash_at, hit=hit, attempts=1,
                        exit_codes=[0], total_s=round(time.monotonic() - started, 3))
     return result, frozen_s
 
@@ -248,12 +259,14 @@ def crash_points(guarantee: str | None = None) -> tuple[str, ...]:
 
 
 def _run(context, **options) -> ShareRun:
-    return share_group(context.bootstrap, watch=context.watch, **options)
+    return share_group(context.bootstrap, watch=context.watch, pipeline=context.pipeline,
+                       **options)
 
 
 register(Experiment(
     SHARE, "share consumers take records from one partition; a crash or a freeze redelivers",
-    _run, where="lab", crash_points=crash_points, check=check_settings, options=(
+    _run, where="lab", crash_points=crash_points, check=check_settings,
+    pipeline="the share consumer's function", options=(
         Option("guarantee", "at_least_once", "at_most_once | at_least_once (a queue has no "
                "exactly-once)", short="-g"),
         Option("crash_at", None, "a crash point (see `labkit crash-points`)"),

@@ -98,7 +98,7 @@ def _clients(run) -> AppClients:
     return AppClients(contract.checked_command(o.command),
                       lambda: contract.app_environment(run.client_bootstrap, names, run.workdir),
                       instances=o.instances, timeout_s=o.timeout, stall_s=o.stall_s,
-                      label=shlex.join(o.command))
+                      label=contract.shown(o.command))
 
 
 def _nemesis(o) -> Nemesis:

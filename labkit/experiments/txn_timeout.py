@@ -159,7 +159,8 @@ def txn_timeout(bootstrap: str, records: int = 30, loop: Callable[..., None] = c
     proxy: FaultProxy | None = None
     consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": base, "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "isolation.level": "read_committed"}))
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+        "enable.partition.eof": True}))  # a loop may stop at its partitions' ends
     consumer.subscribe([source])
     producers = 0
     try:

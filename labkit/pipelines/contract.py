@@ -6,12 +6,13 @@ that output. ``HarnessError``: a run that cannot be judged, with what to do."""
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from labkit import settings
+from labkit import paths, settings
 
 from labkit.checking import audit, history
 from labkit.checking.audit import AuditReport
@@ -62,6 +63,23 @@ def checked_command(command: Sequence[str]) -> list[str]:
         raise HarnessError(f"command not found: {command[0]!r} (not an executable file or on "
                            "PATH); give the full path or fix PATH")
     return command
+
+
+def shown(command: Sequence[str]) -> str:
+    """The command as its progress line shows it: no path of this machine (a notebook stores
+    that line). A path inside the lab's folder or its cache is shown from there, any other
+    absolute path (the interpreter, java) by its last part."""
+    places = [(paths.project_root(), ""), (paths.cache_dir(), "<cache>/")]
+
+    def short(arg: str) -> str:
+        if not arg.startswith("/"):
+            return arg
+        for root, label in places:
+            if arg.startswith(f"{root}/"):
+                return label + arg[len(str(root)) + 1:]
+        return Path(arg).name
+
+    return shlex.join(short(a) for a in command)
 
 
 def audit_output(bootstrap: str, output: str, inputs: list[dict], check: str) -> AuditReport:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import inspect
 import linecache
 from collections.abc import Callable
@@ -109,6 +110,29 @@ def _define(code: str, function: str, filename: str) -> Callable:
     if not callable(target):
         raise LearnerCodeError(f"the code defines no function named {function!r}")
     return target
+
+
+def crash_points_in(function: Callable) -> set[str]:
+    """The names of the ``crash_point("...")`` calls in the cell that defines ``function``: an
+    exercise's check refuses, before running it, a loop that lost the points it is judged at."""
+    return {node.args[0].value for node in ast.walk(ast.parse(code_of(function)))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point"
+            and node.args and isinstance(node.args[0], ast.Constant)}
+
+
+def fingerprint(function: Callable) -> str | None:
+    """A hash of ``function``'s parameters and body as parsed (comments, blank lines and its
+    name do not count); None when its source cannot be read."""
+    try:
+        tree = ast.parse(code_of(function))
+    except (LearnerCodeError, SyntaxError):
+        return None
+    found = [n for n in ast.walk(tree)
+             if isinstance(n, ast.FunctionDef) and n.name == function.__name__]
+    if not found:
+        return None
+    shape = ast.dump(ast.Module(body=found[-1].body, type_ignores=[])) + ast.dump(found[-1].args)
+    return hashlib.sha256(shape.encode()).hexdigest()[:16]
 
 
 def diff(before: Callable, after: Callable) -> str:

@@ -142,16 +142,14 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
     g = guarantee_named(guarantee)
     out = g.open_output(bootstrap, tuning=PIPELINE_TUNING)
     me = settings.current().instance or "0"
-    assigned = _Assignment()
+    queue_end = QueueEnd(idle_s)
     consumer = ShareConsumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group_id,
         "share.acknowledgement.mode": ack_mode, "max.poll.records": batch_size,
-        "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": assigned.on_stats}))
+        **queue_end.settings}))
     consumer.subscribe([input_topic])
-    started = time.monotonic()
-    last_record: float | None = None
     try:
-        while not _idle(started, assigned.at, last_record, idle_s):
+        while not queue_end.reached():
             messages = [m for m in consumer.poll(0.5) if _ok(m)]
             if not messages:
                 continue
@@ -167,21 +165,51 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group_id: str, guar
                         break
             else:
                 _one_poll_implicit(consumer, out, output_topic, messages, me, g.name)
-            last_record = time.monotonic()
+            queue_end.saw(messages)
     finally:
         consumer.close()  # commits what was acknowledged, leaves the group at once
         out.flush(60)
 
 
-class _Assignment:
-    """When the member was first assigned a partition, from the client's statistics."""
+class QueueEnd:
+    """When a share consumer's run is over, by the lab's rule: no record for ``idle_s`` since
+    the member was assigned its partition, or since its last record. A member not assigned
+    within JOIN_LIMIT_S has a broken group: ``reached()`` raises TimeoutError.
 
-    def __init__(self) -> None:
-        self.at: float | None = None
+    The ShareConsumer has no assignment(): ``settings`` (merged into its config) make its
+    statistics say when it got one. A learner's loop uses it as the reference loop does:
 
-    def on_stats(self, raw: str) -> None:
-        if self.at is None and json.loads(raw).get("cgrp", {}).get("assignment_size", 0) > 0:
-            self.at = time.monotonic()
+        queue_end = QueueEnd()
+        consumer = ShareConsumer(client_config({..., **queue_end.settings}))
+        while not queue_end.reached():
+            polled = consumer.poll(0.5)
+            ...                                  # the records' work and acknowledgements
+            queue_end.saw(polled)
+    """
+
+    def __init__(self, idle_s: float = IDLE_S) -> None:
+        self.idle_s = idle_s
+        self.started = time.monotonic()
+        self.assigned_at: float | None = None
+        self.last_record: float | None = None
+
+    @property
+    def settings(self) -> dict:
+        return {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": self._on_stats}
+
+    def _on_stats(self, raw: str) -> None:
+        if self.assigned_at is None and \
+                json.loads(raw).get("cgrp", {}).get("assignment_size", 0) > 0:
+            self.assigned_at = time.monotonic()
+
+    def saw(self, polled) -> None:
+        """After a poll's records were handled: any record (an error event is none) restarts
+        the idle clock."""
+        if any(m.error() is None for m in polled):
+            self.last_record = time.monotonic()
+
+    def reached(self) -> bool:
+        return _idle(self.started, self.assigned_at, self.last_record, self.idle_s)
 
 
 def _idle(started: float, assigned_at: float | None, last_record: float | None,
