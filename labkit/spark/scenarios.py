@@ -115,7 +115,7 @@ def check_sink(sink: Callable, o: Any) -> None:
     write is the one a task failure breaks; its cell's text must be readable."""
     if o.crash_at == TASK_FAILURE:
         raise ValueError(f"{TASK_FAILURE} fails a task of the lab's own Kafka sink: run it "
-                         "without sink=")
+                         "without pipeline= (your sink)")
     learner.code_of(sink)
 
 
