@@ -191,18 +191,20 @@ def test_torture_hands_the_app_its_namespaced_names(bootstrap, monkeypatch):
 
 def test_a_spark_scenario_deletes_its_input_and_output_topics(bootstrap, monkeypatch):
     # What `labkit scenario spark-kafka-sink` does after its audit (no Spark needed for that
-    # step): the experiment's two topics, named in the namespace, are gone from the broker.
-    from labkit.spark.runner import StreamJob
-    from labkit.spark.scenarios import SparkExperiment
-    from labkit.spark.sinks import SinkSpec
+    # step): the experiment's two topics, made by its workload in the namespace, are gone
+    # from the broker when its run context closes.
+    from labkit.experiments.context import RunContext
+    from labkit.experiments.parts import prepare
+    from labkit.experiments.registry import get
 
     monkeypatch.setenv("LABKIT_NAMESPACE", "frank")
-    made = [names.topic("spark-kafka-sink-x1-in"), names.topic("spark-kafka-sink-x1-out")]
-    topics.create(bootstrap, *made)
-    job = StreamJob(query="q", topic=made[0], bootstrap=bootstrap, checkpoint="/nonexistent",
-                    sink=SinkSpec("kafka", output_topic=made[1]))
-    experiment = SparkExperiment(None, None, job, Path("/nonexistent"), [], None)
-    assert experiment.topic_names() == ["frank.spark-kafka-sink-x1-in",
-                                        "frank.spark-kafka-sink-x1-out"]
-    experiment.delete_topics()
+    experiment = get("spark-kafka-sink")
+    run = RunContext(experiment.name, experiment.resolve(
+        {"guarantee": "at_least_once", "keep_topics": False}), bootstrap=bootstrap)
+    run.run_id = "x1"
+    prepare(run, experiment.workload(run.o))
+    assert list(run.topics.values()) == ["frank.spark-kafka-sink-x1-in",
+                                         "frank.spark-kafka-sink-x1-out"]
+    assert set(run.topics.values()) <= _broker_names(bootstrap)[0]
+    run.close()
     assert not [t for t in _broker_names(bootstrap)[0] if t.startswith("frank.")]

@@ -3,6 +3,7 @@
     run = experiments.run("consume-transform-produce", guarantee="exactly_once", crash_at="mid-batch")
     run.report.verdict        # the one audit (labkit.checking.audit.AuditReport)
     run.summary(); run.to_json(); run.timeline()
+    run.cleanup()             # the topics and directory it kept for later cells, deleted
     run.topics, run.history, run.steps, run.faults   # the run's names, events, steps, faults
     run.zombie_error          # an experiment's own facts read as attributes (run.facts)
 
@@ -70,6 +71,8 @@ class RunRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict, repr=False)
     presentation: Presentation = field(default=PLAIN, repr=False, compare=False)
+    # deletes what the run kept (its topics, its directory): the run context's
+    release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> Any:
         # only called for names that are not fields: the experiment's facts
@@ -78,6 +81,12 @@ class RunRecord:
             return facts[name]
         raise AttributeError(f"{self.experiment} run has no {name!r}; its facts: "
                              f"{', '.join(facts) or 'none'}")
+
+    def cleanup(self) -> None:
+        """Delete what the run kept for later cells (``keep_topics``, ``keep_workdir``): its
+        topics and its directory. The facts read so far stay."""
+        if self.release is not None:
+            self.release()
 
     @property
     def verdict(self) -> str:

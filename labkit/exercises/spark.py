@@ -7,7 +7,7 @@ runs the real query (real Spark, real broker), crashed at each point, and compar
 prediction with what the audit measured.
 
 Also 08a: the learner writes a foreachBatch function that survives the replay; the check
-runs it (labkit.spark.scenarios.experiment(sink=...)) under the same crash into a table keyed
+runs it (``pipeline=``) under the same crash into a table keyed
 by the payment id, and audits the table.
 
 08b: the learner predicts how many records of aborted transactions reach the transactional
@@ -43,15 +43,13 @@ def measure_duplicates(points: tuple[str, ...], bootstrap: str,
     rows = []
     for i, point in enumerate(points):
         exp = experiments.run(SCENARIO, cluster=bootstrap, guarantee=GUARANTEE,
-                              crash_at=point, records=records,
+                              crash_at=point, records=records, keep_topics=False,
+                              keep_workdir=False,
                               spare=i < len(points) - 1)  # no spare worker after the last crash
-        try:
-            timeline = exp.run.timeline
-            rows.append({"crash_at": point, "duplicated": exp.report.duplicated,
-                         "lost": exp.report.lost,
-                         "replayed_batches": list(timeline.loc[timeline["replay"], "batch_id"])})
-        finally:
-            exp.cleanup()
+        timeline = exp.run.timeline
+        rows.append({"crash_at": point, "duplicated": exp.report.duplicated,
+                     "lost": exp.report.lost,
+                     "replayed_batches": list(timeline.loc[timeline["replay"], "batch_id"])})
     return pd.DataFrame(rows)
 
 
@@ -100,13 +98,9 @@ def check_unprefixed_option(prediction: int | None, bootstrap: str) -> Verdict:
                                 "this cell again.")
     if isinstance(prediction, bool) or not isinstance(prediction, int) or prediction < 0:
         return check(False, "", "my_aborted_visible must be a whole number, 0 or more.")
-    exp = experiments.run(TXN_SCENARIO, cluster=bootstrap, guarantee="exactly_once",
-                          crash_at=None, records=RECORDS, spare=False,
-                          source_options=UNPREFIXED)
-    try:
-        r = exp.report
-    finally:
-        exp.cleanup()
+    r = experiments.run(TXN_SCENARIO, cluster=bootstrap, guarantee="exactly_once",
+                        crash_at=None, records=RECORDS, spare=False, keep_topics=False,
+                        keep_workdir=False, source_options=UNPREFIXED).report
     return check(prediction == r.aborted_visible,
                  f"the audit found {r.aborted_visible} records of aborted transactions in the "
                  f"table ({r.produced} committed ones, lost {r.lost}). Spark hands its Kafka "
@@ -147,17 +141,13 @@ def check_my_sink(sink, bootstrap: str) -> Verdict:
                                 "writes, then run this cell again: the check then crashes "
                                 "your sink.")
     try:
-        exp = experiments.run(IDEMPOTENT_SCENARIO, cluster=bootstrap,
-                              guarantee="exactly_once", crash_at=SHOWN,
-                              records=RECORDS, spare=False,
-                              pipeline=sink)
+        r = experiments.run(IDEMPOTENT_SCENARIO, cluster=bootstrap,
+                            guarantee="exactly_once", crash_at=SHOWN,
+                            records=RECORDS, spare=False, keep_topics=False,
+                            keep_workdir=False, pipeline=sink).report
     except Exception as exc:  # the learner's code, run by Spark: say what it did, briefly
         return check(False, "", f"{_refusal(exc)}. Make the write of a row whose payment id "
                                 "is already there replace it (or leave it), not fail.")
-    try:
-        r = exp.report
-    finally:
-        exp.cleanup()
     return check(r.exactly_once,
                  f"your sink survived the replay: {r.produced} payments, each once in the "
                  "table. A replay now writes the same rows onto themselves.",

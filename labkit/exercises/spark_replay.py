@@ -9,22 +9,20 @@ a table that matches a single processing of each payment; the check runs the rea
 from __future__ import annotations
 
 from labkit import experiments
+from labkit.checking.record import RunRecord
 from labkit.exercises import Verdict, check, exercise, unanswered
-from labkit.spark import replay
 
 SINK = "delta-append"
 RECORDS = 30  # 3 micro-batches of 10, as in the notebook
 
 
-def measure(bootstrap: str, records: int = RECORDS) -> replay.ReplayExperiment:
-    """The threshold experiment into a plain Delta append (its workdir removed afterwards)."""
-    exp = experiments.run("spark-replay", cluster=bootstrap, sink=SINK, records=records,
-                          spare=False)
-    exp.cleanup()
-    return exp
+def measure(bootstrap: str, records: int = RECORDS) -> RunRecord:
+    """The threshold experiment into a plain Delta append (its topic and files removed)."""
+    return experiments.run("spark-replay", cluster=bootstrap, sink=SINK, records=records,
+                           spare=False)
 
 
-def judge(prediction: bool, exp: replay.ReplayExperiment) -> Verdict:
+def judge(prediction: bool, exp: RunRecord) -> Verdict:
     twice = int(exp.output["id"].duplicated().sum())
     outcome = ("one processing" if exp.mixed.valid else
                f"{exp.mixed.count} mixed keys: no single processing")

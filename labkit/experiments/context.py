@@ -123,14 +123,22 @@ class RunContext:
     def history_file(self) -> Path:
         return self.workdir / "history.jsonl"
 
-    def close(self) -> None:
-        """The run's end, whatever happened: its topics and directory go unless kept."""
+    def close(self, failed: bool = False) -> None:
+        """The run's end, whatever happened: its topics and directory go unless kept; a
+        failed run keeps no topics (nothing in them is worth reading)."""
         if self._workdir is not None and self._workdir.exists():
             self.history = history.read(self.history_file) or self.history
             if not self.keep_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
-        if self._made and not self.keep_topics and self.bootstrap:
+        if self._made and (failed or not self.keep_topics) and self.bootstrap:
             kafka_topics.delete(self.bootstrap, *self._made)
+            self._made = []
+
+    def discard(self) -> None:
+        """What the run kept for a notebook's next cells (its topics, its directory) deleted
+        now: ``RunRecord.cleanup``."""
+        self.keep_topics = self.keep_workdir = False
+        self.close()
 
     def again(self) -> None:
         """The run made again (its fault missed its window): new names, so new topics; the

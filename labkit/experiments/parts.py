@@ -40,17 +40,22 @@ class Workload:
     stem: str
     topics: tuple[Topic, ...] = ()
     inputs: list[dict] = field(default_factory=list)
+    # writes the input itself, when not one plain load (in transactions, some aborted):
+    # load(run) -> the records the audit expects (the run's inputs from then on)
+    load: Callable[[Any], list[dict]] | None = None
 
 
 def prepare(run: Any, workload: Workload) -> None:
     """The workload made real: the run's names, its topics created (deleted with the run),
-    the inputs loaded where a topic asks for them."""
+    the inputs loaded where a topic asks for them (or by the workload's own ``load``)."""
     run.name(workload.stem)
     run.inputs = list(workload.inputs)
     for topic in workload.topics:
         run.create_topic(topic.role, partitions=topic.partitions, config=topic.config,
                          replica_assignment=topic.replica_assignment,
                          inputs=run.inputs if topic.loaded else None, create=topic.create)
+    if workload.load is not None:
+        run.inputs = list(workload.load(run))
 
 
 def in_thread(clients: Callable[[Any], Any]) -> Callable[[Any], Callable[[Any], Any]]:

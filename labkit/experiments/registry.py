@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from labkit.checking.audit import AuditReport
 from labkit.checking.checks import Checker, compose
 from labkit.checking.record import PLAIN, Presentation, RunRecord
-from labkit.experiments.context import RunContext
+from labkit.experiments.context import RunContext, options_view
 from labkit.experiments.parts import Workload, prepare
 from labkit.faults.nemesis import Nemesis
 from labkit.faults.watchdog import watched
@@ -138,6 +138,9 @@ class Experiment:
     stall_s: float = STALL_S
     pipeline: str = ""  # what ``pipeline=`` replaces, in words ("" takes none)
     check: Callable[..., None] | None = None  # checks the options together, before anything starts
+    # checks the learner's function against the options (``check_pipeline(pipeline, o)``),
+    # before anything starts: what it may name, what it cannot be combined with
+    check_pipeline: Callable[[Callable, Any], None] | None = None
     text: Callable[[Any], str] = field(default=lambda run: run.summary())  # for the terminal
     group: str = "Kafka"  # the engine: the CLI's help lists experiments by it
     # the crash points its code passes, for a guarantee or for any (None: it takes no crash_at)
@@ -231,6 +234,8 @@ def run(name: str, *, pipeline: Callable | None = None, cluster: Any = None,
     values = experiment.resolve(options)
     if pipeline is not None and not experiment.pipeline:
         raise ValueError(f"{name} runs a fixed pipeline: it takes no pipeline=")
+    if pipeline is not None and experiment.check_pipeline is not None:
+        experiment.check_pipeline(pipeline, options_view(values))
     stall_s = experiment.stall_s if stall_after is None else stall_after
     if stall_s <= 0:
         raise ValueError(f"stall_after must be a positive number of seconds, not {stall_after!r}")
@@ -245,22 +250,25 @@ def perform(experiment: Experiment, run: RunContext) -> RunRecord:
     """The phases, for every experiment: the workload prepared, the clients run under the
     nemesis (torn down always), the checkers composed, the run's topics and files cleaned
     up (always), one record."""
+    failed = True
     try:
         if experiment.body is not None:
             report = experiment.body(run, **run.options)
             if not isinstance(report, AuditReport):
+                failed = False
                 return report  # not yet a composition (being converted: issue 39)
         else:
             report = _phases(experiment, run)
+        failed = False
     finally:
-        run.close()
+        run.close(failed)
     # the topics' names, by role, also when deleted (keep_topics says whether they are
     # there); an experiment may say more of them (torture: whether kept)
     topics = run.facts.pop("topics", None) or dict(run.topics)
     return RunRecord(experiment.name, report, topics=topics,
                      history=run.history, steps=run.steps, faults=run.fired_faults,
                      facts=run.facts, options=run.options,
-                     presentation=experiment.presentation)
+                     presentation=experiment.presentation, release=run.discard)
 
 
 def _phases(experiment: Experiment, run: RunContext) -> AuditReport:

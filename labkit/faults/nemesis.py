@@ -9,7 +9,8 @@ Every fault has the same life, run by the registry for every experiment:
   link that is cut from the start);
 - ``invoke(run)`` when its ``trigger`` fires: an event the run reports (``on``: the clients
   sent batch 2, an instance started), a time since the clients started (``after``), or the
-  n-th such event (``on(..., nth=3)``). Event triggers fire synchronously in the thread
+  n-th such event (``on(..., nth=3)``), or a time after an event (``after(2.5,
+  since=on("checkpoint"))``). Event triggers fire synchronously in the thread
   that reported the event, so a fault lands exactly there (before ``commit_transaction``,
   say); time triggers fire from the nemesis's own thread;
 - ``poll(run, now_s)`` every few milliseconds, for faults that keep their own clock
@@ -90,6 +91,26 @@ class After(Trigger):
         return f"{self.seconds:g} s in"
 
 
+@dataclass
+class Since(Trigger):
+    """``seconds`` after ``first`` fired (an event: the query's first checkpoint, say)."""
+
+    first: Trigger
+    seconds: float
+    at: float | None = None  # when ``first`` fired (time.monotonic)
+
+    def fires(self, event: Event) -> bool:
+        if self.at is None and self.first.fires(event):
+            self.at = time.monotonic()
+        return False  # its moment comes later, from the nemesis's clock
+
+    def due(self, run: "Run", now_s: float) -> bool:
+        return self.at is not None and time.monotonic() >= self.at + self.seconds
+
+    def __str__(self) -> str:
+        return f"{self.seconds:g} s after {self.first}"
+
+
 def on(kind: str, nth: int = 1, **fields: Any) -> On:
     """The ``nth`` event of ``kind`` with these fields."""
     if nth < 1:
@@ -97,10 +118,12 @@ def on(kind: str, nth: int = 1, **fields: Any) -> On:
     return On(kind, fields, nth)
 
 
-def after(seconds: float) -> After:
+def after(seconds: float, since: Trigger | None = None) -> Trigger:
+    """``seconds`` after the clients started, or after ``since`` fired (``on(...)``)."""
     if seconds < 0:
-        raise ValueError(f"a fault cannot fire {seconds} s before the clients start")
-    return After(seconds)
+        raise ValueError(f"a fault cannot fire {seconds} s before "
+                         f"{since or 'the clients start'}")
+    return After(seconds) if since is None else Since(since, seconds)
 
 
 class Run(Protocol):

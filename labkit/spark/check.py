@@ -5,17 +5,25 @@ records that went in, never the query's checkpoint or the sink's offsets table. 
 sinks are judged by labkit.checking.audit.check (lost, duplicated, reordered per key, in the order
 the database numbered the rows); count sinks, which keep no record ids, by their totals per
 key (labkit.checking.audit.check_counts). Both end in the lab's one verdict (labkit.checking.checkers).
+``SinkAudit`` is the Spark scenarios' checker: the sink its query wrote, audited so.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from labkit.checking import audit
-
-from labkit.kafka import topics
 from labkit.checking.audit import AuditReport, Delivered
+from labkit.kafka import topics
+from labkit.spark import tables
 from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
+from labkit.spark.runner import recount
+from labkit.spark.sinks import DELTA_KINDS
 from labkit.storage.db import read_table
+
+COUNT_KINDS = ("running-count", "increment-count")  # sinks that keep totals, not records
 
 
 def table_records(db_url: str, table: str) -> pd.DataFrame:
@@ -72,3 +80,43 @@ def audit_counts(scenario: str, guarantee: str, crash_at: str | None, produced: 
     as lost, an excess as duplicated (labkit.checking.audit.check_counts)."""
     return audit.check_counts(scenario, guarantee, produced, state_expected, state_actual,
                               crash_at=crash_at)
+
+
+@dataclass(frozen=True)
+class SinkAudit:
+    """The checker of a Spark scenario: what the run's query (its ``job`` fact) left in its
+    sink against the run's inputs, and the counts per key against a Spark batch recount of
+    the input topic (read_committed for a ``transactional_input``, whatever the stream read:
+    aborted records are not part of it, and any in the sink are counted as such). The
+    Kafka sink's topic at ``exactly_once``: after a downstream dedupe by id. The audited
+    view goes to the run's facts as ``output`` (rows, topic records or totals per key), a
+    Delta table's commits as ``table_history``."""
+
+    scenario: str
+    guarantee: str
+    crash_at: str | None = None
+    transactional_input: bool = False
+
+    def __call__(self, run: Any) -> AuditReport:
+        job = run.facts["job"]
+        spec = job.sink
+        expected = recount(run.bootstrap, job.topic, source_options=(
+            {"kafka.isolation.level": "read_committed"} if self.transactional_input else None))
+        if spec.kind in COUNT_KINDS:
+            counts = table_counts(spec.db_url, spec.table)
+            run.facts["output"] = pd.DataFrame(sorted(counts.items()), columns=["key", "total"])
+            return audit_counts(self.scenario, self.guarantee, self.crash_at, len(run.inputs),
+                                expected, counts)
+        if spec.kind == "kafka":
+            output = topic_records(run.bootstrap, spec.output_topic)
+            if self.guarantee == "exactly_once":
+                output = dedupe_by_id(output)
+        elif spec.kind in DELTA_KINDS:  # read back by Spark, in the order of the table's commits
+            output, run.facts["table_history"] = tables.read_table(spec.path)
+        else:
+            output = table_records(spec.db_url, spec.table)
+        run.facts["output"] = output
+        aborted = aborted_rows(run.bootstrap, job.topic, output) if self.transactional_input \
+            else None
+        return audit_output(self.scenario, self.guarantee, self.crash_at, run.inputs, output,
+                            expected, aborted=aborted)

@@ -179,7 +179,7 @@ def _learner_query(spark, job: dict, each_batch):
     provided = {"spark": spark, "kafka_options": _learner_source_options(job),
                 "input_topic": job["topic"], "checkpoint": job["checkpoint"],
                 "starting_offsets": job["starting_offsets"], "sink": each_batch}
-    assert provided.keys() == QUERY_PROVIDES  # what scenarios.experiment checks the query for
+    assert provided.keys() == QUERY_PROVIDES  # what scenarios.check_options checks the query for
     return _start_learner_query(job, provided)
 
 
@@ -196,7 +196,7 @@ def _lookup_transform(job: dict):
 
     def learners(rows: list[dict]) -> list[dict]:
         provided = {"rows": rows, "threshold_table": job["lookup"]}
-        assert provided.keys() == TRANSFORM_PROVIDES  # what replay.experiment checks it for
+        assert provided.keys() == TRANSFORM_PROVIDES  # what replay.check_transform checks it for
         out = learner.call(target, **provided)
         if not isinstance(out, list) or any(not isinstance(r, dict) for r in out):
             raise learner.LearnerCodeError(

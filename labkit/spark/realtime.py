@@ -1,10 +1,14 @@
 """A Kafka-to-Kafka query under a driver crash, whatever its trigger: Spark's real-time mode
 against a micro-batch, its latency and what one crash writes twice (issue 30).
 
-    run = realtime.experiment(bootstrap, query=copy_query)   # the learner's query, its trigger
+    run = experiments.run("spark-realtime", pipeline=copy_query)  # the learner's query
     run.report          # the output topic as written: Spark's Kafka sink is at-least-once
     run.deduped         # the same records after a downstream dedupe by payment id
     run.latency         # output CreateTime - input CreateTime, records copied before the kill
+
+``labkit.experiments.spark_realtime`` composes it: the query as its clients
+(``RealtimeCopy``), the driver's SIGKILL as its nemesis (``KillDriver``, ``kill_after``
+seconds after the event ``checkpoint``), ``audit_copy`` as its checker.
 
 A producer writes payments at ``rate`` a second (key: the account, value: the payment with
 its id) while the learner's query copies them with Spark's official Kafka source and sink in a
@@ -19,22 +23,18 @@ audit reads both topics.
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from confluent_kafka import Consumer, TopicPartition
 
-from labkit import progress
 from labkit.checking.audit import AuditReport, expected_counts
-from labkit.kafka import names, topics
+from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 from labkit.pipelines import data, learner
 from labkit.progress import wait_until
@@ -46,48 +46,7 @@ SCENARIO = "spark-realtime"
 PARTITIONS = 2  # one long-running task each in real-time mode: local[2,4] has two slots
 START_S = 90.0  # a Spark worker's start and the query's first output, on a busy machine
 DONE_S = 120.0  # the restarted query copying the rest
-
-
-@dataclass
-class RealtimeRun:
-    report: AuditReport  # the output topic as written
-    deduped: AuditReport  # after a downstream dedupe by payment id
-    trigger: str  # the trigger Spark applied, by its class name: RealTimeTrigger(5000)
-    records: int  # payments written (the input topic read back)
-    killed_after_checkpoint_s: float  # how long the killed driver had run since its checkpoint
-    rewritten: int  # records the killed driver wrote that its restart wrote again
-    latency: dict[str, float]  # p50_ms, p99_ms over the records copied before the kill
-    # every output record, as read_stamped gives it, with delay_ms (its CreateTime minus its
-    # input's) and copy (1 for a payment's first record, 2 for the next, ...)
-    output: pd.DataFrame
-    killed_ms: float  # when the driver was SIGKILLed (the machine's clock, as CreateTime)
-    topics: dict[str, str] = field(default_factory=dict)
-    steps: list[tuple[float, str]] = field(default_factory=list, repr=False)
-    history: tuple = ()
-    bootstrap: str = ""
-
-    def cleanup(self) -> None:
-        """Delete the run's topics (kept for a notebook's next cells)."""
-        if self.topics:
-            topics.delete(self.bootstrap, *self.topics.values())
-            self.topics = {}
-
-    def summary(self) -> str:
-        return (f"{self.report.summary()}\ntrigger {self.trigger}: SIGKILL "
-                f"{self.killed_after_checkpoint_s:.1f} s after its last checkpoint, "
-                f"{self.rewritten} of its records written again; latency p50 "
-                f"{self.latency['p50_ms']:.0f} ms, p99 {self.latency['p99_ms']:.0f} ms; "
-                f"after a dedupe by id: {self.deduped.verdict}")
-
-    def timeline(self) -> str:
-        return "\n".join(f"{t:5.1f} s  {what}" for t, what in self.steps)
-
-    def to_json(self) -> str:
-        return json.dumps({**json.loads(self.report.to_json()), "trigger": self.trigger,
-                           "killed_after_checkpoint_s": self.killed_after_checkpoint_s,
-                           "rewritten": self.rewritten,
-                           **self.latency, "deduped_verdict": self.deduped.verdict,
-                           "deduped_duplicated": self.deduped.duplicated})
+MAX_RATE = 10_000  # payments a second
 
 
 # The lab's own query (the CLI's, and the tests'): the notebook's copy_query, its trigger set
@@ -127,12 +86,6 @@ def check_query(query: Callable) -> dict[str, str]:
     return {"code": learner.code_of(query), "function": query.__name__}
 
 
-def check_sizes(rate: float, kill_after: float, after_kill: float) -> None:
-    if not 1 <= rate <= 10_000:
-        raise ValueError(f"rate must be 1 to 10000 payments a second, not {rate}")
-    if kill_after < 0 or after_kill < 0:
-        raise ValueError(f"kill_after and after_kill are seconds, 0 or more (given "
-                         f"{kill_after}, {after_kill})")
 
 
 def read_stamped(bootstrap: str, topic: str) -> pd.DataFrame:
@@ -201,6 +154,7 @@ class _Driver:
         self.trigger = "unknown"
         self.result: JobResult | None = None
         self.error: BaseException | None = None
+        self.killed = False  # by the lab (KillDriver): its crash is no failure
 
         def on_event(event: dict) -> None:
             if event["event"] == "started":
@@ -221,8 +175,14 @@ class _Driver:
     def check(self) -> None:
         if self.error is not None:
             raise self.error
-        if self.result is not None and self.result.crashed:
+        if self.result is not None and self.result.crashed and not self.killed:
             raise SparkJobError("the Spark worker died before it was killed (see its log)")
+
+    def kill(self) -> None:
+        """SIGKILL the worker, Python driver and JVM at once; wait for its thread to end."""
+        self.killed = True
+        self.worker.sigkill()
+        self.thread.join(30)
 
     def stop(self) -> None:
         """Ask the query to stop; a worker that does not end it within 60 s is killed."""
@@ -236,113 +196,150 @@ class _Driver:
         self.check()
 
 
-def experiment(bootstrap: str, query: Callable, *, rate: float = 100.0, kill_after: float = 2.5,
-               after_kill: float = 1.0, seed: int = 0, spare: bool = False,
-               keep_topics: bool = True) -> RealtimeRun:
-    """Copy payments, produced at ``rate`` a second, with the learner's ``query``; SIGKILL its
-    driver ``kill_after`` s after its first checkpoint, restart it on the same checkpoint,
-    stop the payments ``after_kill`` s after the kill, and audit the output as written and
-    after a dedupe by payment id."""
-    code = check_query(query)
-    check_sizes(rate, kill_after, after_kill)
-    run = uuid.uuid4().hex[:8]
-    source, sink = names.topic(f"spark-rt-{run}-in"), names.topic(f"spark-rt-{run}-out")
-    workdir = Path(tempfile.mkdtemp(prefix="labkit-spark-rt-"))
-    checkpoint = workdir / "checkpoint"
-    job = {"op": "copy", "bootstrap": bootstrap, "topic": source, "output_topic": sink,
-           "checkpoint": str(checkpoint), "query_code": code}
-    # more than the run can write: it stops at the kill + after_kill
-    payments = data.generate(int(rate * (2 * START_S + after_kill)), seed=seed)
-    began = time.monotonic()
-    steps: list[tuple[float, str]] = []
+def check_learner_query(query: Callable, o: Any) -> None:
+    """The learner's query, before anything starts: its trigger is its own, and it names
+    only what the worker provides."""
+    if o.trigger is not None:
+        raise ValueError("the learner's query sets its own trigger: leave trigger= out")
+    check_query(query)
 
-    def step(what: str) -> None:
-        steps.append((round(time.monotonic() - began, 1), what))
-        progress.step(what)
 
-    topics.create(bootstrap, source, sink, partitions=PARTITIONS)
-    watcher = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": "labkit-reader"}))
-    failed: list[str] = []
-    stop_payments = threading.Event()
-    producer = threading.Thread(target=data.produce_at_rate, daemon=True, name="payments",
-                                args=(bootstrap, source, payments, rate, stop_payments, failed))
-    drivers: list[_Driver] = []
-    try:
-        worker = fresh_worker(spare=spare)
-        drivers.append(_Driver(worker, {**job, "stop_file": str(workdir / "stop-1")},
-                               workdir / "stop-1"))
-        wait_until(lambda: drivers[0].started.is_set(), "the query to start", START_S)
-        drivers[0].check()
-        step(f"{query.__name__} started in a fresh Spark worker; payments arrive at "
-             f"{rate:g} a second")
-        producer.start()
-        wait_until(lambda: drivers[0].check() or _output_size(watcher, sink) > 0,
-                   "the query's first output", START_S)
-        first_output_ms = time.time() * 1000
-        wait_until(lambda: drivers[0].check() or bool(_checkpoints(checkpoint)),
-                   "the query's first checkpoint", START_S)
-        first_checkpoint = _checkpoints(checkpoint)[0]
-        time.sleep(max(0.0, first_checkpoint + kill_after - time.time()))
-        last = _checkpoints(checkpoint)[-1]
-        out_at_kill = _output_size(watcher, sink)
-        killed_ms = time.time() * 1000
-        worker.sigkill()
-        drivers[0].thread.join(30)
-        since = killed_ms / 1000 - last
-        step(f"SIGKILL the driver (Python and JVM) {since:.1f} s after its last checkpoint, "
-             f"{out_at_kill} records in the output")
-        drivers.append(_Driver(shared_worker(), {**job, "stop_file": str(workdir / "stop-2")},
-                               workdir / "stop-2"))
-        step("the query restarts on the same checkpoint (a warm worker)")
-        stop_payments.wait(max(0.0, killed_ms / 1000 + after_kill - time.time()))
-        stop_payments.set()
-        producer.join(60)
-        ends = {p: _end(watcher, source, p) for p in range(PARTITIONS)}
-        wait_until(lambda: drivers[1].check() or _committed_up_to(checkpoint, source) == ends,
-                   f"the restarted query to checkpoint the input's end ({sum(ends.values())} "
-                   "records)", DONE_S)
-        drivers[1].stop()
-        step("the restarted query checkpointed the input's end: it is stopped")
-        if failed:
-            raise RuntimeError(f"the producer failed: {failed[:3]}")
-    except BaseException:  # a failed run keeps no topics: nothing in them is worth reading
-        stop_payments.set()
-        topics.delete(bootstrap, source, sink)
-        raise
-    finally:  # also on a failure: no query left running, no thread writing
-        for driver in drivers:
-            if driver.thread.is_alive():
-                driver.worker.sigkill()
-                driver.thread.join(30)
-        watcher.close()
-        stop_payments.set()
-        if producer.is_alive():
+def check_rate(rate: float, **_: Any) -> None:
+    if rate > MAX_RATE:
+        raise ValueError(f"rate must be 1 to {MAX_RATE} payments a second, not {rate}")
+
+
+class RealtimeCopy:
+    """The query as the run's clients (see the module's docstring): the run's inputs are
+    the payments, produced at ``rate`` a second; the first checkpoint is reported as the
+    event ``checkpoint``, and it waits (``kill_within_s``) for the nemesis to ``kill`` it.
+    Its facts: ``trigger`` (as Spark applied it), ``first_output_ms``, ``killed_ms`` and
+    ``killed_after_checkpoint_s``."""
+
+    def __init__(self, query: Callable, *, rate: float, after_kill: float, spare: bool,
+                 kill_within_s: float):
+        self.code, self.name = check_query(query), query.__name__
+        self.rate, self.after_kill, self.spare = rate, after_kill, spare
+        self.kill_within_s = kill_within_s
+        self.drivers: list[_Driver] = []
+        self.killed = threading.Event()
+        self.killed_ms = self.since = 0.0
+        self.checkpoint = Path()
+        self.sink = ""
+        self.watcher: Consumer | None = None
+
+    def _start(self, worker, job: dict, workdir: Path) -> _Driver:
+        stop = workdir / f"stop-{len(self.drivers) + 1}"
+        self.drivers.append(_Driver(worker, {**job, "stop_file": str(stop)}, stop))
+        return self.drivers[-1]
+
+    def kill(self, say: Callable[[str], None]) -> None:
+        """SIGKILL the first driver (KillDriver's way in), say so, and let the run go on."""
+        last = _checkpoints(self.checkpoint)[-1]
+        out_at_kill = _output_size(self.watcher, self.sink)
+        self.killed_ms = time.time() * 1000
+        self.drivers[0].kill()
+        self.since = self.killed_ms / 1000 - last
+        say(f"SIGKILL the driver (Python and JVM) {self.since:.1f} s after its last "
+            f"checkpoint, {out_at_kill} records in the output")
+        self.killed.set()
+
+    def __call__(self, run: Any) -> None:
+        source, self.sink = run.topics["input"], run.topics["output"]
+        self.checkpoint = run.workdir / "checkpoint"
+        job = {"op": "copy", "bootstrap": run.bootstrap, "topic": source,
+               "output_topic": self.sink, "checkpoint": str(self.checkpoint),
+               "query_code": self.code}
+        self.watcher = Consumer(client_config({"bootstrap.servers": run.bootstrap,
+                                               "group.id": "labkit-reader"}))
+        failed: list[str] = []
+        stop_payments = threading.Event()
+        producer = threading.Thread(target=data.produce_at_rate, daemon=True, name="payments",
+                                    args=(run.bootstrap, source, run.inputs, self.rate,
+                                          stop_payments, failed))
+        try:
+            first = self._start(fresh_worker(spare=self.spare), job, run.workdir)
+            wait_until(lambda: first.started.is_set(), "the query to start", START_S)
+            first.check()
+            run.facts["trigger"] = first.trigger
+            run.step(f"{self.name} started in a fresh Spark worker; payments arrive at "
+                     f"{self.rate:g} a second", "the query's first output")
+            producer.start()
+            wait_until(lambda: first.check() or _output_size(self.watcher, self.sink) > 0,
+                       "the query's first output", START_S)
+            run.facts["first_output_ms"] = time.time() * 1000
+            wait_until(lambda: first.check() or bool(_checkpoints(self.checkpoint)),
+                       "the query's first checkpoint", START_S)
+            run.event("checkpoint", batch=0)
+            wait_until(lambda: first.check() or self.killed.is_set(),
+                       "the nemesis to SIGKILL the driver", self.kill_within_s)
+            run.facts.update(killed_ms=self.killed_ms,
+                             killed_after_checkpoint_s=round(self.since, 1))
+            second = self._start(shared_worker(), job, run.workdir)
+            run.step("the query restarts on the same checkpoint (a warm worker)")
+            stop_payments.wait(max(0.0, self.killed_ms / 1000 + self.after_kill - time.time()))
+            stop_payments.set()
             producer.join(60)
-        shutil.rmtree(workdir, ignore_errors=True)
-    inputs = read_stamped(bootstrap, source)
-    output = read_stamped(bootstrap, sink)
-    kept = {"input": source, "output": sink}
-    if not keep_topics:
-        topics.delete(bootstrap, source, sink)
-        kept = {}
+            ends = {p: _end(self.watcher, source, p) for p in range(PARTITIONS)}
+            wait_until(lambda: second.check() or _committed_up_to(self.checkpoint, source) == ends,
+                       f"the restarted query to checkpoint the input's end "
+                       f"({sum(ends.values())} records)", DONE_S)
+            second.stop()
+            run.step("the restarted query checkpointed the input's end: it is stopped")
+            if failed:
+                raise RuntimeError(f"the producer failed: {failed[:3]}")
+        finally:  # also on a failure: no query left running, no thread writing
+            for driver in self.drivers:
+                if driver.thread.is_alive():
+                    driver.worker.sigkill()
+                    driver.thread.join(30)
+            self.watcher.close()
+            stop_payments.set()
+            if producer.is_alive():
+                producer.join(60)
+
+
+def audit_copy(run: Any) -> AuditReport:
+    """The checker: both topics read back; the output as written (at least once: Spark's
+    Kafka sink) against the payments the input holds, and after a dedupe by id (the fact
+    ``deduped``). Facts: ``records``, ``output`` (every output record with delay_ms and
+    copy, ``_copies``)."""
+    inputs = read_stamped(run.bootstrap, run.topics["input"])
+    output = read_stamped(run.bootstrap, run.topics["output"])
     written = set(inputs["id"])  # the payments the input topic holds: what the audit expects
-    return _audited([p for p in payments if p["id"] in written], inputs, output,
-                    drivers[0].trigger, first_output_ms, killed_ms, since, steps, kept, bootstrap)
-
-
-def _audited(payments: list[dict], inputs: pd.DataFrame, output: pd.DataFrame, trigger: str,
-             first_output_ms: float, killed_ms: float, since: float, steps,
-             kept: dict[str, str], bootstrap: str) -> RealtimeRun:
+    payments = [p for p in run.inputs if p["id"] in written]
     expected = expected_counts(payments)
     report = check.audit_output(SCENARIO, "at_least_once", None, payments, output, expected)
     deduped = check.audit_output(f"{SCENARIO} + dedupe by id", "exactly_once", None, payments,
                                  check.dedupe_by_id(output), expected)
     for r in (report, deduped):
-        r.fault = f"driver SIGKILLed {since:.1f} s after its last checkpoint"
-    output = _copies(inputs, output)
-    # the killed driver's records (stamped before the kill) that the restart wrote again
+        r.fault = (f"driver SIGKILLed {run.facts['killed_after_checkpoint_s']:.1f} s after its "
+                   "last checkpoint")
+    run.facts.update(deduped=deduped, records=len(payments), output=_copies(inputs, output))
+    return report
+
+
+def facts(run: Any) -> dict:
+    """``rewritten``: the killed driver's records (stamped before the kill) that its restart
+    wrote again; ``latency``: p50 and p99 of the copies before the kill."""
+    output, killed_ms = run.facts["output"], run.facts["killed_ms"]
     before_kill = output[output["created_ms"] < killed_ms]
     rewritten = int(before_kill["id"].isin(output[output["created_ms"] >= killed_ms]["id"]).sum())
-    return RealtimeRun(report, deduped, trigger, len(payments), round(since, 1), rewritten,
-                       _latency(output, first_output_ms, killed_ms), output, killed_ms,
-                       topics=kept, steps=steps, bootstrap=bootstrap)
+    return {"rewritten": rewritten,
+            "latency": _latency(output, run.facts["first_output_ms"], killed_ms)}
+
+
+def summary(run: Any) -> str:
+    return (f"{run.report.summary()}\ntrigger {run.trigger}: SIGKILL "
+            f"{run.killed_after_checkpoint_s:.1f} s after its last checkpoint, "
+            f"{run.rewritten} of its records written again; latency p50 "
+            f"{run.latency['p50_ms']:.0f} ms, p99 {run.latency['p99_ms']:.0f} ms; "
+            f"after a dedupe by id: {run.deduped.verdict}")
+
+
+def to_dict(run: Any) -> dict:
+    """The CLI's JSON: the audit's keys, then the run's own, in the order they always had."""
+    return {**run.report.to_dict(), "trigger": run.trigger,
+            "killed_after_checkpoint_s": run.killed_after_checkpoint_s,
+            "rewritten": run.rewritten, **run.latency,
+            "deduped_verdict": run.deduped.verdict, "deduped_duplicated": run.deduped.duplicated}

@@ -18,33 +18,32 @@ it is down the threshold is lowered to ``V2``; the restart replays that batch un
   the batch stays as its first attempt wrote it, one processing (mixed keys 0);
 - a plain Delta append (``delta-append``) adds the replay's rows next to the first
   attempt's: some payments twice, with two different outcomes (no single processing).
+
+``labkit.experiments.spark`` composes it: the query (``labkit.spark.clients.SparkQuery`` with
+``stream_job``), the crash (``CrashAt``) and the threshold change (``ThresholdChange``, on the
+event ``crashed``) as its nemesis, ``ReplayAudit`` as its checker.
 """
+
 from __future__ import annotations
 
 import json
 import math
-import shutil
-import tempfile
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from labkit.checking import checkers
-
-from labkit.kafka import names
-
-from labkit.pipelines import data, learner
 from labkit.checking.audit import AuditReport, mixed_report
 from labkit.checking.checkers import Result
-from labkit.spark import check, tables
+from labkit.faults.nemesis import Fault, Run as Broken, Trigger
+from labkit.pipelines import learner
 from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
+from labkit.spark import check, tables
 from labkit.storage.db import default_url
 from labkit.spark.child import TRANSFORM_PROVIDES
 from labkit.spark.runner import StreamJob
-from labkit.spark.supervised import Run, run_until_done
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
 
 SINKS = ("idempotent", "transactional", "delta", "delta-append")
@@ -67,97 +66,87 @@ def audit(inputs: list[dict], output: pd.DataFrame) -> Result:
                                       [processing(inputs, V1), processing(inputs, V2)])
 
 
-@dataclass
-class ReplayExperiment:
-    sink: str
-    mixed: Result
-    output: pd.DataFrame  # the sink's rows (the table as the audit read it)
-    run: Run
-    inputs: list[dict]
-    workdir: Path
-    history: pd.DataFrame | None = None  # the Delta sink's DESCRIBE HISTORY + txn entries
+def versions_by_position(output: pd.DataFrame) -> pd.DataFrame:
+    """Per input partition and threshold version: how many rows, and the input offsets
+    they span (what the table shows: the offsets are columns the sink writes). One
+    processing with one change gives, per partition, V1 offsets all below V2 offsets;
+    overlapping spans are two attempts mixed."""
+    tags = [v for _, v in observed(output)]
+    frame = output.assign(threshold_version=tags)
+    return (frame.groupby(["kafka_partition", "threshold_version"])["kafka_offset"]
+            .agg(rows="size", first_offset="min", last_offset="max").reset_index())
 
-    def versions_by_position(self) -> pd.DataFrame:
-        """Per input partition and threshold version: how many rows, and the input offsets
-        they span (what the table shows: the offsets are columns the sink writes). One
-        processing with one change gives, per partition, V1 offsets all below V2 offsets;
-        overlapping spans are two attempts mixed."""
-        tags = [v for _, v in observed(self.output)]
-        frame = self.output.assign(threshold_version=tags)
-        return (frame.groupby(["kafka_partition", "threshold_version"])["kafka_offset"]
-                .agg(rows="size", first_offset="min", last_offset="max").reset_index())
 
-    def summary(self) -> str:
-        """Stable text for notebooks: the sink, its row count and the mixed keys."""
-        return (f"{self.sink}: {len(self.output)} rows, {self.mixed.count} mixed keys"
-                f" -> {'matches ONE processing' if self.mixed.valid else 'matches NO single processing'}")
+def check_transform(transform: Any, o: Any = None) -> None:
+    """The learner's transform names only what the worker passes, before Spark starts."""
+    learner.check_parameters(transform, TRANSFORM_PROVIDES)
+    learner.code_of(transform)
 
-    @property
-    def report(self) -> AuditReport:
-        """The one audit: a mixed key is a drifted key of the computed state."""
+
+def stream_job(o: Any, run: Any, workdir: Path) -> StreamJob:
+    """The threshold pipeline into sink ``o.sink`` over the run's input: three micro-batches,
+    the lookup table in ``workdir``, the learner's transform (``run.pipeline``: it may name
+    ``rows``, the batch's rows as dicts, and ``threshold_table``, the lookup's SQLite file,
+    and returns the rows to write) or the lab's ``lookup.apply_threshold``."""
+    table = f"{o.sink.replace('-', '_')}_{run.run_id}"
+    spec = (SinkSpec(o.sink, table=table, path=str(workdir / "delta-table"))
+            if o.sink in DELTA_KINDS else SinkSpec(o.sink, db_url=default_url(workdir), table=table))
+    transform = run.pipeline
+    return StreamJob(query=f"replay-{o.sink}", topic=run.topics["input"], bootstrap=run.bootstrap,
+                     checkpoint=str(workdir / "checkpoint"), sink=spec,
+                     max_offsets_per_trigger=math.ceil(o.records / BATCHES),
+                     lookup=str((workdir / "lookup.db").resolve()),
+                     transform_code=None if transform is None else {
+                         "code": learner.code_of(transform), "function": transform.__name__})
+
+
+class ThresholdChange(Fault):
+    """The review threshold is ``V1`` from the start (set up in the query's lookup table)
+    and risk operations lower it to ``V2`` when ``trigger`` fires: the query is down."""
+
+    name = "the review threshold lowered while the query is down"
+
+    def __init__(self, trigger: Trigger):
+        self.trigger = trigger
+
+    def setup(self, run: Broken) -> None:
+        set_threshold(run.facts["job"].lookup, V1)
+
+    def invoke(self, run: Broken) -> None:
+        set_threshold(run.facts["job"].lookup, V2)
+        run.fired(self, f"risk operations lower the review threshold from {V1[0]} to "
+                        f"{V2[0]} while the query is down")
+
+
+class ReplayAudit:
+    """The sink's rows (a table, or a Delta table read back by Spark) audited for mixed
+    attempts: a mixed key is a drifted key of the computed state. Facts: ``output``,
+    ``mixed`` (the Result), and a Delta table's ``table_history``."""
+
+    def __init__(self, sink: str):
+        self.sink = sink
+
+    def __call__(self, run: Any) -> AuditReport:
+        spec = run.facts["job"].sink
+        if self.sink in DELTA_KINDS:
+            output, run.facts["table_history"] = tables.read_table(spec.path)
+        else:
+            output = check.table_records(spec.db_url, spec.table)
+        mixed = audit(run.inputs, output)
+        run.facts.update(output=output, mixed=mixed)
         guarantee = "at_least_once" if self.sink == "delta-append" else "exactly_once"
         return mixed_report(f"spark-replay [{self.sink}]", guarantee, CRASH_AT,
-                            len(self.inputs), [i for i, _ in observed(self.output)], self.mixed)
-
-    @property
-    def topics(self) -> dict[str, str]:
-        return {"input": self.run.job.topic}
-
-    def to_json(self) -> str:
-        return json.dumps({**self.report.to_dict(), "mixed_keys": self.mixed.count})
-
-    def timeline(self) -> str:
-        return self.run.timeline.to_string(index=False)
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+                            len(run.inputs), [i for i, _ in observed(output)], mixed)
 
 
-def experiment(bootstrap: str, sink: str, records: int = 60, *,
-               workdir: str | Path | None = None,
-               on_event: Callable[[dict], None] | None = None,
-               spare: bool = True,
-               transform: Callable[..., list[dict]] | None = None) -> ReplayExperiment:
-    """Run the threshold pipeline into ``sink`` (one of SINKS), crash it
-    between its sink and the commit log in the 2nd micro-batch, lower the threshold while it
-    is down, restart it, and audit the output for mixed attempts.
+def facts(run: Any) -> dict:
+    """What notebooks read besides the audit (``versions_by_position()`` as before)."""
+    output = run.facts["output"]
+    return {"sink": run.o.sink, "inputs": run.inputs, "mixed_keys": run.facts["mixed"].count,
+            "versions_by_position": partial(versions_by_position, output)}
 
-    ``transform``: the learner's function for each micro-batch's rows (it may name ``rows``,
-    the batch's rows as dicts, and ``threshold_table``, the lookup's SQLite file) returning
-    the rows to write; without it, the lab's ``lookup.apply_threshold``."""
-    if sink not in SINKS:
-        raise ValueError(f"unknown sink {sink!r} for the replay experiment; valid: {', '.join(SINKS)}")
-    transform_code = None
-    if transform is not None:
-        learner.check_parameters(transform, TRANSFORM_PROVIDES)
-        transform_code = {"code": learner.code_of(transform), "function": transform.__name__}
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="labkit-replay-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    run_id = uuid.uuid4().hex[:8]
-    topic = names.topic(f"replay-{sink}-{run_id}-in")  # Spark subscribes to the broker's name
-    inputs = data.generate(records, seed=0)
-    data.load_into_topic(bootstrap, topic, inputs, partitions=PARTITIONS)
-    lookup = str((workdir / "lookup.db").resolve())
-    set_threshold(lookup, V1)
-    table = f"{sink.replace('-', '_')}_{run_id}"
-    spec = (SinkSpec(sink, table=table, path=str(workdir / "delta-table")) if sink in DELTA_KINDS
-            else SinkSpec(sink, db_url=default_url(workdir), table=table))
-    job = StreamJob(query=f"replay-{sink}", topic=topic, bootstrap=bootstrap,
-                    checkpoint=str(workdir / "checkpoint"), sink=spec,
-                    max_offsets_per_trigger=math.ceil(records / BATCHES), lookup=lookup,
-                    transform_code=transform_code)
 
-    def between(event: dict) -> None:
-        if event.get("event") == "crashed":  # the query is down: risk ops edit the table
-            set_threshold(lookup, V2)
-        if on_event is not None:
-            on_event(event)
-
-    run = run_until_done(job, CRASH_AT, CRASH_HIT, log_dir=workdir, on_event=between, spare=spare,
-                         resume="database" if sink == "transactional" else "checkpoint")
-    history = None
-    if sink in DELTA_KINDS:
-        output, history = tables.read_table(spec.path)
-    else:
-        output = check.table_records(spec.db_url, spec.table)
-    return ReplayExperiment(sink, audit(inputs, output), output, run, inputs, workdir, history)
+def summary(run: Any) -> str:
+    """Stable text for notebooks: the sink, its row count and the mixed keys."""
+    return (f"{run.sink}: {len(run.output)} rows, {run.mixed.count} mixed keys -> "
+            f"{'matches ONE processing' if run.mixed.valid else 'matches NO single processing'}")

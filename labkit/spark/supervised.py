@@ -113,7 +113,8 @@ def _say_local_driver() -> None:
 def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
                    resume: str = "checkpoint", max_attempts: int = 3,
                    worker: SparkWorker | None = None, log_dir: str | Path | None = None,
-                   on_event: Callable[[dict], None] | None = None, spare: bool = True) -> Run:
+                   on_event: Callable[[dict], None] | None = None, spare: bool = True,
+                   on_attempt: Callable[[int, str | None], None] | None = None) -> Run:
     """Run ``job``, SIGKILLed at ``crash_at`` on its ``hit``-th visit, restarted until done.
 
     ``resume="checkpoint"``: every attempt uses ``job.checkpoint`` (Spark replays an
@@ -121,6 +122,7 @@ def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
     fresh checkpoint at the offsets stored in the sink's database. ``on_event`` sees every
     batch event as it happens, with its attempt number (for a live view). ``spare=False``:
     start no spare worker for a next crash experiment (see ``fresh_worker``).
+    ``on_attempt(number, crash_at)`` is told each attempt as it starts (a run's timeline).
     """
     if crash_at is not None and crash_at not in SPARK_CRASH_POINTS:
         raise ValueError(f"crash point {crash_at!r} is not a Spark one; valid: "
@@ -140,6 +142,8 @@ def run_until_done(job: StreamJob, crash_at: str | None = None, hit: int = 1, *,
                               starting_offsets=database_offsets(job))
         ckpt.claim(current.checkpoint, current.query, current.topic)
         armed = crash_at if number == 1 else None
+        if on_attempt is not None:
+            on_attempt(number, armed)
         tell = (lambda e, n=number: on_event({**e, "attempt": n})) if on_event else None
         if armed:
             with fresh_worker(log_dir, spare) as fresh:

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 
 from matplotlib.figure import Figure
 
-from labkit.spark.realtime import RealtimeRun
+from labkit.checking.record import RunRecord
 from labkit.widgets.static import StaticPicture, png_bytes
 
 FIRST, AGAIN = "#08519c", "#d62728"
 
 
-def copies_picture(runs: Mapping[str, RealtimeRun],
+def copies_picture(runs: Mapping[str, RunRecord],
                    title: str = "each output record: when written, how late") -> StaticPicture:
     """One panel per run (its label above it), x: seconds from the kill, y: delay in ms (log
     scale); first copies blue, copies written again red, the kill a dashed line."""
