@@ -34,7 +34,7 @@ from labkit.kafka import names, topics
 from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.localcluster import private_cluster
-from labkit.experiments.coordinator_failover import classified
+from labkit.pipelines.fee_loop import classified
 from labkit.kafka.inspect import describe_topic
 from labkit.experiments.poll_zombie import fee_service
 from labkit.experiments.producer_expiry import check_expiration
