@@ -177,9 +177,10 @@ class WorkerPool:
         with self._lock:
             self.instances.append(_Instance(dict(kwargs)))
             i = len(self.instances) - 1
-            if self._children is not None:
-                self._start(i)
-            return i
+            started = self._start(i) if self._children is not None else None
+        if started is not None:
+            self._tell("instance-started", started)
+        return i
 
     def leave(self, instance: int) -> None:
         """The instance leaves for good: SIGTERM (its loop may close its consumer and leave
@@ -195,7 +196,8 @@ class WorkerPool:
         instance is not started again once it ends (fenced, it should stop by itself)."""
         with self._lock:
             self.instances[instance].gone = True
-            return self.add({**self.instances[instance].kwargs, **changes})
+            kwargs = {**self.instances[instance].kwargs, **changes}
+        return self.add(kwargs)
 
     # ------------------------------------------------------------------ supervision
 
@@ -208,8 +210,9 @@ class WorkerPool:
             self._progress = progress
             with self._lock:
                 self._children = children
-                for i in range(len(self.instances)):
-                    self._start(i)
+                first = [self._start(i) for i in range(len(self.instances))]
+            for fields in first:  # told with no lock held (a fault may call back in)
+                self._tell("instance-started", fields)
             tail = _Tail(self.history_file)
             try:
                 while children.running:
@@ -230,7 +233,10 @@ class WorkerPool:
         self.result.total_s = round(time.monotonic() - started, 3)
         return self.result
 
-    def _start(self, i: int) -> None:
+    def _start(self, i: int) -> dict:
+        """Start instance ``i`` (the lock held); the fields of its ``instance-started``,
+        which the caller tells once it has let the lock go: a fault fired by it may call
+        the pool back from another thread (the nemesis's, which polls the pool)."""
         check()  # a run its watchdog stopped restarts nothing
         inst = self.instances[i]
         inst.attempts += 1
@@ -242,7 +248,7 @@ class WorkerPool:
                              _child_env(armed, i, self.history_file, inst.attempts))
         step(f"{self.label}: instance {i} started (attempt {inst.attempts})",
              f"instance {i} to process its input")
-        self._tell("instance-started", {"instance": i, "attempt": inst.attempts})
+        return {"instance": i, "attempt": inst.attempts}
 
     def _ended(self, i: int, code: int, seconds: float, log: Path) -> None:
         inst = self.instances[i]
@@ -279,7 +285,8 @@ class WorkerPool:
                                    f"giving up\n{_tail(log)}")
             who = f" instance {i}" if len(self.instances) > 1 else ""
             self._progress(f"{self.label}:{who} {where}, restarting (attempt {inst.attempts + 1})")
-            self._start(i)
+            started = self._start(i)
+        self._tell("instance-started", started)
 
     def _tell(self, kind: str, fields: dict) -> None:
         if self.on_event is not None:
