@@ -125,7 +125,7 @@ def nemesis(o: Any) -> Nemesis:
                       broker=lambda run: first.killed[-1], when=after_first,
                       says="batch {batch}: {outcome} through the new coordinator, broker "
                            "{coordinator}; broker {broker} restarted"),
-        freeze, second,
+        second, freeze,  # torn down in reverse: the leader thawed before brokers restart
         ThawBroker(freeze, on("batch-ended", batch=later), when=after_second),
         Observe(on("batch-ended", batch=later), moved(second), when=after_second,
                 says="the new coordinator, broker {coordinator}, completes the commit"),
