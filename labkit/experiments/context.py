@@ -154,22 +154,25 @@ class RunContext:
     def elapsed(self) -> float:
         return round(time.monotonic() - self._started, 1)
 
-    def step(self, what: str, waiting_for: str = "its next step", detail: str = "") -> None:
-        """A line of the timeline: recorded, told to the watchdog, on the progress line."""
+    def step(self, what: str, waiting_for: str | None = "its next step",
+             detail: str = "") -> None:
+        """A line of the timeline: recorded, told to the watchdog, on the progress line
+        (``waiting_for`` None: the run still waits for what its last step said)."""
         progress.check()  # a run its watchdog stopped breaks nothing more
         self.steps.append(Step(self.elapsed(), what, detail))
         progress.step(what, waiting_for)
         self._say(what)
 
-    def event(self, kind: str, **fields: Any) -> None:
+    def event(self, kind: str, **fields: Any) -> bool:
         """Something the clients did that a fault may be waiting for (synchronously: the
-        fault fires before this returns)."""
-        self.nemesis.notify(self, Event(kind, fields))
+        fault fires before this returns); whether one fired (and told the timeline)."""
+        return self.nemesis.notify(self, Event(kind, fields))
 
     def fired(self, fault: Fault, what: str) -> None:
-        """What a fault did: a step of the timeline, and a fault the verdict can name."""
+        """What a fault did: a step of the timeline, and a fault the verdict can name (the
+        run still waits for what its clients' last step said)."""
         self.fired_faults.append(FiredFault(self.elapsed(), fault.name, what))
-        self.step(what)
+        self.step(what, None)
 
     def saying(self, say: Callable[[str], None]) -> None:
         """Where steps are shown (the experiment's progress line)."""
