@@ -12,7 +12,8 @@ worker (offsets written / transactions committed every ``--interval-ms``) is SIG
 ``--kill-after`` of them are in the topic, restarted, and the topic is audited. With the
 periodic commits the kill lands anywhere in the interval: the duplicates of one kill are
 what the worker had sent since its last commit. Prints markdown rows for
-docs/measurements.md. PostgreSQL: tests/temporary_postgres.py (until the lab has its own).
+docs/measurements.md. PostgreSQL: the lab's (``labkit.storage.postgres.ensure``: LABKIT_PG_DSN,
+or the running lab's server, or one of its own for the run).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from labkit.kafka import cluster, topics  # noqa: E402
 from labkit.kafka.connect import ConnectWorker, workers_left  # noqa: E402
 from tests.connect_scenario import outbox_crash  # noqa: E402
-from tests.temporary_postgres import servers_left, temporary_postgres  # noqa: E402
+from labkit.storage import postgres  # noqa: E402
 
 
 def starts(bootstrap: str, n: int, home: Path) -> None:
@@ -88,9 +89,8 @@ def main() -> None:
         if args.starts:
             starts(lab.bootstrap, args.starts, home)
         if args.kill_after:
-            with temporary_postgres() as dsn:
-                kills(lab.bootstrap, dsn, args, home)
-        assert workers_left(home) == [] and servers_left() == []
+            kills(lab.bootstrap, postgres.ensure(), args, home)
+        assert workers_left(home) == []
 
 
 if __name__ == "__main__":

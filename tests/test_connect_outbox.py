@@ -7,24 +7,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
 from labkit.kafka import connect
 from labkit.storage.debezium import lsn_text
 from tests.connect_scenario import outbox_crash
-from tests.temporary_postgres import servers_left, temporary_postgres
 
 # 200 payments before the commit point, then 600 written at 200 a second; the worker is
 # killed once 150 of those are in the topic, while the service goes on writing.
 FIRST, SECOND, RATE, KILL_AFTER = 200, 600, 200.0, 150
-
-
-@pytest.fixture(scope="module")
-def pg_dsn():
-    # TEMPORARY (tests/temporary_postgres.py): the lab's own PostgreSQL replaces it.
-    with temporary_postgres() as dsn:
-        yield dsn
-    assert servers_left() == [], "a PostgreSQL server outlived its test"
 
 
 def test_an_at_least_once_worker_killed_sends_again_what_came_after_its_stored_offsets(

@@ -92,15 +92,18 @@ def version() -> str:
 
 
 class LabPostgres:
-    """One PostgreSQL server in ``home/postgres``: ``start`` or ``attach``, ``dsn``, ``stop``."""
+    """One PostgreSQL server in ``home/postgres``: ``start`` or ``attach``, ``dsn``, ``stop``.
+    ``server_settings``: more ``-c`` settings, over ``SERVER_SETTINGS`` (a test's server
+    without logical WAL)."""
 
     def __init__(self, home: Path | None = None, detached: bool = False,
-                 runner: RunAs | None = None):
+                 runner: RunAs | None = None, server_settings: dict[str, str] | None = None):
         self.home = Path(home) if home else lab_home()
         self.dir = self.home / SERVER_DIR
         self.detached = detached
         self.owner_pid = os.getpid()
         self.runner = runner
+        self.server_settings = dict(server_settings or {})
         self.port = 0
         self.password = ""
         self.pid: int | None = None
@@ -173,7 +176,7 @@ class LabPostgres:
                                 f"{(out.stderr.strip() or out.stdout.strip())[-500:]}")
 
     def _spawn(self, bin_dir: Path, runner: RunAs) -> None:
-        settings_ = {**SERVER_SETTINGS, "port": str(self.port)}
+        settings_ = {**SERVER_SETTINGS, **self.server_settings, "port": str(self.port)}
         cmd = [bin_dir / "postgres", "-D", self.data_dir,
                *[arg for k, v in settings_.items() for arg in ("-c", f"{k}={v}")]]
         with open(self.log_file, "ab") as log:
