@@ -252,12 +252,26 @@ def delivered_of_table(db: str, table: str, id_column: str = "id",
     return [Delivered(str(i), k) for i, k in zip(rows[id_column], rows[key_column])]
 
 
+def counts_in_table(db: str, table: str, key_column: str, count_column: str) -> dict[str, int]:
+    """A table of running counts (one row per key) as the state the audit compares."""
+    rows = read_table(db, table, (key_column, count_column), order_by=key_column)
+    return dict(sorted(zip(map(str, rows[key_column]), map(int, rows[count_column]))))
+
+
 def audit_table(db: str, table: str, inputs: list[dict], scenario: str, guarantee: str, *,
-                crash_at: str | None = None, fault: str | None = None) -> AuditReport:
+                crash_at: str | None = None, fault: str | None = None,
+                counts: tuple[str, str, str] | None = None,
+                key_column: str = "key") -> AuditReport:
     """Audit a database sink table (a SQLite file or a PostgreSQL DSN): what rows ended up
-    there, lost and duplicated ids, in the order the rows were inserted."""
-    return check(scenario, guarantee, inputs, delivered_of_table(db, table), crash_at=crash_at,
-                 fault=fault)
+    there, lost and duplicated ids, in the order the rows were inserted. ``counts``: a
+    table of running counts too, ``(table, key column, count column)``, against the input's
+    count per key (state drift). ``key_column``: the rows' key (what per-key order is about)."""
+    state_expected = state_actual = None
+    if counts is not None:
+        state_expected, state_actual = expected_counts(inputs), counts_in_table(db, *counts)
+    return check(scenario, guarantee, inputs,
+                 delivered_of_table(db, table, key_column=key_column), crash_at=crash_at,
+                 fault=fault, state_expected=state_expected, state_actual=state_actual)
 
 
 def mixed_report(scenario: str, guarantee: str, crash_at: str | None, produced: int,

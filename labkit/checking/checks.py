@@ -61,7 +61,8 @@ class TopicAudit:
 @dataclass(frozen=True)
 class TableAudit:
     """A database sink's table: the rows that ended up there (``labkit.checking.audit``);
-    ``db(run)`` says where the database is."""
+    ``db(run)`` says where the database is. ``counts``: a table of running counts per key
+    too, ``(table, key column, count column)``, against the input's count per key."""
 
     scenario: str
     guarantee: str
@@ -69,10 +70,13 @@ class TableAudit:
     db: Callable[[Any], str]
     crash_at: str | None = None
     fault: str | None = None
+    counts: tuple[str, str, str] | None = None
+    key_column: str = "key"
 
     def __call__(self, run: Checked) -> AuditReport:
         return audit.audit_table(self.db(run), self.table, run.inputs, self.scenario,
-                                 self.guarantee, crash_at=self.crash_at, fault=self.fault)
+                                 self.guarantee, crash_at=self.crash_at, fault=self.fault,
+                                 counts=self.counts, key_column=self.key_column)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class RunContext:
         self.keep_topics = bool(self.options.get("keep_topics", False))
         self.keep_workdir = bool(self.options.get("keep_workdir", False))
         self._made: list[str] = []
+        self._undo: list[Callable[[], None]] = []
         self._workdir: Path | None = None
         self._started = time.monotonic()
         self._say: Callable[[str], None] = lambda line: None
@@ -111,6 +112,11 @@ class RunContext:
         """Topics made by others for this run (an app's own), deleted with the run's."""
         self._made.extend(n for n in names if n not in self._made)
 
+    def on_close(self, undo: Callable[[], None]) -> None:
+        """Something the run made besides its topics and its directory (a database, a
+        replication slot), undone when the run ends, also after a failure; last made first."""
+        self._undo.append(undo)
+
     @property
     def workdir(self) -> Path:
         """The run's directory under the lab's home, removed when it ends (unless kept)."""
@@ -124,8 +130,20 @@ class RunContext:
         return self.workdir / "history.jsonl"
 
     def close(self, failed: bool = False) -> None:
-        """The run's end, whatever happened: its topics and directory go unless kept; a
-        failed run keeps no topics (nothing in them is worth reading)."""
+        """The run's end, whatever happened: what it made is undone (``on_close``), its
+        topics and directory go unless kept; a failed run keeps no topics (nothing in them
+        is worth reading). The first error of an undo is raised once all is done."""
+        error: BaseException | None = None
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except BaseException as exc:  # the rest is cleaned up all the same
+                error = error or exc
+        self._close_files_and_topics(failed)
+        if error is not None:
+            raise error
+
+    def _close_files_and_topics(self, failed: bool) -> None:
         if self._workdir is not None and self._workdir.exists():
             self.history = history.read(self.history_file) or self.history
             if not self.keep_workdir:

@@ -65,6 +65,26 @@ def validate(name: str | None) -> str | None:
     return name
 
 
+def named(crash_at: str | list | tuple | None) -> list[str]:
+    """The crash points ``crash_at`` names: none, one, or several ("a,b" or a list)."""
+    if not crash_at:
+        return []
+    found = crash_at.split(",") if isinstance(crash_at, str) else list(crash_at)
+    return [p.strip() for p in found]
+
+
+def per_instance(crash_at: str | list | tuple | None, instances: int) -> list[str]:
+    """The crash points of a group's run: one, or one per instance ("a,b" or a list: instance
+    0 at a, instance 1 at b); a ValueError for an unknown one or more than one per instance."""
+    armed = named(crash_at)
+    for name in armed:
+        validate(name)
+    if len(armed) > instances:
+        raise ValueError(f"{len(armed)} crash points for {instances} instance(s): one point "
+                         "per instance at most")
+    return armed
+
+
 def arm(name: str | None, hit: int = 1, stall: bool = False) -> dict[str, str]:
     """Environment variables that arm ``name`` (on its ``hit``-th visit) in a child process:
     SIGKILL there, or with ``stall`` SIGSTOP (frozen until SIGCONT)."""

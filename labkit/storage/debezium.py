@@ -31,11 +31,11 @@ segment after its position, forever.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
 from labkit.kafka import names
+from labkit.storage import postgres
 from labkit.storage.db import Database, dsn_parts, identifier, in_use
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
@@ -59,9 +59,7 @@ def connect(dsn: str) -> Database:
     return Database(dsn, timeout_s=10)
 
 
-def pg_name(text: str) -> str:
-    """``text`` as a slot or publication name: PostgreSQL allows [a-z0-9_], 63 characters."""
-    return re.sub(r"[^a-z0-9_]", "_", text.lower())[:63]
+pg_name = postgres.name_for  # a slot's or publication's name: [a-z0-9_], 63 characters
 
 
 def create_outbox(dsn: str, table: str = OUTBOX_TABLE) -> None:
