@@ -40,6 +40,9 @@ CRASH_POINTS: dict[str, CrashPoint] = {p.name: p for p in [
     CrashPoint("after-send-offsets-before-commit", "send_offsets_to_transaction done, commit_transaction not called"),
     CrashPoint("after-commit", "right after commit_transaction (or the offset commit) returned"),
     CrashPoint("after-state-update-before-commit", "local state store updated, changelog/output/offsets not committed"),
+    # A service that writes its database and Kafka, one after the other (the dual write).
+    CrashPoint("after-db-commit-before-produce", "dual write: the database transaction committed, its events not yet sent to Kafka"),
+    CrashPoint("after-produce-before-db-commit", "dual write: the events sent to Kafka (flushed), the database transaction not yet committed"),
     # Share groups (KIP-932), per record: the record is acquired (locked) for this consumer.
     CrashPoint("after-acquire-before-process", "share group: record acquired (locked), not processed yet"),
     CrashPoint("after-process-before-ack", "share group: record processed (output written), its acknowledgement not yet committed"),

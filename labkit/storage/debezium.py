@@ -78,6 +78,7 @@ class OutboxSource:
     slot: str          # the replication slot (this connector's alone)
     publication: str
     table: str = OUTBOX_TABLE
+    schema: str = "public"  # the outbox table's (``dsn``'s search_path finds it there)
 
     @classmethod
     def named(cls, name: str, dsn: str, topic: str, table: str = OUTBOX_TABLE) -> "OutboxSource":
@@ -108,7 +109,7 @@ class OutboxSource:
             "slot.name": self.slot,
             "publication.name": self.publication,
             "publication.autocreate.mode": "disabled",  # ``prepare`` made it
-            "table.include.list": f"public.{self.table}",
+            "table.include.list": f"{self.schema}.{self.table}",
             "snapshot.mode": "no_data",  # the slot's start is the start: rows after prepare()
             "transforms": "outbox",
             "transforms.outbox.type": EVENT_ROUTER,
