@@ -86,6 +86,18 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("off_by_one.summary()", "['r-000010']"),
         ("ledger_report.summary()", "duplicated=10"),
     ],
+    "05c_kafka_into_a_database": [
+        ('approach="commit-first"', "lost=10 duplicated=0"),
+        ('approach="commit-first"', "the group's committed offsets: {0: 25, 1: 26, 2: 29}"),
+        ('approach="insert-first"', "lost=0 duplicated=10"),
+        ('approach="offsets-in-database"', "the offsets table: {0: 25, 1: 26, 2: 29}   "
+                                            "committed to Kafka: {}"),
+        ('approach="offsets-in-database"', "after-commit, in-transaction-before-commit       "
+                                            "True    80     0           0"),
+        ('approach="idempotent"', "lost=0 duplicated=0 reordered=0 aborted_visible=0  state: "
+                                  "DRIFTED"),
+        ('approach="idempotent"', "payments: 80, counted in accounts: 95"),
+    ],
     "06_zombies": [
         ("records the zombie added to the log", "zombie commit -> _FENCED (fatal: True"),
         ("fencing = exchanges(wire)", "instance-B: InitProducerId v4  -> CONCURRENT_TRANSACTIONS"),
