@@ -63,6 +63,19 @@ def not_changed(function: object, name: str, shown: Callable | None = None,
     return None
 
 
+def keeps_crash_points(function: Callable, points: tuple[str, ...]) -> Verdict | None:
+    """A "Not yet" before anything runs for a code exercise whose ``function`` no longer
+    calls ``crash_point`` at one of ``points`` (the lab could not kill it there); None when
+    it calls them all."""
+    from labkit.pipelines import learner  # only for a code exercise
+
+    missing = [p for p in points if p not in learner.crash_points_in(function)]
+    if not missing:
+        return None
+    return check(False, "", f"{function.__name__} no longer calls crash_point(\"{missing[0]}\"): "
+                            "keep that line where it was, so the lab can kill it there.")
+
+
 def what_it_raised(error: Exception) -> str:
     """The last line of what the learner's code raised, run as a worker (the runner's error
     ends with the worker's traceback, whose last line names the exception)."""
