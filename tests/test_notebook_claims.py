@@ -98,6 +98,19 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
                                   "DRIFTED"),
         ('approach="idempotent"', "payments: 80, counted in accounts: 95"),
     ],
+    "05d_the_outbox": [
+        ('order="table-first"', "lost=10 duplicated=0"),
+        ('order="table-first"', "the payments table: 40 rows, 40 payments"),
+        ('order="kafka-first"', "lost=0 duplicated=10"),
+        ("connector_config(exactly_once=True)", "exactly.once.support = required"),
+        ("at-least-once: lost", "at-least-once: lost 0, duplicated: some; exactly the events "
+                                "the killed worker had sent after its stored offsets: True"),
+        ("at-least-once: lost", "exactly-once: lost 0, duplicated 0, every event once: True; "
+                                "the killed worker's sends, in the log as aborted records: True"),
+        ("alos.stored_at_kill", "the slot confirmed up to the stored commit LSN: True"),
+        ("alos.stored_at_kill", "Debezium resumed after the stored LSN: True"),
+        ("eos.open_before_kill", "open at the kill: [(True, 'Ongoing')]"),
+    ],
     "06_zombies": [
         ("records the zombie added to the log", "zombie commit -> _FENCED (fatal: True"),
         ("fencing = exchanges(wire)", "instance-B: InitProducerId v4  -> CONCURRENT_TRANSACTIONS"),

@@ -72,11 +72,13 @@ class TableAudit:
     fault: str | None = None
     counts: tuple[str, str, str] | None = None
     key_column: str = "key"
+    order_by: str | None = None  # for a table that keeps no insertion order
 
     def __call__(self, run: Checked) -> AuditReport:
         return audit.audit_table(self.db(run), self.table, run.inputs, self.scenario,
                                  self.guarantee, crash_at=self.crash_at, fault=self.fault,
-                                 counts=self.counts, key_column=self.key_column)
+                                 counts=self.counts, key_column=self.key_column,
+                                 order_by=self.order_by)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,21 @@
 """The dual write: a service stores payments in PostgreSQL and sends their events to Kafka,
-one after the other, and is SIGKILLed between the two.
+one after the other, and is SIGKILLed between the two; and the outbox, its way out.
 
     run = experiments.run("dual-write", order="table-first")    # events lost
     run = experiments.run("dual-write", order="kafka-first")    # events duplicated
+    run = experiments.run("dual-write", order="outbox")         # events as outbox rows
     run.report.lost, run.table_rows, run.crashed
 
 The service (``labkit.pipelines.dual_write``, or the learner's function: it gets
 ``bootstrap``, ``dsn``, ``topic`` and ``payments``) runs as one supervised process, killed
 between its two writes on its second batch and started again; it skips what its table
-already holds. The events topic is audited as downstream reads it; the table's rows are a
-fact (every payment is stored once in both orders: it is the events that go wrong).
+already holds. The events are audited where they are: the topic as downstream reads it, or
+(``outbox``) the outbox table's rows, which Debezium would stream (the ``outbox``
+experiment). The payments table's rows are a fact.
 """
 from __future__ import annotations
 
-from labkit.checking.checks import TopicAudit
+from labkit.checking.checks import TableAudit, TopicAudit
 from labkit.checking.record import Presentation
 from labkit.experiments.parts import Topic, Workers, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
@@ -24,8 +26,8 @@ from labkit.storage import postgres
 from labkit.storage.db import Database
 
 NAME = "dual-write"
-SETTINGS = ("bootstrap", "dsn", "topic", "payments")
-GUARANTEES = {"table-first": "at_most_once", "kafka-first": "at_least_once"}
+GUARANTEES = {"table-first": "at_most_once", "kafka-first": "at_least_once",
+              "outbox": "exactly_once"}
 CRASH_HIT = 2  # the second batch: one batch is stored and announced before the crash
 
 
@@ -33,13 +35,15 @@ def _clients(run) -> Workers:
     name, server = postgres.name_for(run.base), postgres.ensure()
     dsn = run.facts["dsn"] = postgres.fresh_schema(name, server)
     run.on_close(lambda: postgres.drop_schema(name, server))
-    dual_write.create_table(dsn)
-    run.step(f"PostgreSQL schema {name}: table payments")
-    member = {"dsn": dsn, "topic": run.topics["events"], "payments": run.inputs}
+    outbox = run.o.order == "outbox"
+    dual_write.create_table(dsn, outbox=outbox)
+    run.step(f"PostgreSQL schema {name}: {'tables payments and outbox' if outbox else 'table payments'}")
+    member = {"dsn": dsn, "payments": run.inputs,
+              **({} if outbox else {"topic": run.topics["events"]})}
     if run.pipeline is None:
         return Workers(dual_write.run, [{**member, "order": run.o.order}],
                        label=f"{NAME} [{run.o.order}]")
-    learner.check_parameters(run.pipeline, set(SETTINGS))
+    learner.check_parameters(run.pipeline, {"bootstrap", *member})  # what it is given
     return Workers(learner.run_code, [{**member, "code": learner.code_of(run.pipeline),
                                        "function": run.pipeline.__name__}],
                    label=f"{NAME} [{run.o.order}]")
@@ -53,7 +57,14 @@ def _facts(run) -> dict:
     with Database(run.facts["dsn"], readonly=True) as db:
         (rows, unique), = db.query("SELECT COUNT(*), COUNT(DISTINCT id) FROM payments")
     return {"table_rows": rows, "table_unique": unique, "crashed": run.facts["run"].crashed_at,
-            "attempts": run.facts["run"].attempts}
+            "attempts": run.facts["run"].attempts, "errors": run.facts["run"].failures}
+
+
+def _checkers(o) -> list:
+    if o.order == "outbox":  # the events are the outbox's rows (it keeps no insertion order)
+        return [TableAudit(NAME, GUARANTEES[o.order], "outbox", db=lambda run: run.facts["dsn"],
+                           crash_at=_point(o), key_column="aggregateid", order_by="id")]
+    return [TopicAudit(NAME, GUARANTEES[o.order], _point(o), role="events")]
 
 
 def _summary(run) -> str:
@@ -63,7 +74,7 @@ def _summary(run) -> str:
 
 register(Experiment(
     NAME, "a service writes its table and Kafka one after the other, killed in between: "
-    "events lost or duplicated", group="PostgreSQL",
+    "events lost or duplicated; or its events as outbox rows", group="PostgreSQL",
     pipeline="the service (as labkit.pipelines.dual_write.run)",
     crash_points=lambda order=None: (dual_write.CRASH_POINTS[order] if order else
                                      tuple(p for ps in dual_write.CRASH_POINTS.values()
@@ -77,10 +88,11 @@ register(Experiment(
                why="batches of 10: the crash comes on the second"),
         Option("seed", 0, "the payments' seed", kind=int),
         Option("keep_topics", False, "keep the run's topics", kind=bool)),
-    workload=lambda o: Workload(f"dual-write-{o.order}", (Topic("events"),),
+    workload=lambda o: Workload(f"dual-write-{o.order}",
+                                (Topic("events"),) if o.order != "outbox" else (),
                                 data.generate(o.records, seed=o.seed)),
     clients=_clients,
     nemesis=lambda o: Nemesis(*([CrashAt(_point(o), CRASH_HIT)] if o.crash else [])),
-    checkers=lambda o: [TopicAudit(NAME, GUARANTEES[o.order], _point(o), role="events")],
+    checkers=_checkers,
     facts=_facts, presentation=Presentation(summary=_summary, json_facts=(
         "table_rows", "table_unique", "crashed", "attempts"))))

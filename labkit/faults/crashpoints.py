@@ -43,6 +43,7 @@ CRASH_POINTS: dict[str, CrashPoint] = {p.name: p for p in [
     # A service that writes its database and Kafka, one after the other (the dual write).
     CrashPoint("after-db-commit-before-produce", "dual write: the database transaction committed, its events not yet sent to Kafka"),
     CrashPoint("after-produce-before-db-commit", "dual write: the events sent to Kafka (flushed), the database transaction not yet committed"),
+    CrashPoint("after-payment-before-event", "outbox: the payment rows written, their events (outbox rows) not yet"),
     # Share groups (KIP-932), per record: the record is acquired (locked) for this consumer.
     CrashPoint("after-acquire-before-process", "share group: record acquired (locked), not processed yet"),
     CrashPoint("after-process-before-ack", "share group: record processed (output written), its acknowledgement not yet committed"),
