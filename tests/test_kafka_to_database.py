@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from labkit import experiments
+from labkit.storage.db import Database
 
 BATCH = 10  # the crashed instance's first batch: what the mistakes lose or repeat
 
@@ -27,6 +28,8 @@ def test_committing_first_loses_the_crashed_batch_and_inserting_first_repeats_it
     assert again.crashed == ["after-process-before-commit"]
     assert (again.report.lost, again.report.duplicated) == (0, BATCH)
     assert set(again.offsets_table.values()) == {0}  # both keep their offsets in Kafka
+    with Database(pg_dsn) as db:  # each run's schema is dropped when it ends
+        assert db.query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'k2db_%'") == []
 
 
 def test_offsets_in_the_rows_transaction_are_exact_under_crashes_and_a_rebalance(pg_dsn):

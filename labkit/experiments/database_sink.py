@@ -13,10 +13,11 @@ kafka_to_database`` taking ``approach``) runs as ``instances`` members of one gr
 ``partitions`` partitions, each a supervised process that runs until the lab stops it; each
 gets ``bootstrap``, ``input_topic``, ``group_id``, ``instance_id`` and ``dsn`` (the lab's
 PostgreSQL, in a schema of the run's own: its tables made there before the consumers start,
-dropped after the run unless ``keep_database``). The input is written once the group has formed, half of it at first: each instance
-armed with a crash point (``crash_at``: one, or one per instance) is SIGKILLed there on its
-first batch and started again. With ``rebalance``, a member joins the group once the first
-half is written, the group rebalances, and the second half goes to three members. The run
+dropped after the run unless ``keep_database``). The input is written once the group has
+formed, half of it at first: each instance armed with a crash point (``crash_at``: one, or
+one per instance) is SIGKILLed there on its first batch and started again. With
+``rebalance``, a member joins the group once the first half is written, the group
+rebalances, and the second half goes to three members. The run
 is done when the input is consumed (as the group's committed offsets or the database's own
 offsets table say: ``labkit.checking.table_progress``) and the table has been quiet; then
 the ``payments`` table is audited (``totals``: the running count per account too).
@@ -164,8 +165,8 @@ register(Experiment(
                    "instance's first crash"),
         Option("seed", 0, "the input's seed", kind=int),
         Option("timeout", 120.0, "seconds for the whole run", kind=float),
-        Option("keep_database", False, "keep the run's tables (the DSN that finds them: the "
-               "fact 'database')", kind=bool),
+        Option("keep_database", False, "keep the run's tables until the lab's PostgreSQL "
+               "stops (the DSN that finds them: the fact 'database')", kind=bool),
         Option("keep_topics", False, "keep the run's topics", kind=bool),
         Option("keep_workdir", False, "keep the run's directory (the instances' logs)",
                kind=bool, cli=False)),

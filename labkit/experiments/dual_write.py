@@ -37,7 +37,8 @@ def _clients(run) -> Workers:
     run.on_close(lambda: postgres.drop_schema(name, server))
     outbox = run.o.order == "outbox"
     dual_write.create_table(dsn, outbox=outbox)
-    run.step(f"PostgreSQL schema {name}: {'tables payments and outbox' if outbox else 'table payments'}")
+    tables = "tables payments and outbox" if outbox else "table payments"
+    run.step(f"PostgreSQL schema {name}: {tables}")
     member = {"dsn": dsn, "payments": run.inputs,
               **({} if outbox else {"topic": run.topics["events"]})}
     if run.pipeline is None:
