@@ -13,19 +13,65 @@ from labkit import experiments
 
 from labkit.kafka import topics
 from labkit.exercises.at_least_once import check_harmless_crash_point
-from labkit.exercises.at_most_once import check_mid_batch_loss
+from labkit.exercises.at_most_once import check_loses_nothing
 from labkit.exercises.idempotence import check_idempotent_crash
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka.inspect import describe_topic
+from tests.notebook_cells import as_cell, edited, read
+from tests.solution_code import solved
 
 
-def test_01_unanswered_then_right_then_wrong(bootstrap: str) -> None:
-    assert str(check_mid_batch_loss(bootstrap, None)).startswith("🔁 Not yet: fill in my_lost")
-    right = check_mid_batch_loss(bootstrap, 5)
-    assert right.passed and "counted 5 lost" in right.message
-    wrong = check_mid_batch_loss(bootstrap, 10)  # a hint, not the measured 5
-    assert not wrong.passed and "did not count 10 lost: fewer" in wrong.message
-    assert "5" not in wrong.message
+def exercise_function(notebook: str, name: str, solved_: bool = False, edits: dict | None = None):
+    """The function ``name`` of ``notebook``'s exercise cell as the learner runs it: shipped,
+    solved with notebooks/solutions (the solution's def after the shipped one, as the solved
+    notebook runs), or with ``edits`` to the shipped text (each found once)."""
+    nb = solved(read(notebook), notebook) if solved_ else read(notebook)
+    (source,) = [c.source for c in nb.cells if c.cell_type == "code"
+                 and c.source.lstrip().startswith("# EXERCISE") and f"def {name}(" in c.source]
+    for old, new in (edits or {}).items():
+        source = edited(source, old, new)
+    return as_cell(source, name)
+
+
+def shown_function(notebook: str, name: str):
+    (source,) = [c.source for c in read(notebook).cells
+                 if c.cell_type == "code" and f"def {name}(" in c.source
+                 and not c.source.lstrip().startswith("# EXERCISE")]
+    return as_cell(source, name)
+
+
+def test_01_an_unchanged_copy_is_told_so_without_a_run_and_the_solution_loses_nothing(bootstrap):
+    shown = shown_function("01_at_most_once", "commit_first")
+    unchanged = check_loses_nothing(bootstrap, exercise_function("01_at_most_once", "my_loop"), shown)
+    assert not unchanged.passed and "still commit_first" in unchanged.message
+    right = check_loses_nothing(bootstrap, exercise_function("01_at_most_once", "my_loop", True),
+                                shown)
+    assert right.passed, right.message
+    # the half batch inserted before the crash at mid-batch is inserted again: the price
+    assert "killed at mid-batch: 5 booked twice" in right.message and "at-least-once" in right.message
+
+
+def test_01_a_commit_still_before_the_last_insert_gets_a_hint_not_the_answer(bootstrap):
+    shown = shown_function("01_at_most_once", "commit_first")
+    commit = "        consumer.commit(message=batch[-1], asynchronous=False)  # 1. commit: the batch counts as done\n"
+    first_insert = "        db.executemany(insert, rows[:len(rows) // 2])  # 2. then insert the rows, in two halves\n"
+    between = exercise_function("01_at_most_once", "my_loop", edits={
+        commit: "", first_insert: first_insert + commit})  # committed after the first half only
+    wrong = check_loses_nothing(bootstrap, between, shown)
+    assert not wrong.passed and "killed at mid-batch: 5 lost" in wrong.message, wrong.message
+    assert "commit" not in wrong.message.replace("committed", "")  # a question, not the line to move
+
+
+def test_01_a_loop_without_its_crash_points_or_failing_is_answered_before_or_by_a_run(bootstrap):
+    shown = shown_function("01_at_most_once", "commit_first")
+    no_points = exercise_function("01_at_most_once", "my_loop", edits={
+        '        crash_point("mid-batch")\n': ""})
+    missing = check_loses_nothing(bootstrap, no_points, shown)
+    assert not missing.passed and "mid-batch" in missing.message
+    failing = exercise_function("01_at_most_once", "my_loop", edits={
+        "        rows = [": "        raise ValueError('the card check is down')\n        rows = ["})
+    failed = check_loses_nothing(bootstrap, failing, shown)
+    assert not failed.passed and "ValueError: the card check is down" in failed.message, failed.message
 
 
 def test_02_harmless_crash_points_pass_and_a_duplicating_one_fails(bootstrap: str) -> None:

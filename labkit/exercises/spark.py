@@ -17,13 +17,10 @@ and audits the table.
 """
 from __future__ import annotations
 
-import ast
-import hashlib
-
 import pandas as pd
 
 from labkit.exercises import Verdict, check, exercise, prediction_gaps, unanswered
-from labkit.pipelines.learner import LearnerCodeError, code_of
+from labkit.exercises.loops import fingerprint
 from labkit.spark.runner import SPARK_CRASH_POINTS
 from labkit import experiments
 from labkit.spark.scenarios import TASK_FAILURE
@@ -124,21 +121,6 @@ IDEMPOTENT_SCENARIO = "spark-idempotent"  # its table's key is the payment id, a
 # The syntax tree of naive_sink (08a, section 1), which my_sink starts as a copy of
 # (tests/test_spark_learner_code.py checks both cells against it).
 NAIVE_SINK = "ee8b7ca68dcdb3e6"
-
-
-def fingerprint(function) -> str | None:
-    """A hash of ``function``'s parameters and body as parsed (comments, blank lines and its
-    name do not count); None when its source cannot be read."""
-    try:
-        tree = ast.parse(code_of(function))
-    except (LearnerCodeError, SyntaxError):
-        return None
-    found = [n for n in ast.walk(tree)
-             if isinstance(n, ast.FunctionDef) and n.name == function.__name__]
-    if not found:
-        return None
-    shape = ast.dump(ast.Module(body=found[-1].body, type_ignores=[])) + ast.dump(found[-1].args)
-    return hashlib.sha256(shape.encode()).hexdigest()[:16]
 
 
 def _refusal(error: Exception) -> str:

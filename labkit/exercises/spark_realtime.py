@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from labkit import experiments
 from labkit.exercises import Verdict, check, exercise
-from labkit.exercises.spark import fingerprint
+from labkit.exercises.loops import fingerprint
 from labkit.spark import realtime
 
 def last_per_key(output):

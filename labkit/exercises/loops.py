@@ -1,0 +1,90 @@
+"""What the Core notebooks' code exercises share: the learner's copy of a loop, told apart
+from the one on screen, and run by the lab at every crash point its code passes.
+
+A Core exercise starts from a copy of code the notebook showed. ``fingerprint`` tells an
+unchanged copy from an edited one, so a check says "change it first" before running
+anything. ``crash_each`` runs the learner's function as a scenario's worker
+(``labkit.pipelines.learner``: the text of its cell is what the worker runs), once per
+``crash_point("...")`` its own definition calls, killed there on its 2nd batch and restarted,
+and returns the audit of each run. A worker that fails with an error is a ``LoopFailed``
+whose message is the error's last line, for a hint.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from labkit.checking.audit import AuditReport
+from labkit.pipelines.learner import LearnerCodeError, code_of
+
+GUARANTEES = ("at_most_once", "at_least_once", "exactly_once")  # the audit only labels with one
+
+
+class LoopFailed(RuntimeError):
+    """The learner's loop stopped with an error of its own (not the lab's crash)."""
+
+
+@dataclass(frozen=True)
+class Crashed:
+    point: str  # where the worker was killed, on its 2nd batch
+    report: AuditReport
+
+
+def definition(function: Callable) -> ast.FunctionDef | None:
+    """The last ``def`` of ``function``'s name in the cell that defines it (a cell may define
+    it twice: the copy to edit, then a fix below it; the last one runs)."""
+    try:
+        tree = ast.parse(code_of(function))
+    except (LearnerCodeError, SyntaxError):
+        return None
+    found = [n for n in ast.walk(tree)
+             if isinstance(n, ast.FunctionDef) and n.name == function.__name__]
+    return found[-1] if found else None
+
+
+def fingerprint(function) -> str | None:
+    """A hash of ``function``'s parameters and body as parsed (comments, blank lines and its
+    name do not count); None when its source cannot be read."""
+    found = definition(function)
+    if found is None:
+        return None
+    shape = ast.dump(ast.Module(body=found.body, type_ignores=[])) + ast.dump(found.args)
+    return hashlib.sha256(shape.encode()).hexdigest()[:16]
+
+
+def crash_points_in(function: Callable, known: Sequence[str]) -> list[str]:
+    """The crash points of ``known`` that ``function``'s own definition calls
+    (``crash_point("...")``), in the order they appear in it."""
+    found = definition(function)
+    calls = sorted((node.lineno, node.col_offset, node.args[0].value)
+                   for node in ast.walk(found or ast.Module(body=[], type_ignores=[]))
+                   if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point"
+                   and node.args and isinstance(node.args[0], ast.Constant))
+    return list(dict.fromkeys(name for _, _, name in calls if name in known))
+
+
+def crash_each(function: Callable, scenario: str, bootstrap: str, points: Sequence[str],
+               records: int = 40) -> list[Crashed]:
+    """Run ``function`` as ``scenario``'s worker once per crash point of ``points``, killed
+    there on its 2nd batch of ``records`` and restarted; the audit of each run."""
+    from labkit import experiments
+    from labkit.faults.runner import WorkerFailed
+
+    runs = []
+    for point in points:
+        guarantee = next(g for g in GUARANTEES if point in experiments.crash_points(scenario, g))
+        try:
+            run = experiments.run(scenario, guarantee=guarantee, crash_at=point, records=records,
+                                  pipeline=function, cluster=bootstrap, keep_topics=False)
+        except (WorkerFailed, LearnerCodeError) as exc:
+            raise LoopFailed(last_line(str(exc))) from None
+        runs.append(Crashed(point, run.report))
+    return runs
+
+
+def last_line(text: str) -> str:
+    """The line of an error's text that says what went wrong (a traceback's last), shortened."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else text)[:200]
