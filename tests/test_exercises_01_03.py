@@ -12,9 +12,10 @@ from confluent_kafka import Producer
 from labkit import experiments
 
 from labkit.kafka import topics
-from labkit.exercises.at_least_once import check_harmless_crash_point
+from labkit.exercises.at_least_once import GIVEN, check_books_once
 from labkit.exercises.at_most_once import check_loses_nothing
 from labkit.exercises.idempotence import check_idempotent_crash
+from labkit.exercises.loops import fingerprint
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka.inspect import describe_topic
 from tests.notebook_cells import as_cell, edited, read
@@ -74,13 +75,28 @@ def test_01_a_loop_without_its_crash_points_or_failing_is_answered_before_or_by_
     assert not failed.passed and "ValueError: the card check is down" in failed.message, failed.message
 
 
-def test_02_harmless_crash_points_pass_and_a_duplicating_one_fails(bootstrap: str) -> None:
-    assert "after-commit" in str(check_harmless_crash_point(bootstrap, None))
-    assert not check_harmless_crash_point(bootstrap, "no-such-point").passed
-    assert check_harmless_crash_point(bootstrap, "after-commit").passed
-    assert check_harmless_crash_point(bootstrap, "after-poll-before-process").passed
-    bad = check_harmless_crash_point(bootstrap, "after-process-before-commit")
-    assert not bad.passed and "duplicated 10" in bad.message
+def test_02_the_given_loop_is_what_the_check_knows_and_the_solution_books_each_payment_once(bootstrap):
+    given = exercise_function("02_at_least_once", "my_ledger_loop")
+    assert fingerprint(given) == GIVEN  # the shortcut below is about this very code
+    unchanged = check_books_once(bootstrap, given)
+    assert not unchanged.passed and "still the loop as given" in unchanged.message
+    right = check_books_once(bootstrap, exercise_function("02_at_least_once", "my_ledger_loop", True))
+    assert right.passed and "each of the 40 payments once" in right.message, right.message
+
+
+def test_02_a_loop_that_still_doubles_or_fails_gets_a_hint_not_the_answer(bootstrap):
+    # an edit that changes nothing that matters: the replay still inserts the rows again
+    busy = exercise_function("02_at_least_once", "my_ledger_loop", edits={
+        "    at_end = False\n": "    at_end = False\n    booked = 0\n"})
+    wrong = check_books_once(bootstrap, busy)
+    assert not wrong.passed and "killed at after-process-before-commit: 10 booked twice" in wrong.message
+    assert "killed at mid-batch: 5 booked twice" in wrong.message
+    assert not {"PRIMARY", "IGNORE", "UNIQUE", "key"} & set(wrong.message.split()), wrong.message
+    # a key alone: the replay's plain INSERT is refused, and the loop stops with that error
+    keyed = exercise_function("02_at_least_once", "my_ledger_loop", edits={
+        "(id TEXT, key TEXT": "(id TEXT PRIMARY KEY, key TEXT"})
+    refused = check_books_once(bootstrap, keyed)
+    assert not refused.passed and "UNIQUE constraint failed" in refused.message, refused.message
 
 
 def test_03_two_producer_ids_and_five_duplicates(bootstrap: str) -> None:

@@ -36,6 +36,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("twice.groupby", "r-000011    [10, 20]"),
         ("lost_ack.report.summary()", "duplicated=5"),
         ("print(count.report.summary())", "duplicated=10 reordered=0 aborted_visible=0  state: DRIFTED"),
+        ("check_books_once(lab.bootstrap, my_ledger_loop)", "🔁 Not yet"),
     ],
     "03_idempotent_producer": [
         ("confluent-kafka with default settings", "producer id: -1"),

@@ -11,18 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.exercises import Verdict, check, exercise
-from labkit.exercises.loops import LoopFailed, crash_each, crash_points_in, fingerprint
+from labkit.exercises.loops import crash_judged, fingerprint, killed
 
 SCENARIO = "consumer"
 RECORDS = 40  # as in the notebook: 4 batches of 10, the crash on the 2nd batch
 # commit_first's points that every edit keeps: polled, and half a batch in the table
 REQUIRED_POINTS = ("after-poll-before-process", "mid-batch")
-
-
-def known_points() -> tuple[str, ...]:
-    from labkit import experiments
-
-    return experiments.crash_points(SCENARIO)
 
 
 @exercise("01_at_most_once")
@@ -36,25 +30,13 @@ def check_loses_nothing(bootstrap: str, loop: Callable | None, shown: Callable) 
         return check(False, "", "my_loop is still commit_first, which section 2 showed losing "
                                 "a whole batch. Change it, then run this cell again: the check "
                                 "then crashes your loop.")
-    points = crash_points_in(loop, known_points())
-    missing = [p for p in REQUIRED_POINTS if p not in points]
-    if missing:
-        return check(False, "", f"my_loop no longer calls crash_point() at {', '.join(missing)}: "
-                                "keep commit_first's crash_point lines, so the lab can kill your "
-                                "loop there.")
-    try:
-        runs = crash_each(loop, SCENARIO, bootstrap, points, RECORDS)
-    except LoopFailed as failed:
-        return check(False, "", f"my_loop stopped with an error in the lab's worker: {failed}")
-    losing = [r for r in runs if r.report.lost]
-    if losing:
-        where = "; ".join(f"killed at {r.point}: {r.report.lost} lost" for r in losing)
-        return check(False, "", f"{where}. At that moment, which offsets had the group "
-                                "committed, and which of those payments were in the table?")
-    repeated = [r for r in runs if r.report.duplicated]
-    twice = "; ".join(f"killed at {r.point}: {r.report.duplicated} booked twice"
-                      for r in repeated)
+    runs = crash_judged(loop, "my_loop", SCENARIO, bootstrap, REQUIRED_POINTS,
+                        "At that moment, which offsets had the group committed, and which of "
+                        "those payments were in the table?", RECORDS)
+    if isinstance(runs, Verdict):
+        return runs
+    twice = killed(runs, "duplicated", "booked twice")
     return check(True, f"no crash lost a payment ({len(runs)} crashes: "
                        f"{', '.join(r.point for r in runs)})."
                        + (f" The price: {twice}. A loop that never skips a payment repeats some "
-                          "after a crash: at-least-once, notebook 02." if repeated else ""), "")
+                          "after a crash: at-least-once, notebook 02." if twice else ""), "")

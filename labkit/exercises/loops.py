@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from labkit.checking.audit import AuditReport
+from labkit.exercises import Verdict, check
 from labkit.pipelines.learner import LearnerCodeError, code_of
 
 GUARANTEES = ("at_most_once", "at_least_once", "exactly_once")  # the audit only labels with one
@@ -82,6 +83,35 @@ def crash_each(function: Callable, scenario: str, bootstrap: str, points: Sequen
             raise LoopFailed(last_line(str(exc))) from None
         runs.append(Crashed(point, run.report))
     return runs
+
+
+def crash_judged(function: Callable, label: str, scenario: str, bootstrap: str,
+                 required: Sequence[str], lost_hint: str,
+                 records: int = 40) -> list[Crashed] | Verdict:
+    """``function`` (the learner's ``label``) crashed at every point of ``scenario`` its code
+    passes (``crash_each``), or a "Not yet" that says why not: a crash point of ``required``
+    no longer called, the loop failing with an error of its own, or a crash that lost
+    payments (where, then ``lost_hint``: a question, not the fix)."""
+    from labkit import experiments
+
+    points = crash_points_in(function, experiments.crash_points(scenario))
+    missing = [p for p in required if p not in points]
+    if missing:
+        return check(False, "", f"{label} no longer calls crash_point() at {', '.join(missing)}: "
+                                "keep the loop's crash_point lines, so the lab can kill it there.")
+    try:
+        runs = crash_each(function, scenario, bootstrap, points, records)
+    except LoopFailed as failed:
+        return check(False, "", f"{label} stopped with an error in the lab's worker: {failed}")
+    if killed(runs, "lost", "lost"):
+        return check(False, "", f"{killed(runs, 'lost', 'lost')}. {lost_hint}")
+    return runs
+
+
+def killed(runs: Sequence[Crashed], count: str, what: str) -> str:
+    """The runs whose audit counted some ``count`` ("lost", "duplicated"), in words."""
+    return "; ".join(f"killed at {r.point}: {getattr(r.report, count)} {what}" for r in runs
+                     if getattr(r.report, count))
 
 
 def last_line(text: str) -> str:
