@@ -3,6 +3,7 @@ and the labkit pieces those notebooks rely on (scenario watch hook, records_fram
 acks=0 reset that loses exactly the request it cuts)."""
 from __future__ import annotations
 
+import ast
 import time
 
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from labkit import experiments
 from labkit.kafka import topics
 from labkit.exercises.at_least_once import GIVEN, check_books_once
 from labkit.exercises.at_most_once import check_loses_nothing
-from labkit.exercises.idempotence import check_idempotent_crash
+from labkit.exercises.idempotence import check_idempotent_crash, check_keeps_order
 from labkit.exercises.loops import fingerprint
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka.inspect import describe_topic
@@ -35,10 +36,14 @@ def exercise_function(notebook: str, name: str, solved_: bool = False, edits: di
 
 
 def shown_function(notebook: str, name: str):
+    """The function ``name`` as the notebook shows it before its exercise: only its ``def``
+    (what the checks compare a learner's copy with), not the rest of its cell."""
     (source,) = [c.source for c in read(notebook).cells
                  if c.cell_type == "code" and f"def {name}(" in c.source
                  and not c.source.lstrip().startswith("# EXERCISE")]
-    return as_cell(source, name)
+    (found,) = [node for node in ast.parse(source).body
+                if isinstance(node, ast.FunctionDef) and node.name == name]
+    return as_cell(ast.get_source_segment(source, found), name)
 
 
 def test_01_an_unchanged_copy_is_told_so_without_a_run_and_the_solution_loses_nothing(bootstrap):
@@ -97,6 +102,29 @@ def test_02_a_loop_that_still_doubles_or_fails_gets_a_hint_not_the_answer(bootst
         "(id TEXT, key TEXT": "(id TEXT PRIMARY KEY, key TEXT"})
     refused = check_books_once(bootstrap, keyed)
     assert not refused.passed and "UNIQUE constraint failed" in refused.message, refused.message
+
+
+def test_03_order_without_idempotence_is_one_acknowledged_payment_at_a_time(bootstrap):
+    """The solution (flush after each payment) keeps the order. One request in flight does
+    not with librdkafka 2.16: the retried batch still lands behind the next one (the
+    solution page says so, measured); idempotence on is refused by the check."""
+    shown = shown_function("03_idempotent_producer", "send_payments")
+    unchanged = check_keeps_order(bootstrap, exercise_function("03_idempotent_producer",
+                                                               "my_send_payments"), shown)
+    assert not unchanged.passed and "still send_payments" in unchanged.message
+    right = check_keeps_order(bootstrap, exercise_function("03_idempotent_producer",
+                                                           "my_send_payments", True), shown)
+    assert right.passed and "in order with idempotence off" in right.message, right.message
+    in_flight = '"max.in.flight.requests.per.connection": 5,'
+    one_in_flight = check_keeps_order(bootstrap, exercise_function(
+        "03_idempotent_producer", "my_send_payments",
+        edits={in_flight: '"max.in.flight.requests.per.connection": 1,'}), shown)
+    assert not one_in_flight.passed and "still out of order (reordered=2)" in one_in_flight.message
+    assert "flush" not in one_in_flight.message  # a question, not the fix
+    idempotent = check_keeps_order(bootstrap, exercise_function(
+        "03_idempotent_producer", "my_send_payments",
+        edits={'"enable.idempotence": idempotent,': '"enable.idempotence": True,'}), shown)
+    assert not idempotent.passed and "that is idempotence" in idempotent.message
 
 
 def test_03_two_producer_ids_and_five_duplicates(bootstrap: str) -> None:

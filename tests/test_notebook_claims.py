@@ -50,6 +50,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("print(crash.report.summary())", "duplicated=10"),
         ("def send_batch", "10 acknowledged at offsets 10-19"),
         ("def send_batch", "lost=0 duplicated=10"),
+        ("check_keeps_order(lab.bootstrap, my_send_payments, send_payments)", "🔁 Not yet"),
+        ("check_idempotent_crash(lab.bootstrap, my_producer_ids", "🔁 Not yet"),
     ],
     "03b_when_the_broker_fails": [
         ("print(acks_1.summary())", "acknowledged=40 in_log=20 lost_acknowledged=20"),
