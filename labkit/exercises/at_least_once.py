@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.exercises import Verdict, check, exercise
-from labkit.exercises.loops import crash_judged, fingerprint, killed
+from labkit.exercises.loops import crash_judged, killed, unedited
 
 SCENARIO = "consumer"
 RECORDS = 40  # 4 batches of 10, the crash on the 2nd batch
@@ -26,15 +26,13 @@ REQUIRED_POINTS = ("mid-batch", "after-process-before-commit")
 def check_books_once(bootstrap: str, loop: Callable | None) -> Verdict:
     """02: ``loop``, the learner's ledger loop, must leave each payment once in the table
     whatever crash point it is killed at."""
-    if not callable(loop):
-        return check(False, "", "my_ledger_loop must be a function: def my_ledger_loop("
-                                "bootstrap, input_topic, group_id, instance_id, db_path, "
-                                "sink_table): ...")
-    if fingerprint(loop) == GIVEN:
-        return check(False, "", "my_ledger_loop is still the loop as given: a crash between its "
-                                "inserts and its commit replays the batch into the table. "
-                                "Change it, then run this cell again: the check then crashes "
-                                "your loop.")
+    refused = unedited(loop, GIVEN, "my_ledger_loop must be a function: def my_ledger_loop("
+                       "bootstrap, input_topic, group_id, instance_id, db_path, sink_table): ...",
+                       "my_ledger_loop is still the loop as given: a crash between its inserts "
+                       "and its commit replays the batch into the table. Change it, then run "
+                       "this cell again: the check then crashes your loop.")
+    if refused:
+        return refused
     runs = crash_judged(loop, "my_ledger_loop", SCENARIO, bootstrap, REQUIRED_POINTS,
                         "Was a batch counted as done before all its rows were in the table?",
                         RECORDS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.exercises import Verdict, check, exercise
-from labkit.exercises.loops import crash_judged, fingerprint, killed
+from labkit.exercises.loops import crash_judged, fingerprint, killed, unedited
 
 SCENARIO = "consumer"
 RECORDS = 40  # as in the notebook: 4 batches of 10, the crash on the 2nd batch
@@ -23,13 +23,13 @@ REQUIRED_POINTS = ("after-poll-before-process", "mid-batch")
 def check_loses_nothing(bootstrap: str, loop: Callable | None, shown: Callable) -> Verdict:
     """01: ``loop`` (the learner's edit of ``shown``, the notebook's commit_first) must lose
     no payment when the lab kills it at any crash point its code passes."""
-    if not callable(loop):
-        return check(False, "", "my_loop must be a function: def my_loop(bootstrap, "
-                                "input_topic, group_id, instance_id, db_path, sink_table): ...")
-    if fingerprint(loop) == fingerprint(shown):
-        return check(False, "", "my_loop is still commit_first, which section 2 showed losing "
-                                "a whole batch. Change it, then run this cell again: the check "
-                                "then crashes your loop.")
+    refused = unedited(loop, fingerprint(shown), "my_loop must be a function: def my_loop("
+                       "bootstrap, input_topic, group_id, instance_id, db_path, sink_table): ...",
+                       "my_loop is still commit_first, which section 2 showed losing a whole "
+                       "batch. Change it, then run this cell again: the check then crashes your "
+                       "loop.")
+    if refused:
+        return refused
     runs = crash_judged(loop, "my_loop", SCENARIO, bootstrap, REQUIRED_POINTS,
                         "At that moment, which offsets had the group committed, and which of "
                         "those payments were in the table?", RECORDS)

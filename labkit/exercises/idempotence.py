@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.exercises import Verdict, check, exercise, unanswered
-from labkit.exercises.loops import LoopFailed, fingerprint, last_line
+from labkit.exercises.loops import LoopFailed, fingerprint, last_line, unedited
 
 RECORDS = 40
 ORDER_RECORDS = 20  # one account's payments, as in the notebook's reorder runs
@@ -42,12 +42,13 @@ def run_without_idempotence(bootstrap: str, send: Callable):
 def check_keeps_order(bootstrap: str, send: Callable | None, shown: Callable) -> Verdict:
     """03 · 1: ``send`` (the learner's copy of ``shown``, send_payments) must keep the
     account's payments in order under the failing request, with idempotence off."""
-    if not callable(send):
-        return check(False, "", "my_send_payments must be a function, like send_payments.")
-    if fingerprint(send) == fingerprint(shown):
-        return check(False, "", "my_send_payments is still send_payments, which reordered the "
-                                "account's payments with idempotence off. Change it, then run "
-                                "this cell again: the check then runs your producer.")
+    refused = unedited(send, fingerprint(shown),
+                       "my_send_payments must be a function, like send_payments.",
+                       "my_send_payments is still send_payments, which reordered the account's "
+                       "payments with idempotence off. Change it, then run this cell again: the "
+                       "check then runs your producer.")
+    if refused:
+        return refused
     try:
         run, producer_ids = run_without_idempotence(bootstrap, send)
     except LoopFailed as failed:

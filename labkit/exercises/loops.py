@@ -55,6 +55,18 @@ def fingerprint(function) -> str | None:
     return hashlib.sha256(shape.encode()).hexdigest()[:16]
 
 
+def unedited(function: object, given: str | None, not_a_function: str,
+             unchanged: str) -> Verdict | None:
+    """A "Not yet" for a learner's ``function`` that is not a function (``not_a_function``)
+    or is still the code the exercise gave (its fingerprint is ``given``: ``unchanged``);
+    None when it is an edited function, for the check to run."""
+    if not callable(function):
+        return check(False, "", not_a_function)
+    if fingerprint(function) == given:
+        return check(False, "", unchanged)
+    return None
+
+
 def crash_points_in(function: Callable, known: Sequence[str]) -> list[str]:
     """The crash points of ``known`` that ``function``'s own definition calls
     (``crash_point("...")``), in the order they appear in it."""

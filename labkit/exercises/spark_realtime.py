@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from labkit import experiments
 from labkit.exercises import Verdict, check, exercise
-from labkit.exercises.loops import fingerprint
+from labkit.exercises.loops import fingerprint, unedited
 from labkit.spark import realtime
 
 def last_per_key(output):
@@ -22,12 +22,13 @@ def last_per_key(output):
 def check_keyed_query(query, shown, bootstrap: str) -> Verdict:
     """08e · the learner's query, crashed like the notebook's; passes when the output, kept
     last-per-key, holds every payment exactly once."""
-    if not callable(query):
-        return check(False, "", "keyed_query must be a function, like realtime_query above.")
-    if fingerprint(query) == fingerprint(shown):
-        return check(False, "", "keyed_query still copies the record key as it came in. Change "
-                                "what the query writes as the key, then run this cell again: "
-                                "the check then crashes your query.")
+    refused = unedited(query, fingerprint(shown),
+                       "keyed_query must be a function, like realtime_query above.",
+                       "keyed_query still copies the record key as it came in. Change what the "
+                       "query writes as the key, then run this cell again: the check then "
+                       "crashes your query.")
+    if refused:
+        return refused
     try:
         run = experiments.run(realtime.SCENARIO, cluster=bootstrap, pipeline=query,
                               spare=False, keep_topics=False)
