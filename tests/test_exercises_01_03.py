@@ -3,7 +3,6 @@ and the labkit pieces those notebooks rely on (scenario watch hook, records_fram
 acks=0 reset that loses exactly the request it cuts)."""
 from __future__ import annotations
 
-import ast
 import time
 
 from contextlib import contextmanager
@@ -19,31 +18,7 @@ from labkit.exercises.idempotence import check_idempotent_crash, check_keeps_ord
 from labkit.exercises.loops import fingerprint
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka.inspect import describe_topic
-from tests.notebook_cells import as_cell, edited, read
-from tests.solution_code import solved
-
-
-def exercise_function(notebook: str, name: str, solved_: bool = False, edits: dict | None = None):
-    """The function ``name`` of ``notebook``'s exercise cell as the learner runs it: shipped,
-    solved with notebooks/solutions (the solution's def after the shipped one, as the solved
-    notebook runs), or with ``edits`` to the shipped text (each found once)."""
-    nb = solved(read(notebook), notebook) if solved_ else read(notebook)
-    (source,) = [c.source for c in nb.cells if c.cell_type == "code"
-                 and c.source.lstrip().startswith("# EXERCISE") and f"def {name}(" in c.source]
-    for old, new in (edits or {}).items():
-        source = edited(source, old, new)
-    return as_cell(source, name)
-
-
-def shown_function(notebook: str, name: str):
-    """The function ``name`` as the notebook shows it before its exercise: only its ``def``
-    (what the checks compare a learner's copy with), not the rest of its cell."""
-    (source,) = [c.source for c in read(notebook).cells
-                 if c.cell_type == "code" and f"def {name}(" in c.source
-                 and not c.source.lstrip().startswith("# EXERCISE")]
-    (found,) = [node for node in ast.parse(source).body
-                if isinstance(node, ast.FunctionDef) and node.name == name]
-    return as_cell(ast.get_source_segment(source, found), name)
+from tests.notebook_cells import exercise_function, shown_function
 
 
 def test_01_an_unchanged_copy_is_told_so_without_a_run_and_the_solution_loses_nothing(bootstrap):

@@ -82,6 +82,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("the hanging app wakes up", "_FENCED"),
         ("tail.assign(", "ABORT  hanging app               1"),
         ("print(TRANSACTION.caption())", "5. transaction coordinator -> partition leaders: WriteTxnMarkers"),
+        ("check_book_transfers(lab.bootstrap, book_transfers)", "🔁 Not yet"),
+        ("check_transactions(lab.bootstrap, my_high_watermark", "🔁 Not yet"),
     ],
     "05_consume_transform_produce": [
         ("print(one.report.summary())", "markers in the output log: COMMIT ABORT COMMIT COMMIT COMMIT"),
