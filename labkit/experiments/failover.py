@@ -23,6 +23,9 @@ The experiment, every step done to a real broker process:
    (its delivery report had no error) and that is not there is ``lost_acknowledged``.
 
 It runs on a failure lab (``labkit.kafka.failure_lab``), always local and private.
+``pipeline=`` is the producer's settings (a function of ``bootstrap`` and ``acks`` that
+returns them, as ``producer_settings``): notebook 03b shows them as a cell, and the run
+makes its producer from that cell.
 """
 from __future__ import annotations
 
@@ -34,12 +37,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from confluent_kafka import Producer
-
 from labkit.kafka import names, topics
 
 from labkit.pipelines import data
-from labkit.kafka.clientlog import client_config
+from labkit.pipelines.learner import producer_from
 from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
 from labkit.kafka.localcluster import LocalCluster
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
@@ -66,6 +67,13 @@ DELIVERY_TIMEOUT_MS = 20_000  # a record not acknowledged by then is reported fa
 RUN_KEYS = ("scenario", "acks", "min_insync", "unclean", "out_of_sync", "produced",
             "acknowledged", "not_acknowledged", "in_log", "lost_acknowledged", "duplicated",
             "election", "new_leader")
+
+
+def producer_settings(bootstrap: str, acks: str) -> dict:
+    """The producer under test, as notebook 03b shows it: its settings for ``acks``."""
+    return {"bootstrap.servers": bootstrap, "acks": acks,
+            "enable.idempotence": acks == "all",  # idempotence requires acks=all
+            "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}
 
 
 class AcknowledgedRun:
@@ -134,17 +142,20 @@ class FailoverRun(AcknowledgedRun):
 def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
                     unclean: bool = False, out_of_sync: bool | None = None,
                     records: int = 100,
-                    watch: Callable[[ReplicaMoment], None] | None = None) -> FailoverRun:
+                    watch: Callable[[ReplicaMoment], None] | None = None,
+                    settings: Callable[..., dict] = producer_settings) -> FailoverRun:
     """Kill a partition's leader after it acknowledged records its followers never copied.
 
     ``out_of_sync`` (default: as ``unclean``) keeps the followers frozen until they have left
     the ISR: an unclean election needs a replica that is out of sync to elect.
     ``min_insync`` 1 is Kafka's default. ``watch`` (e.g. a ``widgets.ReplicaBoard``) is
-    handed each change of the partition's leader, ISR and broker processes while it runs."""
+    handed each change of the partition's leader, ISR and broker processes while it runs.
+    ``settings``: the producer's (``producer_settings`` by default)."""
     check_settings(acks, min_insync, records)
     out_of_sync = unclean if out_of_sync is None else out_of_sync
     for attempt in range(1, ATTEMPTS + 1):
-        run = _fail_the_leader(lab, acks, min_insync, unclean, out_of_sync, records, watch)
+        run = _fail_the_leader(lab, acks, min_insync, unclean, out_of_sync, records, watch,
+                               settings)
         run.attempts = attempt
         # In-sync followers that are alive always give a clean election; "none" means the
         # controller fenced them while they were frozen: the fault missed its window (a
@@ -158,7 +169,8 @@ def leader_failover(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
 
 def _fail_the_leader(lab: LocalCluster, acks: str, min_insync: int, unclean: bool,
                      out_of_sync: bool, records: int,
-                     watch: Callable[[ReplicaMoment], None] | None) -> FailoverRun:
+                     watch: Callable[[ReplicaMoment], None] | None,
+                     settings: Callable[..., dict]) -> FailoverRun:
     lab.restart()  # every broker up: the previous run's old leader may still be starting
     topic = names.topic(f"failover-{time.monotonic_ns() % 10**9}")
     run = FailoverRun(acks, min_insync, unclean, out_of_sync, topic=topic)
@@ -177,13 +189,9 @@ def _fail_the_leader(lab: LocalCluster, acks: str, min_insync: int, unclean: boo
         else:
             refused[err.name()] += 1
 
-    producer = Producer(client_config({
-        "bootstrap.servers": lab.bootstrap, "acks": acks,
-        # Its only log lines here are refused connections to the leader this run kills;
-        # what matters to the audit comes back in the delivery reports.
-        "log_level": 2,
-        "enable.idempotence": acks == "all",  # idempotence requires acks=all
-        "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}))
+    # Its only log lines here are refused connections to the leader this run kills; what
+    # matters to the audit comes back in the delivery reports.
+    producer = producer_from(settings, lab.bootstrap, acks, log_level=2)
     start = time.monotonic()
 
     with status("Leader failover") as say, ReplicaWatch(lab, topic, watch, start) as watcher:
@@ -386,13 +394,14 @@ def _run(context, *, acks: str, min_insync: int, unclean: bool, out_of_sync: boo
     # without a live view (the CLI), each change of the partition is a line of the timeline
     watch = context.watch or (lambda moment: progress.step(moment.text()))
     return leader_failover(context.cluster, acks, min_insync, unclean, out_of_sync or None,
-                           records, watch=watch)
+                           records, watch=watch, settings=context.pipeline or producer_settings)
 
 
 register(Experiment(
     "leader-failover", "the partition's leader SIGKILLed after acknowledging records its "
     "followers never copied: what acks and min.insync.replicas keep",
-    _run, where=FAILURE_LAB, check=lambda acks, min_insync, records, **_: check_settings(
+    _run, where=FAILURE_LAB, pipeline="the producer's settings (as producer_settings)",
+    check=lambda acks, min_insync, records, **_: check_settings(
         acks, min_insync, records),
     text=lambda run: f"{run.summary()}\n{run.timeline()}", options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),

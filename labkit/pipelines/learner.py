@@ -5,6 +5,8 @@ only import module-level functions. ``run_code`` is that function for a learner'
 child gets the *text* of the cell that defines the learner's function (its imports
 included), executes it, and calls the function with the settings its signature asks for.
 So the code on the learner's screen is the code the lab SIGKILLs at its crash points.
+A lesson whose point is a producer's settings shows them as a function of the run's
+``bootstrap`` and ``acks``; ``producer_from`` makes the producer the experiment runs from it.
 """
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ import difflib
 import inspect
 import linecache
 from collections.abc import Callable
+
+from confluent_kafka import Producer
+
+from labkit.kafka.clientlog import client_config
 
 
 class LearnerCodeError(ValueError):
@@ -119,3 +125,19 @@ def diff(before: Callable, after: Callable) -> str:
                                            1).splitlines()
     return "\n".join(difflib.unified_diff(old, new, before.__name__, after.__name__, n=1,
                                           lineterm=""))
+
+
+def producer_from(settings: Callable[..., dict], bootstrap: str, acks: str,
+                  **watching: object) -> Producer:
+    """The producer ``settings`` (the learner's function or a reference one) describes for
+    ``bootstrap`` and ``acks``, plus what the lab adds to watch it (``watching``: its log
+    level, a statistics callback), which must not be settings of the learner's."""
+    config = call(settings, bootstrap=bootstrap, acks=acks)
+    if not isinstance(config, dict):
+        raise ValueError(f"{getattr(settings, '__name__', settings)}() must return the "
+                         f"producer's settings as a dict, not {type(config).__name__}")
+    taken = sorted(set(config) & set(watching))
+    if taken:
+        raise ValueError(f"{', '.join(taken)}: the lab sets these to watch the producer; "
+                         "leave them out of the settings")
+    return Producer(client_config({**config, **watching}))
