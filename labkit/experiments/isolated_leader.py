@@ -28,24 +28,29 @@ The experiment, on real brokers whose links to each other go through cuttable fo
    within one producer epoch only: a record timing out in flight starts a new one, and the
    records resent after it can be written twice (seen once: 7 duplicates).
 
-Which broker acknowledged a record: the partition's leader in the producer's own metadata
-(librdkafka's statistics, every 100 ms) when its acknowledgement arrived; a producer sends
-a partition's records only to the leader it knows.
+``pipeline=`` is the producer's settings (a function of ``bootstrap`` and ``acks``, as
+``producer_settings``): notebook 03c shows them as a cell, and the run makes its producer
+from that cell.
+
+Which broker acknowledged a record: the broker the producer was sending the partition to
+(librdkafka's statistics, every 100 ms: the partition's ``broker``) at the first sample
+after the acknowledgement arrived; a producer sends a partition's records only to that
+broker. (The statistics' ``leader`` field lagged behind for seconds when the producer learnt
+the new leader from a produce error, and the sample before the acknowledgement can predate
+the move: both misnamed the broker in runs under load.)
 """
 from __future__ import annotations
 
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from confluent_kafka import Producer
-
 from labkit import progress
-from labkit.experiments.failover import AcknowledgedRun, replica_state
+from labkit.experiments.failover import AcknowledgedRun, producer_from, replica_state
 from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
 from labkit.kafka import names, topics
-from labkit.kafka.clientlog import client_config
 from labkit.kafka.inspect import Inspector
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import data
@@ -63,6 +68,13 @@ ELECTION_WAIT_S = 60.0
 REJOIN_WAIT_S = 60.0
 STALL_S = 90.0  # longer than any bounded wait above
 NOT_PRINTED = ("old_leader_pid", "topic", "history", "steps")  # by --json
+
+
+def producer_settings(bootstrap: str, acks: str) -> dict:
+    """The producer under test, as notebook 03c shows it: its settings for ``acks``."""
+    return {"bootstrap.servers": bootstrap, "acks": acks,
+            "enable.idempotence": acks == "all",  # idempotence requires acks=all
+            "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}
 
 
 @dataclass
@@ -118,8 +130,10 @@ class IsolatedLeaderRun(AcknowledgedRun):
 
 
 def isolated_leader(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
-                    records: int = 40) -> IsolatedLeaderRun:
-    """Isolate a partition's leader by a network partition and write to it through the split."""
+                    records: int = 40,
+                    settings: Callable[..., dict] = producer_settings) -> IsolatedLeaderRun:
+    """Isolate a partition's leader by a network partition and write to it through the split.
+    ``settings``: the producer's (``producer_settings`` by default)."""
     check_settings(acks, min_insync, records)
     lab.heal()
     lab.restart()  # every broker up (a failed run may have left one down)
@@ -130,29 +144,34 @@ def isolated_leader(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
                   config={"min.insync.replicas": str(min_insync)})
     inputs = data.generate(records, prefix="i")
     first, second = inputs[:records // 2], inputs[records // 2:]
-    producer_leader: list[int | None] = [None]  # the producer's own view, from its statistics
-    acked: dict[str, tuple[float, int | None]] = {}  # id -> (when, leader then)
+    # (when, broker): the broker the producer sends the partition to, from its statistics
+    # ("broker", not "leader": a leader learnt from a produce error moves the partition
+    # before the metadata's leader field follows, seen here for seconds)
+    sending_to: list[tuple[float, int]] = []
+    acked_at: dict[str, float] = {}  # id -> when its acknowledgement arrived
     refused: Counter[str] = Counter()
 
     def delivered(err, msg) -> None:
         rid = topics.decode(msg.value())["id"]
         if err is None:
-            acked[rid] = (time.monotonic(), producer_leader[0])
+            acked_at[rid] = time.monotonic()
         else:
             refused[err.name()] += 1
 
     def statistics(text: str) -> None:
         part = json.loads(text).get("topics", {}).get(topic, {}).get("partitions", {}).get("0")
-        if part is not None:
-            producer_leader[0] = part["leader"] if part["leader"] >= 0 else None
+        if part is not None and part["broker"] >= 0:  # -1: between two brokers
+            sending_to.append((time.monotonic(), part["broker"]))
 
-    producer = Producer(client_config({
-        "bootstrap.servers": lab.bootstrap, "acks": acks,
-        "enable.idempotence": acks == "all",  # idempotence requires acks=all
-        "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-        "statistics.interval.ms": 100, "stats_cb": statistics,
-        "log_level": 2,  # its lines here would be about the cut-off broker's timeouts
-    }))
+    def acknowledged_by(when: float) -> int | None:
+        """The broker the producer sent to at the first statistics after an acknowledgement:
+        a record goes to that broker only, and the answer comes back before it moves on."""
+        return next((broker for t, broker in sending_to if t >= when), None)
+
+    # the lab watches which broker the producer sends to (its statistics, every 100 ms); its
+    # log lines here would be about the cut-off broker's timeouts
+    producer = producer_from(settings, lab.bootstrap, acks, log_level=2,
+                             stats_cb=statistics, **{"statistics.interval.ms": 100})
     start = time.monotonic()
 
     with status("Isolated leader") as say:
@@ -168,7 +187,7 @@ def isolated_leader(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
         with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
             wait_until(lambda: inspector.offsets(topic)[0].high_watermark >= len(first),
                        "the followers to copy the first records", 30)
-        step(f"{len(first)} records written, copied to all 3 (acknowledged: {len(acked)})")
+        step(f"{len(first)} records written, copied to all 3 (acknowledged: {len(acked_at)})")
 
         lab.isolate(LEADER)
         cut = time.monotonic()
@@ -186,6 +205,11 @@ def isolated_leader(lab: LocalCluster, acks: str = "1", min_insync: int = 1,
                 producer.poll(left)
         step(f"{len(second)} more written during the split")
         producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
+        settled = time.monotonic()
+        wait_until(lambda: producer.poll(0.1) is not None and sending_to
+                   and sending_to[-1][0] > settled, "the producer's statistics after its last "
+                   "acknowledgement", 10)
+        acked = {rid: (when, acknowledged_by(when)) for rid, when in acked_at.items()}
         during = [acked[r["id"]] for r in second if r["id"] in acked]
         step(f"{len(during)} of them acknowledged")
         run.old_leader_view = _view(lab, topic, LEADER)
@@ -269,13 +293,15 @@ def _wait_for_rejoin(lab: LocalCluster, topic: str, leader: int) -> None:
 
 
 def _run(context, *, acks: str, min_insync: int, records: int) -> IsolatedLeaderRun:
-    return isolated_leader(context.cluster, acks, min_insync, records)
+    return isolated_leader(context.cluster, acks, min_insync, records,
+                           settings=context.pipeline or producer_settings)
 
 
 register(Experiment(
     "isolated-leader", "the partition's leader cut off by a network partition keeps "
     "acknowledging while the controller elects another: what acks=1 loses when it heals",
     _run, where=FAILURE_LAB, stall_s=STALL_S, partitions=True,
+    pipeline="the producer's settings (as producer_settings)",
     check=lambda acks, min_insync, records, **_: check_settings(acks, min_insync, records),
     text=lambda run: f"{run.summary()}\n{run.timeline()}", options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
