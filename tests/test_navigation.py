@@ -19,6 +19,7 @@ LINK = re.compile(r"\]\(((?:\.\./notebooks/|notebooks/)?)([\w-]+)\.ipynb(#[\w-]*
 HEADER = re.compile(r"^> \*\*Track:\*\* (?P<track>[^(]+) \((?P<pos>\d+) of (?P<total>\d+)\)"
                     r" · \*\*Before this:\*\* (?P<before>.+?) · \*\*Time:\*\* ~(?P<minutes>\d+) min"
                     r"(?: · \*\*Next:\*\* (?P<next>.+))?$", re.M)
+RANGE = re.compile(r"\]\(([\w-]+)\.ipynb\)\s*[-–]\s*\[[^\]]*\]\(([\w-]+)\.ipynb\)")
 # "notebook 05", "notebooks 08a and 08b", "notebook 02's": a number that must name a notebook
 PROSE_REF = re.compile(r"\bnotebooks? (\d\d[a-z]?)\b(?:(?:,| and| or|–|-) ?(\d\d[a-z]?)\b)?")
 
@@ -68,6 +69,17 @@ def documents() -> dict[str, str]:
     texts["README.md"] = (ROOT / "README.md").read_text()
     texts |= {f"docs/{p.name}": p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
     return texts
+
+
+def test_the_tours_route_names_every_notebook_of_the_later_tracks():
+    """00's summary walks the tracks after Core; a notebook added to one must appear there
+    (07b was missing, and the Spark track ended at 08d)."""
+    route = markdown(ORDER[0])[-1]
+    named = set(targets(route))
+    for first, last in RANGE.findall(route):  # "[08a](...)-[08e](...)": the notebooks between
+        named |= set(ORDER[ORDER.index(first):ORDER.index(last) + 1])
+    later = [n for track in TRACKS["track"][1:] for n in track["notebooks"]]
+    assert [n for n in later if n not in named] == []
 
 
 def test_every_link_to_a_notebook_resolves():
