@@ -210,7 +210,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("story = timeline.torture_story(events)", "starts: 4, kills: 3"),
         ("story = timeline.torture_story(events)", "committed offsets reached the input's end: True"),
         ("story = timeline.torture_story(events)", "output records fewer than input records: True"),
-        ("own_pipeline.check_own_pipeline(my_app, app_dir)", "there are duplicates"),
+        ("own_pipeline.check_own_pipeline(my_fixed_app, app_dir)", "there are duplicates"),
         ("hung = harness.torture(", "kills: 0, restarts: 1"),
         ("hung = harness.torture(", "stalled: 1"),
         ("hung = harness.torture(", "verdict: exactly once"),

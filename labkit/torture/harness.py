@@ -26,6 +26,7 @@ and the apps the lab brings (Kafka's copier, Kafka Streams, quixstreams) in
 """
 from __future__ import annotations
 
+import re
 import shlex
 import time
 import uuid
@@ -52,6 +53,8 @@ from labkit.torture.contract import (CHECKS, ENV_GROUP, ENV_INPUT, ENV_OUTPUT, E
                                      audit_output, checked_command)
 from labkit.torture.result import TortureResult
 from labkit.torture.supervise import KILL_CLOCKS, STALL_S, App, Watch, supervise
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[^\s:'\"=]+")  # a path in an argument, up to a space, : or quote
 
 
 def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: int = 0,
@@ -144,6 +147,14 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
     return result
 
 
+def shown(command: Sequence[str]) -> str:
+    """The command as its progress line shows it: each absolute path by its last part, so a
+    notebook's stored output names no directory of this machine (the result keeps the whole
+    command)."""
+    return shlex.join(ABSOLUTE_PATH.sub(lambda m: Path(m.group(0)).name or m.group(0), arg)
+                      for arg in command)
+
+
 def _app_topics(bootstrap: str, group: str) -> list[str]:
     """Topics the app made for itself, named after its group the way Kafka Streams names its
     internal ones (``<application.id>-<store>-changelog``, ``...-repartition``)."""
@@ -165,7 +176,7 @@ def _run(command: list[str], cluster: lab.Cluster, names: dict[str, str], run_di
     result = TortureResult(report=AuditReport(SCENARIO, GUARANTEE), command=command, seed=seed,
                            run_dir=str(run_dir))
     started = time.monotonic()
-    with status(f"torture: {shlex.join(command)}") as progress, \
+    with status(f"torture: {shown(command)}") as progress, \
             (FaultProxy(cluster.bootstrap, fault)
              if fault or (plaintext and connection.for_client(cluster.bootstrap))
              else nullcontext()) as proxy, \
