@@ -82,6 +82,42 @@ def test_the_tours_route_names_every_notebook_of_the_later_tracks():
     assert [n for n in later if n not in named] == []
 
 
+def header_minutes(name: str) -> int:
+    return int(HEADER.search(markdown(name)[0])["minutes"])
+
+
+def about(minutes: int) -> str:
+    """How the README and the docs write a track's time: "about 70 min", "about 2 h 20 min"."""
+    if minutes < 120:
+        return f"about {minutes} min"
+    return f"about {minutes // 60} h {minutes % 60} min" if minutes % 60 else f"about {minutes // 60} h"
+
+
+def test_each_tracks_time_is_the_sum_of_its_notebooks_everywhere_it_is_written():
+    """The README's track table (each notebook's minutes and the track's), docs/notebooks.md
+    and the workshop's self-paced table give a track the sum of its notebooks' headers
+    (docs/notebooks.md once said 95 minutes for a track of 115)."""
+    readme = (ROOT / "README.md").read_text()
+    notebooks_md = (ROOT / "docs" / "notebooks.md").read_text()
+    workshop = (ROOT / "docs" / "workshop.md").read_text()
+    for track in TRACKS["track"]:
+        total = about(sum(header_minutes(n) for n in track["notebooks"]))
+        (row,) = [line for line in readme.splitlines() if line.startswith(f"| **{track['name']}**")]
+        assert total in row.split("|")[1], (track["name"], total, row[:120])
+        for name in track["notebooks"]:
+            assert f"{name}.ipynb) {header_minutes(name)} " in row + " ", (name, row[:80])
+        assert f"**{track['name']}** " in notebooks_md and re.search(
+            rf"\*\*{re.escape(track['name'])}\*\* \([^)]*{total}\)", notebooks_md), \
+            (track["name"], total)
+        assert re.search(rf"\| {re.escape(track['name'])} \|[^\n]*\| {total} \|", workshop), \
+            (track["name"], total)
+
+
+def test_a_tracks_time_is_written_as_the_docs_write_it():
+    assert [about(m) for m in (35, 115, 140, 120)] == [
+        "about 35 min", "about 115 min", "about 2 h 20 min", "about 2 h"]
+
+
 def test_every_link_to_a_notebook_resolves():
     broken = [(where, t) for where, text in documents().items() for t in targets(text)
               if t not in NAMES]
