@@ -31,6 +31,7 @@ SAID: dict[str, tuple[str, ...]] = {
                                   "min.insync.replicas=2 loses no"),
     "03c_when_the_network_takes_sides": ("5 lost", "loses 5", "lose 5"),
     "04_transactions": ("3 + 2 + 1 data records and 3 markers",),
+    "05d_the_outbox": ("both, or neither",),
     "07b_what_a_crash_costs_kafka_streams": ("never left the memtable",
                                              "never leave the memtable", "restored in full"),
     "08b_spark_kafka_in_and_out": ("options whose names start with", "without the prefix"),

@@ -48,7 +48,7 @@ def test_markdown_cells_and_output_tables_fit_a_screen(name):
 WRAPPED = re.compile(r" \\\n")
 # Tables stored wrapped in notebooks other lessons' owners re-run (issue 41); strict: each
 # entry must go once its notebook shows its tables whole.
-STILL_WRAPPED = {"06_zombies", "07_stateful_exactly_once", "09_cost", "09b_on_the_wire"}
+STILL_WRAPPED = {"06_zombies", "09_cost", "09b_on_the_wire"}
 
 
 def wrapped_tables(cell) -> bool:

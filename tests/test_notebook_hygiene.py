@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.torture import harness
+from labkit.pipelines import contract
 from tests.notebook_cells import NAMES, all_output_text, read
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,9 +40,9 @@ def test_a_notebook_that_leaks_a_worker_is_reported(tmp_path, bootstrap):
 # A directory of the machine that ran the notebook, in a stored output: a home, a temp dir,
 # a checkout (/work/...), a virtualenv or the jar cache. The site and every learner see them.
 MACHINE_PATH = re.compile(r"(/tmp/|/home/|/root/|/Users/|/work/|\.venv/|/\.cache/)")
-# Stored before the torture progress line named files instead of paths (harness.shown);
+# Stored before the torture progress line named files instead of paths (contract.shown);
 # strict: once its owner runs it again, this entry must go.
-STALE = {"07_stateful_exactly_once": "cell 27: the Kafka Streams app's classpath"}
+STALE: dict[str, str] = {}
 
 
 def machine_paths(name: str) -> list[tuple[int, str]]:
@@ -64,5 +64,5 @@ def test_no_stored_output_names_a_directory_of_this_machine(name):
 def test_the_path_check_finds_what_it_is_for():
     assert MACHINE_PATH.search("✓ torture: /work/main/.venv/bin/python /tmp/own-pipeline-1/a.py")
     assert not MACHINE_PATH.search("✓ torture: python -m labkit.torture.apps function a.py a")
-    assert harness.shown(["/usr/bin/python3", "/tmp/x/my_app.py", "-cp", "/a/b/*:/c/d.jar"]) \
+    assert contract.shown(["/usr/bin/python3", "/tmp/x/my_app.py", "-cp", "/a/b/*:/c/d.jar"]) \
         == "python3 my_app.py -cp '*:d.jar'"

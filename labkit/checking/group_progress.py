@@ -62,7 +62,7 @@ class GroupProgress:
             return self.last
         self.next_at = time.monotonic() + SAMPLE_EVERY_S
         try:
-            committed = self.committed()
+            committed = self.offsets_committed()
             # the input's end too: input may still be arriving (a judge's feed)
             end = sum(self._end(tp) for tp in self.in_parts)
             now = (committed, end, self.written())
@@ -74,7 +74,7 @@ class GroupProgress:
         self.last = now
         return self.last
 
-    def committed(self) -> int:
+    def offsets_committed(self) -> int:
         """The group's committed offsets on the input, summed over its partitions."""
         return sum(max(tp.offset, 0) for tp in self.consumer.committed(self.in_parts, timeout=2))
 

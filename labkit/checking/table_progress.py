@@ -32,8 +32,8 @@ class TableProgress(GroupProgress):
         self.rows_sql, self.positions_sql = rows, positions
         self.db = Database(db, readonly=True, timeout_s=5)
 
-    def committed(self) -> int:
-        in_kafka = super().committed()
+    def offsets_committed(self) -> int:
+        in_kafka = super().offsets_committed()
         if self.positions_sql is None:
             return in_kafka
         (stored,), = self.db.query(self.positions_sql, (self.input,))

@@ -172,7 +172,7 @@ def _nemesis(o) -> Nemesis:
     # a restart): it lands while the loop works, not while it starts
     return Nemesis(ProxyFault(), Schedule(
         production_faults(o.phase, o.seed), BETWEEN_S, seed=o.seed, clock="commit",
-        committed=lambda run: run.progress.sample(fresh=True)[0], name=PHASES[o.phase]))
+        offsets_committed=lambda run: run.progress.sample(fresh=True)[0], name=PHASES[o.phase]))
 
 
 def points(crash_at: str | list | tuple | None) -> list[str]:

@@ -41,6 +41,9 @@ from labkit.faults import crashpoints
 from labkit.faults.children import Children, HistoryTail, logs_dir, tail_of
 from labkit.progress import beat, check, status, step
 
+# What the supervisors write to the run's history themselves: not a worker's progress.
+OWN_EVENTS = frozenset({"started", "exited", "killed", "stopped", "stalled", "progress",
+                        "broker-killed", "broker-restarted"})
 LEAVE_GRACE_S = 10.0  # a leaving member's SIGTERM, then SIGKILL (a batch to finish, a close)
 STOP_GRACE_S = 5.0  # the run's end: SIGTERM, then SIGKILL
 
@@ -259,10 +262,10 @@ class WorkerPool:
                         raise WorkerFailed(f"{self.label}: did not finish within "
                                            f"{self.timeout_s:.0f} s\n{children.tails()}")
                     events = tail.new()
-                    if events:
+                    if any(e["kind"] not in OWN_EVENTS for e in events):
                         beat("the workers' next batch")  # progress, for the watchdog
-                        for event in events:
-                            self._tell(event.pop("kind"), event)
+                    for event in events:
+                        self._tell(event.pop("kind"), event)
                     for i, code, seconds, log in children.reap():
                         self._ended(i, code, seconds, log)
                     if self.on_tick is not None and children.running:
