@@ -142,6 +142,9 @@ class CountsAudit:
         everything = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
         report.aborted_in_log = len(everything) - len(committed)
         return report
+
+
+@dataclass(frozen=True)
 class OneProcessing:
     """A replay whose computation changed in between (a lookup edited while the pipeline
     was down): the output topic, read_committed, against the processings each record may

@@ -4,7 +4,7 @@ their forms, parsing with an error that lists the valid ones, and a fault once i
 seen)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
@@ -42,7 +42,9 @@ class FaultSpec:
     api: str | None  # a Kafka API name: 'Produce', 'Fetch', 'OffsetCommit', 'EndTxn', ...
     nth: int = 1  # which request of that API, counted from when the fault is set
     ms: int = 0  # for delay
-    error: str = ""  # for error: the error code's name, e.g. 'ILLEGAL_GENERATION'
+    # for error: the error code's name, e.g. 'ILLEGAL_GENERATION' (out of the repr, which
+    # notebooks print for the other kinds)
+    error: str = field(default="", repr=False)
 
 
 def api_key_of(api: str) -> int:
