@@ -20,9 +20,14 @@ raised is kept in ``RunResult.failures``).
 
 ``command=`` runs an app instead of a Python function: each instance is the command in a
 process group of its own (a kill reaches whatever it started: a shell's java, its
-workers), each instance's settings are its environment, and its logs (one per start) stay
-in ``logs_dir``. ``on_tick(pool)`` runs on every turn of the supervision loop (a judge
-watching the app's progress as Kafka shows it; ``finish()`` ends the run).
+workers), each instance's settings are its environment (a setting None: left out of it),
+and its logs (one per start) stay in ``logs_dir``. The ``LABKIT {json}`` lines an instance
+prints are its events (``app_events``; told to ``on_event`` too, as the history's are).
+``on_tick(pool)`` runs on every turn of the supervision loop (a judge watching the app's
+progress as Kafka shows it; ``finish()`` ends the run).
+
+``run()`` blocks until the instances are done (``labkit.faults.background`` runs it in a
+thread of its own while an experiment's script drives the app).
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from pathlib import Path
 
 from labkit.checking import history
 from labkit.faults import crashpoints
-from labkit.faults.children import Children, HistoryTail, logs_dir, tail_of
+from labkit.faults.children import Children, EventLines, HistoryTail, logs_dir, tail_of
 from labkit.progress import beat, check, status, step
 
 LEAVE_GRACE_S = 10.0  # a leaving member's SIGTERM, then SIGKILL (a batch to finish, a close)
@@ -106,6 +111,8 @@ class _Instance:
     finished: bool = False
     gone: bool = False  # left or replaced: never started again
     started_at: float | None = None
+    events: dict[int, list[dict]] = field(default_factory=dict)  # attempt -> its app events
+    lines: EventLines | None = None  # the current attempt's log, read for its events
 
 
 class WorkerPool:
@@ -144,6 +151,7 @@ class WorkerPool:
         self._lock = threading.RLock()
         self._children: Children | None = None
         self._progress: Callable[[str], None] = lambda line: None
+        self._over = False  # finish() was asked: nothing starts (again)
 
     # ------------------------------------------------------------------ the nemesis's side
 
@@ -219,6 +227,7 @@ class WorkerPool:
         """The run is over: every instance stopped (SIGTERM, SIGKILL after ``grace_s``),
         none started again."""
         with self._lock:
+            self._over = True
             for inst in self.instances:
                 inst.gone = True
             children = self._children
@@ -230,6 +239,13 @@ class WorkerPool:
                     history.append(self.history_file, "stopped", instance=str(i),
                                    attempt=inst.attempts)
         children.stop_all(grace_s)
+
+    def app_events(self, instance: int, attempt: int | None = None) -> list[dict]:
+        """The ``LABKIT {json}`` lines the instance's current start (or start ``attempt``,
+        counted from 1) has printed so far."""
+        with self._lock:
+            inst = self.instances[instance]
+            return list(inst.events.get(attempt or inst.attempts, []))
 
     def log_tail(self, instance: int) -> str:
         """The last lines of the instance's current (or last) attempt's log."""
@@ -248,7 +264,8 @@ class WorkerPool:
             with self._lock:
                 self._children = children
                 for i in range(len(self.instances)):
-                    self._start(i)
+                    if not self._over:  # finished before it began (a script that failed)
+                        self._start(i)
             tail = HistoryTail(self.history_file)
             try:
                 while children.running:
@@ -260,7 +277,11 @@ class WorkerPool:
                         beat("the workers' next batch")  # progress, for the watchdog
                         for event in events:
                             self._tell(event.pop("kind"), event)
-                    for i, code, seconds, log in children.reap():
+                    for i in range(len(self.instances)):
+                        self._read_events(i)
+                    with self._lock:  # kill, freeze, finish come from other threads
+                        ended = children.reap()
+                    for i, code, seconds, log in ended:
                         self._ended(i, code, seconds, log)
                     if self.on_tick is not None and children.running:
                         self.on_tick(self)
@@ -282,12 +303,15 @@ class WorkerPool:
         env = _child_env(armed, i, self.history_file, inst.attempts)
         if self.command is not None:  # an app: its settings are its environment
             argv, data = self.command, None
-            env.update({k: str(v) for k, v in settings.items()})
+            env.update({k: str(v) for k, v in settings.items() if v is not None})
+            for unset in (k for k, v in settings.items() if v is None):
+                env.pop(unset, None)
         else:
             argv = [sys.executable, "-m", "labkit.faults.runner", self.target]
             data = payload(settings)
-        pid = self._children.start(i, argv, data, f"instance-{i}-attempt-{inst.attempts}.log",
-                                   env)
+        log = f"instance-{i}-attempt-{inst.attempts}.log"
+        inst.events[inst.attempts], inst.lines = [], EventLines(self._children.logs_dir / log)
+        pid = self._children.start(i, argv, data, log, env)
         if self.history_file:
             history.append(self.history_file, "started", instance=str(i),
                            attempt=inst.attempts, pid=pid)
@@ -295,8 +319,20 @@ class WorkerPool:
              f"instance {i} to process its input")
         self._tell("instance-started", {"instance": i, "attempt": inst.attempts})
 
+    def _read_events(self, i: int) -> None:
+        """The app events instance ``i``'s current start printed since the last look."""
+        inst = self.instances[i]
+        new = inst.lines.new() if inst.lines is not None else []
+        for event in new:
+            with self._lock:
+                inst.events.setdefault(inst.attempts, []).append(event)
+            fields = {k: v for k, v in event.items() if k != "event"}
+            self._tell(str(event.get("event", "app-event")),
+                       {**fields, "instance": i, "attempt": inst.attempts})
+
     def _ended(self, i: int, code: int, seconds: float, log: Path) -> None:
         inst = self.instances[i]
+        self._read_events(i)  # its last lines, before a new start reads another log
         step(f"{self.label}: instance {i} exited with code {code}", "the other instances")
         self.result.exit_codes.append(code)
         self.result.durations_s.append(seconds)
