@@ -152,6 +152,10 @@ class WorkerPool:
         self._children: Children | None = None
         self._progress: Callable[[str], None] = lambda line: None
         self._over = False  # finish() was asked: nothing starts (again)
+        # events of what happened under the lock, told once it is released: a fault told of
+        # one may act on the pool, and the nemesis's thread may hold its own lock and wait
+        # for this one (a pool that told it under the lock would wait for it: a deadlock)
+        self._untold: list[tuple[str, dict]] = []
 
     # ------------------------------------------------------------------ the nemesis's side
 
@@ -205,7 +209,8 @@ class WorkerPool:
             i = len(self.instances) - 1
             if self._children is not None:
                 self._start(i)
-            return i
+        self._tell_untold()
+        return i
 
     def leave(self, instance: int) -> None:
         """The instance leaves for good: SIGTERM (its loop may close its consumer and leave
@@ -221,7 +226,8 @@ class WorkerPool:
         instance is not started again once it ends (fenced, it should stop by itself)."""
         with self._lock:
             self.instances[instance].gone = True
-            return self.add({**self.instances[instance].kwargs, **changes})
+            kwargs = {**self.instances[instance].kwargs, **changes}
+        return self.add(kwargs)
 
     def finish(self, grace_s: float = STOP_GRACE_S) -> None:
         """The run is over: every instance stopped (SIGTERM, SIGKILL after ``grace_s``),
@@ -269,6 +275,7 @@ class WorkerPool:
             tail = HistoryTail(self.history_file)
             try:
                 while children.running:
+                    self._tell_untold()
                     if time.monotonic() - started > self.timeout_s:
                         raise WorkerFailed(f"{self.label}: did not finish within "
                                            f"{self.timeout_s:.0f} s\n{children.tails()}")
@@ -317,7 +324,7 @@ class WorkerPool:
                            attempt=inst.attempts, pid=pid)
         step(f"{self.label}: instance {i} started (attempt {inst.attempts})",
              f"instance {i} to process its input")
-        self._tell("instance-started", {"instance": i, "attempt": inst.attempts})
+        self._untold.append(("instance-started", {"instance": i, "attempt": inst.attempts}))
 
     def _read_events(self, i: int) -> None:
         """The app events instance ``i``'s current start printed since the last look."""
@@ -380,6 +387,13 @@ class WorkerPool:
     def _tell(self, kind: str, fields: dict) -> None:
         if self.on_event is not None:
             self.on_event(kind, fields)
+
+    def _tell_untold(self) -> None:
+        """The events of what happened under the lock (starts), told outside it."""
+        with self._lock:
+            untold, self._untold = self._untold, []
+        for kind, fields in untold:
+            self._tell(kind, fields)
 
     def _check_instance(self, instance: int) -> None:
         if not 0 <= instance < len(self.instances):
