@@ -5,6 +5,7 @@ import inside a function counts as much as one at the top."""
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 LABKIT = Path(__file__).resolve().parent.parent / "labkit"
@@ -156,3 +157,288 @@ def test_no_module_grows_past_its_size():
     assert all(sizes[m] > MAX_LINES for m in OVERSIZE), \
         f"under {MAX_LINES} lines now: take them off OVERSIZE: " \
         f"{[m for m in OVERSIZE if sizes[m] <= MAX_LINES]}"
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 39: every experiment has one shape. What the done-when asks, each rule read from the
+# source or the registry, each with a self-test on a planted violation (it can fail).
+
+RECORD_LAYERS = ("experiments", "spark", "flink", "torture")
+RECORD_METHODS = {"to_json", "summary", "timeline"}
+
+
+def _is_protocol(cls: ast.ClassDef) -> bool:
+    """An interface (typing.Protocol) names a record's methods without writing them."""
+    return any((isinstance(b, ast.Name) and b.id == "Protocol")
+               or (isinstance(b, ast.Attribute) and b.attr == "Protocol") for b in cls.bases)
+
+
+def _is_property(function: ast.FunctionDef) -> bool:
+    """A property is data (Spark's per-batch table is its run's ``timeline``), not a record's
+    way of telling a run."""
+    return any(isinstance(d, ast.Name) and d.id == "property" for d in function.decorator_list)
+
+
+def record_classes(paths: dict[str, Path]) -> list[str]:
+    """Classes of the experiment and engine layers that write a run's summary, JSON or
+    timeline themselves (the one record is labkit.checking.record.RunRecord), and every
+    mention of RunBasics (the base those classes shared) anywhere in labkit."""
+    found = []
+    for module, path in sorted(paths.items()):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            named = (node.id if isinstance(node, ast.Name) else
+                     node.attr if isinstance(node, ast.Attribute) else
+                     node.name if isinstance(node, (ast.ClassDef, ast.alias)) else None)
+            if named == "RunBasics":
+                found.append(f"{module}:{getattr(node, 'lineno', '')} names RunBasics")
+            if (isinstance(node, ast.ClassDef) and layer_of(module) in RECORD_LAYERS
+                    and not _is_protocol(node)):
+                own = sorted(RECORD_METHODS & {f.name for f in node.body
+                                               if isinstance(f, ast.FunctionDef)
+                                               and not _is_property(f)})
+                if own:
+                    found.append(f"{module}.{node.name} defines {', '.join(own)}")
+    return sorted(set(found))
+
+
+def test_one_run_record_class():
+    assert record_classes(MODULES) == []
+
+
+DELETE_LAYERS = ("experiments", "spark", "torture")
+# the one place topics go
+CLEANUP = ("labkit.experiments.context", "RunContext._close_files_and_topics")
+
+
+def topic_deletes(paths: dict[str, Path]) -> list[str]:
+    """Calls of labkit.kafka.topics' ``delete`` in the experiment layers (however the module
+    or the function was imported) outside the run context's cleanup."""
+    found = []
+    for module, path in sorted(paths.items()):
+        if layer_of(module) not in DELETE_LAYERS:
+            continue
+        tree = ast.parse(path.read_text())
+        modules, functions = set(), set()  # the names topics and its delete go by here
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "labkit.kafka":
+                modules |= {a.asname or a.name for a in node.names if a.name == "topics"}
+            elif isinstance(node, ast.ImportFrom) and node.module == "labkit.kafka.topics":
+                functions |= {a.asname or a.name for a in node.names if a.name == "delete"}
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname for a in node.names
+                            if a.name == "labkit.kafka.topics" and a.asname}
+
+        def visit(node: ast.AST, where: tuple[str, ...]) -> None:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                where = (*where, node.name)
+            if isinstance(node, ast.Call):
+                f = node.func
+                deletes = ((isinstance(f, ast.Attribute) and f.attr == "delete"
+                            and isinstance(f.value, ast.Name) and f.value.id in modules)
+                           or (isinstance(f, ast.Name) and f.id in functions))
+                if deletes and (module, ".".join(where)) != CLEANUP:
+                    found.append(f"{module}:{node.lineno} ({'.'.join(where) or 'module'})")
+            for child in ast.iter_child_nodes(node):
+                visit(child, where)
+        visit(tree, ())
+    return found
+
+
+def test_topics_are_deleted_only_by_the_run_contexts_cleanup():
+    assert topic_deletes(MODULES) == []
+
+
+MAX_BODIES, MAX_BODY_LINES = 5, 60
+
+
+def body_lines(body) -> int:
+    """The registered body's lines (inspect), with those of the functions of its own module
+    it calls: a body that hands its run to one long function of its module is that long."""
+    import types
+
+    def names(code: types.CodeType) -> set[str]:
+        inner = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        return set(code.co_names).union(*map(names, inner))
+
+    called = {body.__globals__.get(n) for n in names(body.__code__)}
+    delegated = [f for f in called if isinstance(f, types.FunctionType) and f is not body
+                 and f.__module__ == body.__module__]
+    return sum(len(inspect.getsourcelines(f)[0]) for f in (body, *delegated))
+
+
+def long_bodies(experiments: dict) -> list[str]:
+    """Past the escape hatch's bounds: more than MAX_BODIES experiments with a body, or a
+    body over MAX_BODY_LINES lines."""
+    bodies = {name: body_lines(e.body) for name, e in sorted(experiments.items())
+              if e.body is not None}
+    found = [f"{name}: a body of {n} lines" for name, n in bodies.items() if n > MAX_BODY_LINES]
+    if len(bodies) > MAX_BODIES:
+        found.append(f"{len(bodies)} experiments keep a body: {', '.join(bodies)}")
+    return found
+
+
+def test_few_experiments_keep_a_body_and_none_is_long():
+    from labkit.experiments import catalog
+
+    assert long_bodies(catalog()) == []
+
+
+MADE_UP_ENGINE = "Some engine"
+
+
+def engine_listing_problems() -> list[str]:
+    """What is wrong with `labkit scenario --help` once an experiment of an engine nobody
+    wrote down is registered (in a copy of the registry): it must list it, and list every
+    engine's experiments together, in the order the catalog first names the engines."""
+    from typer.testing import CliRunner
+
+    from labkit.cli import app
+    from labkit.experiments import catalog, registry
+    from labkit.experiments.parts import Workload, in_thread
+
+    saved = registry._REGISTRY
+    registry._REGISTRY = dict(catalog())
+    try:
+        registry.register(registry.Experiment(
+            "made-up-engine-probe", "an experiment of an engine the CLI was never told of",
+            group=MADE_UP_ENGINE, workload=lambda o: Workload("probe"),
+            clients=in_thread(lambda run: None), checkers=lambda o: []))
+        groups = {name: e.group for name, e in registry._REGISTRY.items()}
+        shown = CliRunner().invoke(app, ["scenario", "--help"], env={"COLUMNS": "250"})
+    finally:
+        registry._REGISTRY = saved
+    if shown.exit_code != 0:
+        return [f"labkit scenario --help failed: {shown.exception or shown.output[-500:]!r}"]
+    listed = [line.split()[1] for line in shown.output.splitlines()
+              if line.startswith("│ ") and len(line.split()) > 1 and line.split()[1] in groups]
+    problems = [f"{name} ({groups[name]}) is not listed" for name in groups if name not in listed]
+    order = list(dict.fromkeys(groups.values()))  # engines as the catalog first names them
+    runs = [groups[name] for i, name in enumerate(listed)
+            if i == 0 or groups[listed[i - 1]] != groups[name]]
+    if runs != order:
+        problems.append(f"the listing's engines run {runs}, not {order}")
+    return problems
+
+
+def test_no_engine_list_is_written_down():
+    assert engine_listing_problems() == []
+
+
+def test_the_shape_checks_catch_what_they_look_for(tmp_path, monkeypatch):
+    """Each rule above, on a planted violation."""
+    made_up = tmp_path / "made_up.py"
+    made_up.write_text(
+        "from typing import Protocol\n"
+        "from labkit.kafka import topics as t\n"
+        "from labkit.kafka.topics import delete as drop\n"
+        "from labkit.experiments.registry import RunBasics\n"
+        "class Shape(Protocol):\n    def summary(self): ...\n"
+        "class OwnRun(RunBasics):\n"
+        "    def to_json(self):\n        t.delete('b', 'x')\n"
+        "    def timeline(self):\n        drop('b', 'y')\n"
+        "class RunContext:\n    def _close_files_and_topics(self):\n        t.delete('b', 'z')\n")
+    assert record_classes({"labkit.experiments.made_up": made_up}) == [
+        "labkit.experiments.made_up.OwnRun defines timeline, to_json",
+        "labkit.experiments.made_up:4 names RunBasics",
+        "labkit.experiments.made_up:7 names RunBasics"]
+    assert record_classes({"labkit.checking.made_up": made_up}) == [
+        "labkit.checking.made_up:4 names RunBasics", "labkit.checking.made_up:7 names RunBasics"]
+    assert topic_deletes({"labkit.spark.made_up": made_up}) == [
+        "labkit.spark.made_up:9 (OwnRun.to_json)", "labkit.spark.made_up:11 (OwnRun.timeline)",
+        "labkit.spark.made_up:14 (RunContext._close_files_and_topics)"]
+    assert topic_deletes({"labkit.experiments.context": made_up})[-1:] == [
+        "labkit.experiments.context:11 (OwnRun.timeline)"]  # its own cleanup is the one
+    assert topic_deletes({"labkit.cli.made_up": made_up}) == []  # other layers may
+
+    from labkit.experiments.registry import Experiment
+
+    def long_run(run):
+        return delegate(run)
+
+    def short(run):
+        return run
+
+    bodies = {f"e{i}": Experiment(f"e{i}", "", body=short) for i in range(MAX_BODIES)}
+    assert long_bodies(bodies) == []
+    bodies["long"] = Experiment("long", "", body=long_run)
+    assert long_bodies(bodies) == [f"long: a body of {body_lines(long_run)} lines",
+                                   f"{MAX_BODIES + 1} experiments keep a body: "
+                                   f"e0, e1, e2, e3, e4, long"]
+    assert body_lines(long_run) == 2 + len(inspect.getsourcelines(delegate)[0]) > MAX_BODY_LINES
+
+    # the list the CLI once had: an engine it does not name breaks `labkit scenario --help`
+    from labkit.cli.scenarios import ScenarioGroup
+    from labkit.experiments import catalog
+
+    def hard_coded(self, ctx) -> list[str]:
+        groups = ("Kafka", "Spark", "Any app")
+        return [e.name for e in sorted(catalog().values(), key=lambda e: groups.index(e.group))]
+
+    monkeypatch.setattr(ScenarioGroup, "list_commands", hard_coded)
+    problems = engine_listing_problems()
+    assert len(problems) == 1 and "labkit scenario --help failed" in problems[0], problems
+
+
+def delegate(run):  # a made-up body's long function: 62 lines
+    """A stand-in for a run written out in one function."""
+    steps = []
+    steps.append(0)
+    steps.append(1)
+    steps.append(2)
+    steps.append(3)
+    steps.append(4)
+    steps.append(5)
+    steps.append(6)
+    steps.append(7)
+    steps.append(8)
+    steps.append(9)
+    steps.append(10)
+    steps.append(11)
+    steps.append(12)
+    steps.append(13)
+    steps.append(14)
+    steps.append(15)
+    steps.append(16)
+    steps.append(17)
+    steps.append(18)
+    steps.append(19)
+    steps.append(20)
+    steps.append(21)
+    steps.append(22)
+    steps.append(23)
+    steps.append(24)
+    steps.append(25)
+    steps.append(26)
+    steps.append(27)
+    steps.append(28)
+    steps.append(29)
+    steps.append(30)
+    steps.append(31)
+    steps.append(32)
+    steps.append(33)
+    steps.append(34)
+    steps.append(35)
+    steps.append(36)
+    steps.append(37)
+    steps.append(38)
+    steps.append(39)
+    steps.append(40)
+    steps.append(41)
+    steps.append(42)
+    steps.append(43)
+    steps.append(44)
+    steps.append(45)
+    steps.append(46)
+    steps.append(47)
+    steps.append(48)
+    steps.append(49)
+    steps.append(50)
+    steps.append(51)
+    steps.append(52)
+    steps.append(53)
+    steps.append(54)
+    steps.append(55)
+    steps.append(56)
+    steps.append(57)
+    return steps

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from labkit import experiments
 from labkit.experiments import poll_zombie
 from labkit.pipelines.fee_loop import BATCH
 from tests.test_failover import LABKIT, refused_before_any_broker
@@ -19,7 +20,8 @@ from tests.test_failover import LABKIT, refused_before_any_broker
     ("none", None, BATCH),
 ])
 def test_a_batch_slower_than_the_poll_interval_makes_a_zombie(bootstrap, fencing, error, duplicated):
-    run = poll_zombie.poll_interval_zombie(bootstrap, fencing, records=2 * BATCH)
+    run = experiments.run("poll-interval-zombie", cluster=bootstrap, fencing=fencing,
+                          records=2 * BATCH)
     r = run.report
     assert (run.zombie_error, r.lost, r.duplicated, r.aborted_visible) == (error, 0, duplicated, 0), r.summary()
     # A was never frozen, only slower than its poll interval before it sent its offsets

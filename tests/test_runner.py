@@ -156,3 +156,27 @@ def test_a_start_is_told_outside_the_pools_lock_so_a_fault_may_call_back_from_an
                       on_event=on_event, timeout_s=60)
     result = pool.run()
     assert waited == [False] and added == [1] and result.exit_codes == [0, 0]
+
+
+def test_the_pool_tells_its_events_without_holding_its_lock(tmp_path):
+    """The nemesis's thread holds its own lock while it asks the pool (``Frozen``: is
+    instance 0 frozen?), and an event the pool tells takes that lock: told under the pool's
+    lock, each would wait for the other (two zombie runs hung 600 s so under load). Each
+    event's listener asks the pool from another thread, as the nemesis does, and must be
+    answered: at the first start, at the restart after a crash, at a member that joins."""
+    answered: list[tuple[str, bool]] = []
+
+    def listener(kind: str, fields: dict) -> None:
+        asker = threading.Thread(target=pool.frozen, args=(0,), daemon=True)
+        asker.start()
+        asker.join(5)
+        answered.append((kind, not asker.is_alive()))
+        if kind == "instance-exited" and fields["instance"] == 0 and fields["code"] == 0:
+            pool.add({"state": str(tmp_path / "joined"), "steps": 1})
+
+    pool = WorkerPool(counting_worker, [{"state": str(tmp_path / "s"), "steps": 2}],
+                      on_event=listener)
+    pool.arm(0, "after-process-before-commit", hit=1)
+    pool.run()
+    assert [kind for kind, _ in answered] == ["instance-started", "instance-exited"] * 3
+    assert all(ok for _, ok in answered), answered

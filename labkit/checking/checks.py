@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from labkit.checking import audit, checkers
 from labkit.checking.audit import AuditReport
-from labkit.checking.checkers import EXAMPLES, Result
+from labkit.checking.checkers import EXAMPLES, Attempt, Result
 from labkit.kafka import topics
 
 
@@ -173,6 +173,44 @@ class OneProcessing:
                          mixed=mixed, mixed_keys=mixed.count)
         return audit.mixed_report(self.scenario, self.guarantee, self.crash_at,
                                   len(run.inputs), [i for i, _ in seen], mixed)
+
+
+@dataclass(frozen=True)
+class QueueAudit:
+    """A queue's work (a share group, KIP-932): the output holds one record per attempt
+    (``id``, ``delivery_count``, ``outcome``: processed | released | rejected | ..., and
+    ``consumer``). Duplicated: processed more than once; lost: never processed and not
+    archived by the broker; archived (given up on: rejected, or released on its
+    ``delivery_limit``-th delivery) is how a poison record ends, not a loss.
+    Facts: ``attempts`` (``checkers.Attempt``, in log order), ``archived``,
+    ``delivery_counts`` (highest count -> records), ``processed_by`` and ``out_of_order``
+    (per consumer: records processed, and processed after a later one)."""
+
+    scenario: str
+    guarantee: str
+    delivery_limit: int
+    crash_at: str | None = None
+    role: str = "output"
+
+    def __call__(self, run: Checked) -> AuditReport:
+        attempts = [Attempt(str(r.value["id"]), str(r.value.get("consumer", "")),
+                            r.value.get("delivery_count"), r.value.get("outcome", "processed"))
+                    for r in topics.read(run.bootstrap, run.topics[self.role])]
+        ids = [r["id"] for r in run.inputs]
+        archived = set(checkers.archived_ids(ids, attempts, self.delivery_limit))
+        processed = [a.id for a in attempts if a.outcome == "processed"]
+        results = [checkers.lost_write([i for i in ids if i not in archived], processed),
+                   checkers.duplicate(ids, processed)]
+        report = audit.report_of(self.scenario, self.guarantee, results, produced=len(ids),
+                                 delivered_unique=len(set(ids) & set(processed)),
+                                 crash_at=self.crash_at)
+        by = Counter(a.consumer for a in attempts if a.outcome == "processed")
+        run.facts.update(attempts=attempts, archived=len(archived),
+                         delivery_counts=checkers.delivery_counts(attempts),
+                         processed_by=dict(sorted(by.items())),
+                         out_of_order={c: r.count for c, r in
+                                       checkers.order_per_consumer(ids, attempts).items()})
+        return report
 
 
 @dataclass(frozen=True)

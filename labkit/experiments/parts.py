@@ -6,7 +6,9 @@ checkers (labkit.checking.checks): its workload and its clients.
 - clients: a callable ``clients(run)`` that runs the pipeline under test to its end,
   reporting its steps (``run.step``) and the events faults wait for (``run.event``).
   ``Workers`` are the common kind: N instances of a worker function as supervised child
-  processes (``labkit.faults.pool.WorkerPool``), the learner's function or the lab's.
+  processes (``labkit.faults.pool.WorkerPool``), the learner's function or the lab's, or
+  of an app's command (a JVM, a script), driven by the experiment's ``script`` if it has
+  one (wait for the app's progress, report the events faults wait for, stop it).
   A client with an ``attach(run)`` method gets it before the nemesis is set up (so a crash
   point can be armed in its pool).
 """
@@ -17,6 +19,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.checking import history
+from labkit.faults.background import Background
 from labkit.faults.pool import RunResult, WorkerPool
 
 
@@ -69,20 +73,31 @@ class Workers:
     """N instances of ``worker`` (each called with its ``members[i]`` settings), supervised
     as a pool: restarted when killed until every one has finished. Each instance's
     ``bootstrap`` is the run's client bootstrap (a fault proxy's when one is in between).
-    ``RunResult`` goes to the run's facts as ``run``. The run's ``watch`` (a live view's
-    factory) gets the topics and the history file and is held while they run."""
+    ``RunResult`` goes to the run's facts as ``run``, the workers' history to the run's
+    ``history`` (for the checkers and facts). The run's ``watch`` (a live view's factory)
+    gets the topics, the group id and the history file and is held while they run.
 
-    worker: Callable | str
+    ``command``: an app's command in place of ``worker`` (each instance's settings are its
+    environment; its logs, one per start, in the run's directory). ``script(run, app)``: the
+    experiment's order of things while the pool is supervised in the background (``app``:
+    ``labkit.faults.background.Background``, its ``pool`` and ``wait_for``); the instances
+    are stopped when it returns, or fails."""
+
+    worker: Callable | str | None
     members: list[dict]
     label: str
     max_attempts: int = 4
     timeout_s: float = 300.0
     restart_failed: bool = False
     on_crash: Callable[[], None] | None = None
+    command: list[str] | None = None
+    script: Callable[[Any, Background], None] | None = None
     pool: WorkerPool | None = None
 
     def attach(self, run: Any) -> None:
         self.pool = WorkerPool(self.worker, self.members, label=self.label,
+                               command=self.command,
+                               logs_dir=run.workdir if self.command is not None else None,
                                history_file=str(run.history_file),
                                max_attempts=self.max_attempts, timeout_s=self.timeout_s,
                                restart_failed=self.restart_failed,
@@ -91,11 +106,18 @@ class Workers:
         run.workers = self.pool
 
     def __call__(self, run: Any) -> RunResult:
-        self.pool.defaults["bootstrap"] = run.client_bootstrap
+        if self.command is None:  # a worker function's setting (an app's come in its members)
+            self.pool.defaults["bootstrap"] = run.client_bootstrap
         # a live view (a notebook's dashboard) follows the topics and the workers' history
-        watching = run.watch({**run.topics, "history": str(run.history_file)}) \
+        watching = run.watch({**run.topics, "group": run.group_id,
+                              "history": str(run.history_file)}) \
             if run.watch is not None else nullcontext()
         with watching:
-            result = self.pool.run()
-        run.facts["run"] = result
-        return result
+            if self.script is None:
+                self.pool.run()
+            else:
+                with Background(self.pool) as app:
+                    self.script(run, app)
+        run.facts["run"] = self.pool.result
+        run.history = history.read(run.history_file)
+        return self.pool.result

@@ -1,6 +1,6 @@
 """A zombie made by slowness: a member whose batch outlasts ``max.poll.interval.ms``.
 
-    run = poll_interval_zombie(lab.bootstrap, fencing="group")   # or "none"
+    run = experiments.run("poll-interval-zombie", fencing="group")   # or "none"
     run.zombie_error         # 'UNKNOWN_MEMBER_ID (abortable)' with group metadata, None without
     run.report.duplicated    # 0 with group metadata, 10 without
 
@@ -16,29 +16,32 @@ finishes its batch and sends its offsets to its transaction:
   no longer knows A's member id and refuses them (abortable); A aborts. Each record once.
 - ``fencing="none"``: with the group id only (the pre-KIP-447 form): nothing to check, A's
   commit goes through, its batch is in the output twice.
+
+The parts: the input and output topics; the clients, A and B in threads of the run
+(``pipeline=``: the loop B runs, 06's on screen); the nemesis holds A up over its batch
+until B is done (``Pause`` on A's ``batch-in-transaction``, ``DONE_WAIT_S`` at most); the
+audit of the output, read as read_committed.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from labkit.checking import audit
-
-from labkit.kafka import names, topics
-
-from labkit.pipelines import data
-from labkit.checking.audit import AuditReport
+from labkit.checking.checks import TopicAudit
+from labkit.checking.record import Presentation
+from labkit.experiments.parts import Topic, Workload
+from labkit.experiments.registry import Experiment, Option, register
+from labkit.faults.nemesis import Nemesis, on
+from labkit.faults.process_faults import Pause
+from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
+from labkit.pipelines import data
 from labkit.pipelines.fee_loop import BATCH, classified, copy_fees
 from labkit.pipelines.ctp import transform
 from labkit.pipelines.group import bare_group_metadata
-from labkit.experiments.registry import Experiment, Option, RunBasics, register
-from labkit.progress import status
 
 SCENARIO = "poll-interval-zombie"
 FENCING = ("group", "none")
@@ -47,28 +50,6 @@ FENCING = ("group", "none")
 MAX_POLL_INTERVAL_MS = 6000
 DONE_WAIT_S = 120  # how long A's slow batch waits for B to finish the input
 FIRST_BATCH_WAIT_S = 60  # how long A waits for its first batch (group join, fetch)
-
-
-@dataclass
-class PollZombieRun(RunBasics):
-    report: AuditReport
-    fencing: str
-    zombie_error: str | None  # what A's send_offsets_to_transaction/commit raised, classified
-    slow_s: float  # how long A's batch took between its poll and its offsets
-    poll_after: str | None  # the error A's next polls reported, if any (often _MAX_POLL_EXCEEDED)
-
-    def to_json(self) -> str:
-        return json.dumps({**json.loads(self.report.to_json()), "fencing": self.fencing,
-                           "zombie_error": self.zombie_error, "poll_after": self.poll_after,
-                           "slow_s": round(self.slow_s, 1)})
-
-
-def check_settings(fencing: str, records: int) -> None:
-    """A ValueError that says what to use, before anything is written."""
-    if fencing not in FENCING:
-        raise ValueError(f"fencing must be one of {', '.join(FENCING)}, not {fencing!r}")
-    if records < 2 * BATCH:
-        raise ValueError(f"records must be {2 * BATCH} or more (A's batch of {BATCH} and more)")
 
 
 def member(bootstrap: str, group: str, name: str, eof: bool = False) -> Consumer:
@@ -100,85 +81,116 @@ def next_poll_error(consumer: Consumer, timeout_s: float = 10.0) -> str | None:
     return None
 
 
-def poll_interval_zombie(bootstrap: str, fencing: str = "group", records: int = 20,
-                         loop: Callable[..., None] = copy_fees) -> PollZombieRun:
-    """Instance A reads one batch and writes its fees in a transaction, then is slow until
-    instance B has taken over and copied the whole input with ``loop`` (called as
-    ``copy_fees`` is: notebook 06's on screen); then A sends its offsets (``fencing``: with
-    its group metadata, or the group id only) and commits."""
-    check_settings(fencing, records)
-    base = names.topic(f"poll-zombie-{fencing}-{time.monotonic_ns() % 10**9}")
-    source, output = f"{base}-in", f"{base}-out"
-    inputs = data.generate(records, prefix="z")
-    data.load_into_topic(bootstrap, source, inputs)
-    topics.create(bootstrap, output)
-    errors: list[str] = []
-    b_done = threading.Event()
+def _first_batch(consumer: Consumer) -> list:
+    """A's first batch, read in the group's first generation."""
+    deadline = time.monotonic() + FIRST_BATCH_WAIT_S
+    batch: list = []
+    while not batch:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"instance A read no record in {FIRST_BATCH_WAIT_S} s")
+        batch = [m for m in consumer.consume(BATCH, timeout=1.0) if m.error() is None]
+    return batch
 
-    def instance_b() -> None:
-        consumer = member(bootstrap, base, "instance-B", eof=True)
-        producer = fee_service(bootstrap, f"{base}-b")
-        consumer.subscribe([source])
+
+class SlowMember:
+    """The clients: instance A reads one batch and writes its fees in a transaction, reports
+    ``batch-in-transaction`` (the nemesis holds it up there until instance B is done), then
+    sends its offsets (``fencing``: with its group metadata, or the group id only) and
+    commits. Instance B joins the group once A has its batch and copies the whole input with
+    ``loop`` (called as ``copy_fees`` is: notebook 06's on screen), in a thread of its own."""
+
+    def __init__(self, loop: Callable[..., None]):
+        self.loop = loop
+        self.b_done = threading.Event()
+        self.b_failed: list[BaseException] = []
+
+    def instance_b(self, run) -> None:
+        consumer = member(run.client_bootstrap, run.group_id, "instance-B", eof=True)
         try:
-            loop(consumer, producer, output, records, lambda n: None, lambda n, ok: None, errors)
+            producer = fee_service(run.client_bootstrap, run.transactional_id(1))
+            consumer.subscribe([run.topics["input"]])
+            self.loop(consumer, producer, run.topics["output"], len(run.inputs),
+                      lambda n: None, lambda n, ok: None, [])
+        except BaseException as exc:  # raised in the run's thread, once A is done waiting
+            self.b_failed.append(exc)
         finally:
             consumer.close()
-            b_done.set()
+            self.b_done.set()
 
-    with status(f"A batch slower than max.poll.interval.ms ({fencing})") as say:
-        consumer, producer = member(bootstrap, base, "instance-A"), fee_service(bootstrap, f"{base}-a")
-        consumer.subscribe([source])
-        batch: list = []
-        deadline = time.monotonic() + FIRST_BATCH_WAIT_S
-        while not batch:  # A's first batch, read in the group's first generation
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"instance A read no record in {FIRST_BATCH_WAIT_S} s")
-            batch = [m for m in consumer.consume(BATCH, timeout=1.0) if m.error() is None]
-        polled = time.monotonic()
-        producer.begin_transaction()
-        for msg in batch:
-            producer.produce(output, key=msg.key(),
-                             value=topics.encode(transform(topics.decode(msg.value()))))
-        producer.flush(30)
-        say("instance A is slow over its batch; instance B joins the group")
-        b = threading.Thread(target=instance_b, name="instance-B", daemon=True)
-        b.start()
-        if not b_done.wait(DONE_WAIT_S):
-            raise TimeoutError(f"instance B did not finish the input in {DONE_WAIT_S} s")
-        slow_s = time.monotonic() - polled
-        say("instance B is done; instance A sends its offsets and commits")
-        offsets = [TopicPartition(source, batch[-1].partition(), batch[-1].offset() + 1)]
-        metadata = (consumer.consumer_group_metadata() if fencing == "group"
-                    else bare_group_metadata(bootstrap, base))
-        zombie_error = None
-        try:
-            producer.send_offsets_to_transaction(offsets, metadata, 60)
-            producer.commit_transaction(60)
-        except KafkaException as exc:
-            err = exc.args[0]
-            zombie_error = classified(err)
-            if not err.txn_requires_abort():
-                raise
-            producer.abort_transaction(60)
-        poll_after = next_poll_error(consumer)
-        consumer.close()
-    report = audit.audit_topic(bootstrap, output, inputs, SCENARIO, "exactly_once",
-                               fault=f"a batch slower than max.poll.interval.ms ({fencing})")
-    topics.delete(bootstrap, source, output)
-    return PollZombieRun(report, fencing, zombie_error, slow_s, poll_after)
+    def __call__(self, run) -> None:
+        fencing, source, output = run.o.fencing, run.topics["input"], run.topics["output"]
+        bootstrap = run.client_bootstrap
+        with run.status(f"A batch slower than max.poll.interval.ms ({fencing})"):
+            consumer = member(bootstrap, run.group_id, "instance-A")
+            try:
+                producer = fee_service(bootstrap, run.transactional_id(0))
+                consumer.subscribe([source])
+                batch = _first_batch(consumer)
+                polled = time.monotonic()
+                producer.begin_transaction()
+                for msg in batch:
+                    producer.produce(output, key=msg.key(),
+                                     value=topics.encode(transform(topics.decode(msg.value()))))
+                producer.flush(30)
+                run.step("instance A is slow over its batch; instance B joins the group")
+                b = threading.Thread(target=self.instance_b, args=(run,), name="instance-B",
+                                     daemon=True)
+                b.start()
+                run.event("batch-in-transaction", instance="A")  # held up here (the nemesis)
+                if not self.b_done.is_set():
+                    raise TimeoutError(f"instance B did not finish the input in {DONE_WAIT_S} s")
+                if self.b_failed:
+                    raise self.b_failed[0]
+                slow_s = time.monotonic() - polled
+                run.step("instance B is done; instance A sends its offsets and commits")
+                offsets = [TopicPartition(source, batch[-1].partition(), batch[-1].offset() + 1)]
+                metadata = (consumer.consumer_group_metadata() if fencing == "group"
+                            else bare_group_metadata(bootstrap, run.group_id))
+                run.facts.update(fencing=fencing, zombie_error=_late_commit(producer, offsets,
+                                                                            metadata),
+                                 slow_s=slow_s, poll_after=next_poll_error(consumer))
+            finally:
+                consumer.close()
 
 
-def _text(run: PollZombieRun) -> str:
+def _late_commit(producer: Producer, offsets: list, metadata) -> str | None:
+    """A's offsets and commit, late: what they raised, classified (None: it went through)."""
+    try:
+        producer.send_offsets_to_transaction(offsets, metadata, 60)
+        producer.commit_transaction(60)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not err.txn_requires_abort():
+            raise
+        producer.abort_transaction(60)
+        return classified(err)
+    return None
+
+
+def _text(run) -> str:
     told = run.zombie_error or "nothing: its commit went through"
     return f"{run.report.summary()}\nzombie told: {told}; its next poll: {run.poll_after}"
 
 
+def _json(run) -> dict:
+    return {**run.report.to_dict(), "fencing": run.fencing, "zombie_error": run.zombie_error,
+            "poll_after": run.poll_after, "slow_s": round(run.slow_s, 1)}
+
+
 register(Experiment(
     SCENARIO, "a member slower than max.poll.interval.ms over one batch commits late",
-    lambda context, fencing, records: poll_interval_zombie(context.bootstrap, fencing, records,
-                                                           context.pipeline or copy_fees),
-    check=check_settings, text=_text, pipeline="the loop instance B runs (as copy_fees)",
-    stall_s=DONE_WAIT_S + 60,  # its slow batch waits up to DONE_WAIT_S without a step
+    text=_text, pipeline="the loop instance B runs (as copy_fees)",
     options=(Option("fencing", "group", "A's offsets carry its group metadata (KIP-447) or "
                     "the group id only", FENCING),
-             Option("records", 20, "how many input records", kind=int, short="-n"))))
+             Option("records", 20, "how many input records", kind=int, short="-n",
+                    minimum=2 * BATCH, why=f"A's batch of {BATCH} and more")),
+    workload=lambda o: Workload(f"poll-zombie-{o.fencing}",
+                                (Topic("input", loaded=True), Topic("output")),
+                                data.generate(o.records, prefix="z")),
+    clients=lambda run: SlowMember(run.pipeline or copy_fees),
+    nemesis=lambda o: Nemesis(Pause(on("batch-in-transaction", instance="A"), DONE_WAIT_S,
+                                    who="instance A", what="instance B has copied the input",
+                                    until=lambda run: run.clients.b_done.is_set())),
+    checkers=lambda o: [TopicAudit(SCENARIO, "exactly_once",
+                                   fault=f"a batch slower than max.poll.interval.ms ({o.fencing})")],
+    presentation=Presentation(json=_json)))

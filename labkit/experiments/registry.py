@@ -27,7 +27,7 @@ import pkgutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import MappingProxyType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, Protocol, runtime_checkable
 
 from labkit.checking.audit import AuditReport
@@ -61,21 +61,6 @@ class Run(Protocol):
 
 
 REQUIRED = object()  # an option's default: the caller must choose
-
-
-class RunBasics:
-    """The parts of ``Run`` an experiment's run class may leave out: its summary is the
-    audit's, its timeline its ``steps`` (seconds, what), no topics kept, no workers' history."""
-
-    topics: Mapping[str, str] = MappingProxyType({})
-    history: Sequence[dict] = ()
-
-    def summary(self) -> str:
-        return self.report.summary()  # type: ignore[attr-defined]
-
-    def timeline(self) -> str:
-        steps = getattr(self, "steps", ())
-        return "\n".join(f"{t:5.1f} s  {what}" for t, what, *_ in steps)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from labkit.checking.checks import TableAudit, TopicAudit
@@ -31,7 +30,6 @@ from labkit.faults import crashpoints
 from labkit.faults.nemesis import Nemesis
 from labkit.faults.process_faults import CrashAt, RandomKills
 from labkit.faults.wire_faults import ProxyFault
-from labkit.kafka import topics
 from labkit.kafka.topics import ISOLATION_LEVELS
 from labkit.pipelines import consumer, ctp, data, learner, producer, running_count
 from labkit.pipelines.group import GROUP_PROTOCOLS, check_group_protocol
@@ -150,16 +148,6 @@ def _members(scenario: Scenario, kwargs: dict, base: str, instances: int,
             member["transactional_id"] = f"{base}-txn-{i}"
         members.append(member)
     return members
-
-
-@contextmanager
-def deleted_after(bootstrap: str, names_: dict[str, str], keep: bool):
-    """Delete a run's topics when the block ends, also after a failure (unless ``keep``)."""
-    try:
-        yield
-    finally:
-        if not keep:
-            topics.delete(bootstrap, *names_.values())
 
 
 def _scenario(name: str) -> Scenario:

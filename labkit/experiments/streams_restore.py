@@ -9,13 +9,14 @@ with and without KIP-892's transactional state stores (Kafka Streams 4.4,
 
 The client is the lab's real Kafka Streams running count (examples/torture/StreamsRunningCount.java,
 kafka-streams 4.4.0) under ``processing.guarantee=exactly_once_v2`` with a persistent state
-directory, run as a supervised command (``labkit.experiments.command``). It counts ``records``
-input records; once half of them are committed (the group's offsets) and a transaction is
-open again, the client reports ``mid-transaction`` and the nemesis SIGKILLs its JVM
-(``Kill``), which is started again on the same state directory. The app prints each store
-partition's restore (a StateRestoreListener) and its first record processed; the lab reads
-those lines, waits until the input is consumed and the output quiet, stops the app, and the
-checker audits the last count per key (``CountsAudit``).
+directory, run as a supervised command (``labkit.experiments.parts.Workers`` with a command:
+one process group per start, restarted when killed). It counts ``records`` input records;
+once half of them are committed (the group's offsets) and a transaction is open again, the
+client reports ``mid-transaction`` and the nemesis SIGKILLs its JVM (``Kill``), which the
+pool starts again on the same state directory. The app prints each store partition's
+restore (a StateRestoreListener) and its first record processed as ``LABKIT {json}`` lines,
+which the pool reads as the app's events; the lab waits until the input is consumed and the
+output quiet, stops the app, and the checker audits the last count per key (``CountsAudit``).
 
 KIP-892's promise: without transactional stores, Kafka Streams under exactly-once wipes a
 store it finds unclosed and restores it from the changelog; with them, the store keeps what
@@ -28,16 +29,16 @@ in both modes. ``key_bytes`` pads the keys so the store flushes while the app ru
 """
 from __future__ import annotations
 
-import os
 import time
 
 from confluent_kafka import Consumer, TopicPartition
 
 from labkit import progress, settings
+from labkit.checking import history
 from labkit.checking.checks import CountsAudit
 from labkit.checking.record import Presentation
-from labkit.experiments.command import Command, SupervisedCommand
-from labkit.experiments.parts import Topic, Workload
+from labkit.experiments.parts import Topic, Workers, Workload
+from labkit.faults.background import Background
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, on
 from labkit.faults.process_faults import Kill
@@ -45,7 +46,6 @@ from labkit.kafka import connection, javaconfig, jvm
 from labkit.kafka.clientlog import client_config
 from labkit.pipelines import data
 from labkit.pipelines.common import committed_offsets
-from labkit.progress import wait_until
 
 SCENARIO = "streams-restore"
 STORE = "running-count"  # the app's store: its changelog is <application.id>-running-count-changelog
@@ -72,20 +72,22 @@ def _command(run) -> list[str]:
                                     else []))
 
 
-def _environment(run) -> dict[str, str]:
-    env = {**os.environ, settings.BOOTSTRAP: run.client_bootstrap,
-           settings.INPUT_TOPIC: run.topics["input"], settings.OUTPUT_TOPIC: run.topics["output"],
-           settings.GROUP_ID: run.group_id}
-    env.pop(settings.KAFKA_JAVA_CONFIG, None)
-    if connection.for_client(run.client_bootstrap):
-        env[settings.KAFKA_JAVA_CONFIG] = str(javaconfig.write(
-            run.workdir / "client-java.properties", run.client_bootstrap))
-    return env
+def _environment(run) -> dict[str, str | None]:
+    """The app's settings, as its environment (None: not in it)."""
+    java_config = str(javaconfig.write(run.workdir / "client-java.properties",
+                                       run.client_bootstrap)) \
+        if connection.for_client(run.client_bootstrap) else None
+    return {settings.BOOTSTRAP: run.client_bootstrap, settings.INPUT_TOPIC: run.topics["input"],
+            settings.OUTPUT_TOPIC: run.topics["output"], settings.GROUP_ID: run.group_id,
+            settings.KAFKA_JAVA_CONFIG: java_config}
 
 
-def crash_and_restart(run, app: SupervisedCommand) -> None:
-    """The client's order of things: the app started, killed half way (the nemesis, on
-    ``mid-transaction``) and started again, until its input is consumed."""
+RESTARTED = 2  # the app's start after the kill
+
+
+def crash_and_restart(run, app: Background) -> None:
+    """The client's order of things, while the pool supervises the app: killed half way
+    (the nemesis, on ``mid-transaction``) and started again, until its input is consumed."""
     source, output, records = run.topics["input"], run.topics["output"], len(run.inputs)
     run.topics["changelog"] = f"{run.group_id}-{STORE}-changelog"  # the app makes it
     run.owns(run.topics["changelog"])
@@ -94,40 +96,42 @@ def crash_and_restart(run, app: SupervisedCommand) -> None:
     try:
         run.step(f"{records} records in {source}; the Streams app starts (exactly_once_v2, "
                  f"enable.transactional.statestores={str(run.o.transactional_stores).lower()})")
-        app.start()
         half = records // 2
-        wait_until(lambda: app.alive() and _beat(_committed(consumer, source) >= half),
-                   f"the app to commit {half} input offsets", START_S)
+        app.wait_for(lambda: _committed(consumer, source) >= half,
+                     f"the app to commit {half} input offsets", START_S)
         committed_at_commit = _committed(consumer, source)
         time.sleep(KILL_AFTER_COMMIT_S)
-        run.event("mid-transaction")  # SIGKILL, and a new start on the same state directory
-        committed_at_kill = _committed(consumer, source)
+        run.event("mid-transaction")  # SIGKILL; the pool starts it on the same state directory
+        committed_at_kill = run.facts["committed_at_kill"] = _committed(consumer, source)
         run.step(f"killed with {committed_at_kill}/{records} input offsets committed "
                  f"({committed_at_commit} {KILL_AFTER_COMMIT_S} s before), a transaction open; "
                  "the app starts again on the same state directory")
         if committed_at_kill >= records:
             raise RuntimeError(f"the app had committed all {records} records before it was "
                                "killed: give it more records (--records) or more work per record")
-        wait_until(lambda: app.alive() and _beat(any(e["event"] == "first-record"
-                                                     for e in app.events())),
-                   "the restarted app to process a record", START_S)
+        app.wait_for(lambda: any(e["event"] == "first-record"
+                                 for e in app.pool.app_events(0, RESTARTED)),
+                     "the restarted app to process a record", START_S)
         run.step("the restarted app processes records again")
         _wait_done(app, consumer, source, output)
         run.step("input consumed, output quiet: the app is stopped (SIGTERM)")
-        app.stop()
-    finally:  # the app itself is stopped by the client part, also when this fails
+    finally:  # the app itself is stopped when this returns, or fails (Workers)
         consumer.close()
-    events = app.events()  # the restarted instance's
+
+
+def _facts(run) -> dict:
+    events = run.workers.app_events(0, RESTARTED)  # the restarted instance's
     restores = [e for e in events if e["event"] == "restore-end"]
     at = {e["event"]: e["at_ms"] for e in reversed(events)}  # each event's first time
-    run.facts.update(
-        transactional_stores=run.o.transactional_stores, records=records,
-        committed_at_kill=committed_at_kill,
+    started = next(e["t"] for e in history.read(run.history_file)  # the wall clock, as at_ms
+                   if e["kind"] == "started" and e["attempt"] == RESTARTED)
+    return dict(
+        transactional_stores=run.o.transactional_stores, records=len(run.inputs),
         restored_records=sum(e["restored"] for e in restores),
         restore_ms=sum(e["ms"] for e in restores),
-        resume_s=round(at["first-record"] / 1000 - app.started_wall, 2),
-        running_s=round(at.get("running", 0) / 1000 - app.started_wall, 2),
-        restores=restores, run_dir=str(run.workdir))
+        resume_s=round(at["first-record"] / 1000 - started, 2),
+        running_s=round(at.get("running", 0) / 1000 - started, 2),
+        restores=restores, run_dir=str(run.workdir), seconds=run.elapsed())
 
 
 def _committed(consumer: Consumer, topic: str) -> int:
@@ -140,18 +144,12 @@ def _end_offset(consumer: Consumer, topic: str) -> int:
     return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
 
 
-def _beat(value: bool) -> bool:
-    progress.beat()
-    return value
-
-
-def _wait_done(app: SupervisedCommand, consumer: Consumer, source: str, output: str) -> None:
+def _wait_done(app: Background, consumer: Consumer, source: str, output: str) -> None:
     """Until the input is committed to its end and the output has not grown for QUIET_S."""
     end = _end_offset(consumer, source)
     seen = {"size": -1, "since": time.monotonic()}
 
     def done() -> bool:
-        app.alive()
         size = _end_offset(consumer, output)
         if size != seen["size"]:
             seen.update(size=size, since=time.monotonic())
@@ -159,7 +157,7 @@ def _wait_done(app: SupervisedCommand, consumer: Consumer, source: str, output: 
         return (_committed(consumer, source) >= end
                 and time.monotonic() - seen["since"] >= QUIET_S)
 
-    wait_until(done, f"the app to consume {end} records and its output to go quiet", START_S)
+    app.wait_for(done, f"the app to consume {end} records and its output to go quiet", START_S)
 
 
 def _summary(run) -> str:
@@ -181,12 +179,12 @@ register(Experiment(
                     "flushes to disk while the app runs)", kind=int)),
     workload=lambda o: Workload(SCENARIO, (Topic("input", loaded=True), Topic("output")),
                                 data.generate(o.records, seed=0, keys=keys_of(o.key_bytes))),
-    clients=lambda run: Command(_command, _environment, crash_and_restart,
-                                label="the Streams app"),
+    clients=lambda run: Workers(None, [_environment(run)], label="the Streams app",
+                                command=_command(run), script=crash_and_restart),
     nemesis=lambda o: Nemesis(Kill(0, on("mid-transaction"), name="SIGKILL the app's JVM")),
     checkers=lambda o: [CountsAudit(SCENARIO, "exactly_once", fault=lambda run: (
         f"SIGKILL at {run.facts['committed_at_kill']}/{len(run.inputs)} committed"))],
-    facts=lambda run: {"seconds": run.elapsed()},
+    facts=_facts,
     presentation=Presentation(summary=_summary, json_facts=(
         "transactional_stores", "records", "committed_at_kill", "restored_records",
         "restore_ms", "resume_s", "running_s", "seconds", "restores", "run_dir")),

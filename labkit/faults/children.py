@@ -1,5 +1,6 @@
 """The processes of one supervised run (``labkit.faults.pool``): started with their logs,
-signalled, reaped, and every one still alive killed on the way out, whatever happened."""
+signalled, reaped, and every one still alive killed on the way out, whatever happened; what
+they report read back as they write it (the workers' history file, an app's event lines)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 from labkit import proc
 
 LOG_TAIL_LINES = 25
+EVENT_PREFIX = "LABKIT "  # an app's event line in its log: the prefix, then one JSON object
 
 
 class StartFailed(RuntimeError):
@@ -98,7 +100,9 @@ class Children:
     def stop_all(self, grace_s: float) -> None:
         """SIGTERM every one (and its group), SIGKILL what is left after ``grace_s``; the
         loop reaps them."""
-        proc.stop([child for child, _, _ in self.procs.values()], grace_s, group=self.group)
+        # a copy first (one call, atomic): the supervision's thread may reap meanwhile
+        procs = list(self.procs.values())
+        proc.stop([child for child, _, _ in procs], grace_s, group=self.group)
 
     def tail(self, i: int) -> str:
         log = self.last_log.get(i)
@@ -133,18 +137,43 @@ def tail_of(log: Path) -> str:
     return "\n".join(f"  | {line}" for line in lines)
 
 
-class HistoryTail:
-    """The history events appended to a file since the last look (none without a file)."""
+class _Tail:
+    """The complete lines appended to a file since the last look (a line still being
+    written waits for the next)."""
 
-    def __init__(self, path: str | None):
+    def __init__(self, path: str | Path | None):
         self.path, self.offset = path, 0
 
-    def new(self) -> list[dict]:
+    def lines(self) -> list[bytes]:
         if self.path is None or not os.path.exists(self.path):
             return []
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             data = fh.read()
-        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits
+        complete = data[:data.rfind(b"\n") + 1]
         self.offset += len(complete)
-        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+        return complete.splitlines()
+
+
+class HistoryTail(_Tail):
+    """The history events appended to a file since the last look (none without a file)."""
+
+    def new(self) -> list[dict]:
+        return [json.loads(line) for line in self.lines() if line.strip()]
+
+
+class EventLines(_Tail):
+    """The events an app prints to its log since the last look: each line ``LABKIT {json}``
+    (a JSON object, e.g. ``{"event": "restore-end", "at_ms": ...}``); other lines skipped."""
+
+    def new(self) -> list[dict]:
+        prefix, found = EVENT_PREFIX.encode(), []
+        for line in self.lines():
+            if line.startswith(prefix):
+                try:
+                    event = json.loads(line[len(prefix):])
+                except ValueError:  # not one JSON object: the app's own text
+                    continue
+                if isinstance(event, dict):
+                    found.append(event)
+        return found

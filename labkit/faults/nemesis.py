@@ -126,7 +126,8 @@ class After(Trigger):
 
 @dataclass
 class Since(Trigger):
-    """``seconds`` after ``first`` fired (an event: the query's first checkpoint, say)."""
+    """``seconds`` after ``first`` fired: an event (the query's first checkpoint, say) or a
+    state the nemesis's clock finds (``process_faults.Frozen``: an instance frozen)."""
 
     first: Trigger
     seconds: float
@@ -138,6 +139,8 @@ class Since(Trigger):
         return False  # its moment comes later, from the nemesis's clock
 
     def due(self, run: "Run", now_s: float) -> bool:
+        if self.at is None and self.first.due(run, now_s):
+            self.at = time.monotonic()
         return self.at is not None and time.monotonic() >= self.at + self.seconds
 
     def __str__(self) -> str:

@@ -20,9 +20,14 @@ raised is kept in ``RunResult.failures``).
 
 ``command=`` runs an app instead of a Python function: each instance is the command in a
 process group of its own (a kill reaches whatever it started: a shell's java, its
-workers), each instance's settings are its environment, and its logs (one per start) stay
-in ``logs_dir``. ``on_tick(pool)`` runs on every turn of the supervision loop (a judge
-watching the app's progress as Kafka shows it; ``finish()`` ends the run).
+workers), each instance's settings are its environment (a setting None: left out of it),
+and its logs (one per start) stay in ``logs_dir``. The ``LABKIT {json}`` lines an instance
+prints are its events (``app_events``; told to ``on_event`` too, as the history's are).
+``on_tick(pool)`` runs on every turn of the supervision loop (a judge watching the app's
+progress as Kafka shows it; ``finish()`` ends the run).
+
+``run()`` blocks until the instances are done (``labkit.faults.background`` runs it in a
+thread of its own while an experiment's script drives the app).
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from pathlib import Path
 
 from labkit.checking import history
 from labkit.faults import crashpoints
-from labkit.faults.children import Children, HistoryTail, logs_dir, tail_of
+from labkit.faults.children import Children, EventLines, HistoryTail, logs_dir, tail_of
 from labkit.progress import beat, check, status, step
 
 # What the supervisors write to the run's history themselves: not a worker's progress.
@@ -109,6 +114,8 @@ class _Instance:
     finished: bool = False
     gone: bool = False  # left or replaced: never started again
     started_at: float | None = None
+    events: dict[int, list[dict]] = field(default_factory=dict)  # attempt -> its app events
+    lines: EventLines | None = None  # the current attempt's log, read for its events
 
 
 class WorkerPool:
@@ -147,6 +154,11 @@ class WorkerPool:
         self._lock = threading.RLock()
         self._children: Children | None = None
         self._progress: Callable[[str], None] = lambda line: None
+        self._over = False  # finish() was asked: nothing starts (again)
+        # events of what happened under the lock, told once it is released: a fault told of
+        # one may act on the pool, and the nemesis's thread may hold its own lock and wait
+        # for this one (a pool that told it under the lock would wait for it: a deadlock)
+        self._untold: list[tuple[str, dict]] = []
 
     # ------------------------------------------------------------------ the nemesis's side
 
@@ -198,9 +210,9 @@ class WorkerPool:
         with self._lock:
             self.instances.append(_Instance(dict(kwargs)))
             i = len(self.instances) - 1
-            started = self._start(i) if self._children is not None else None
-        if started is not None:
-            self._tell("instance-started", started)
+            if self._children is not None:
+                self._start(i)
+        self._tell_untold()
         return i
 
     def leave(self, instance: int) -> None:
@@ -224,6 +236,7 @@ class WorkerPool:
         """The run is over: every instance stopped (SIGTERM, SIGKILL after ``grace_s``),
         none started again."""
         with self._lock:
+            self._over = True
             for inst in self.instances:
                 inst.gone = True
             children = self._children
@@ -235,6 +248,13 @@ class WorkerPool:
                     history.append(self.history_file, "stopped", instance=str(i),
                                    attempt=inst.attempts)
         children.stop_all(grace_s)
+
+    def app_events(self, instance: int, attempt: int | None = None) -> list[dict]:
+        """The ``LABKIT {json}`` lines the instance's current start (or start ``attempt``,
+        counted from 1) has printed so far."""
+        with self._lock:
+            inst = self.instances[instance]
+            return list(inst.events.get(attempt or inst.attempts, []))
 
     def log_tail(self, instance: int) -> str:
         """The last lines of the instance's current (or last) attempt's log."""
@@ -252,12 +272,13 @@ class WorkerPool:
             self._progress = progress
             with self._lock:
                 self._children = children
-                first = [self._start(i) for i in range(len(self.instances))]
-            for fields in first:  # told with no lock held (a fault may call back in)
-                self._tell("instance-started", fields)
+                for i in range(len(self.instances)):
+                    if not self._over:  # finished before it began (a script that failed)
+                        self._start(i)
             tail = HistoryTail(self.history_file)
             try:
                 while children.running:
+                    self._tell_untold()
                     if time.monotonic() - started > self.timeout_s:
                         raise WorkerFailed(f"{self.label}: did not finish within "
                                            f"{self.timeout_s:.0f} s\n{children.tails()}")
@@ -266,7 +287,11 @@ class WorkerPool:
                         beat("the workers' next batch")  # progress, for the watchdog
                     for event in events:
                         self._tell(event.pop("kind"), event)
-                    for i, code, seconds, log in children.reap():
+                    for i in range(len(self.instances)):
+                        self._read_events(i)
+                    with self._lock:  # kill, freeze, finish come from other threads
+                        ended = children.reap()
+                    for i, code, seconds, log in ended:
                         self._ended(i, code, seconds, log)
                     if self.on_tick is not None and children.running:
                         self.on_tick(self)
@@ -277,10 +302,7 @@ class WorkerPool:
         self.result.total_s = round(time.monotonic() - started, 3)
         return self.result
 
-    def _start(self, i: int) -> dict:
-        """Start instance ``i`` (the lock held); the fields of its ``instance-started``,
-        which the caller tells once it has let the lock go: a fault fired by it may call
-        the pool back from another thread (the nemesis's, which polls the pool)."""
+    def _start(self, i: int) -> None:
         check()  # a run its watchdog stopped restarts nothing
         inst = self.instances[i]
         inst.attempts += 1
@@ -291,21 +313,36 @@ class WorkerPool:
         env = _child_env(armed, i, self.history_file, inst.attempts)
         if self.command is not None:  # an app: its settings are its environment
             argv, data = self.command, None
-            env.update({k: str(v) for k, v in settings.items()})
+            env.update({k: str(v) for k, v in settings.items() if v is not None})
+            for unset in (k for k, v in settings.items() if v is None):
+                env.pop(unset, None)
         else:
             argv = [sys.executable, "-m", "labkit.faults.runner", self.target]
             data = payload(settings)
-        pid = self._children.start(i, argv, data, f"instance-{i}-attempt-{inst.attempts}.log",
-                                   env)
+        log = f"instance-{i}-attempt-{inst.attempts}.log"
+        inst.events[inst.attempts], inst.lines = [], EventLines(self._children.logs_dir / log)
+        pid = self._children.start(i, argv, data, log, env)
         if self.history_file:
             history.append(self.history_file, "started", instance=str(i),
                            attempt=inst.attempts, pid=pid)
         step(f"{self.label}: instance {i} started (attempt {inst.attempts})",
              f"instance {i} to process its input")
-        return {"instance": i, "attempt": inst.attempts}
+        self._untold.append(("instance-started", {"instance": i, "attempt": inst.attempts}))
+
+    def _read_events(self, i: int) -> None:
+        """The app events instance ``i``'s current start printed since the last look."""
+        inst = self.instances[i]
+        new = inst.lines.new() if inst.lines is not None else []
+        for event in new:
+            with self._lock:
+                inst.events.setdefault(inst.attempts, []).append(event)
+            fields = {k: v for k, v in event.items() if k != "event"}
+            self._tell(str(event.get("event", "app-event")),
+                       {**fields, "instance": i, "attempt": inst.attempts})
 
     def _ended(self, i: int, code: int, seconds: float, log: Path) -> None:
         inst = self.instances[i]
+        self._read_events(i)  # its last lines, before a new start reads another log
         step(f"{self.label}: instance {i} exited with code {code}", "the other instances")
         self.result.exit_codes.append(code)
         self.result.durations_s.append(seconds)
@@ -322,44 +359,44 @@ class WorkerPool:
                     and self.restart_exited(i):
                 self._progress(f"{self.label}: instance {i} exited, its input not consumed: "
                                f"started again (attempt {inst.attempts + 1})")
-                started = self._start(i)
-            elif code == 0 or inst.gone:
+                self._start(i)
+                return
+            if code == 0 or inst.gone:
                 inst.finished = code == 0
                 return
+            if code != crashpoints.CRASH_EXIT_CODE:
+                if not self.restart_failed:
+                    raise WorkerFailed(f"{self.label}: instance {i} attempt {inst.attempts} "
+                                       f"exited with code {code}\n{tail_of(log)}")
+                self.result.failures.append({"instance": i, "attempt": inst.attempts,
+                                             "code": code, "log": tail_of(log)})
+                if callable(self.restart_failed):  # may raise: a judge's own limit
+                    self.restart_failed(i, code, tail_of(log))
+            if crashed_here:
+                where, inst.armed_point = f"killed at {inst.armed_point}", None
+                if self.on_crash is not None:  # while it is down, before the restart
+                    self.on_crash()
+            elif code == crashpoints.CRASH_EXIT_CODE:
+                where = "killed at a random time"
             else:
-                started = self._restart_after(i, code, log, crashed_here)
-        self._tell("instance-started", started)
-
-    def _restart_after(self, i: int, code: int, log: Path, crashed_here: bool) -> dict:
-        """Instance ``i`` died (killed, or failed): restarted, as a supervisor would, unless
-        the pool gives up; the fields of its new start. With the lock held."""
-        inst = self.instances[i]
-        if code != crashpoints.CRASH_EXIT_CODE:
-            if not self.restart_failed:
-                raise WorkerFailed(f"{self.label}: instance {i} attempt {inst.attempts} "
-                                   f"exited with code {code}\n{tail_of(log)}")
-            self.result.failures.append({"instance": i, "attempt": inst.attempts,
-                                         "code": code, "log": tail_of(log)})
-            if callable(self.restart_failed):  # may raise: a judge's own limit
-                self.restart_failed(i, code, tail_of(log))
-        if crashed_here:
-            where, inst.armed_point = f"killed at {inst.armed_point}", None
-            if self.on_crash is not None:  # while it is down, before the restart
-                self.on_crash()
-        elif code == crashpoints.CRASH_EXIT_CODE:
-            where = "killed at a random time"
-        else:
-            where = f"failed with exit code {code}"
-        if inst.attempts >= self.max_attempts:
-            raise WorkerFailed(f"{self.label}: instance {i} ended {inst.attempts} times, "
-                               f"giving up\n{tail_of(log)}")
-        who = f" instance {i}" if len(self.instances) > 1 else ""
-        self._progress(f"{self.label}:{who} {where}, restarting (attempt {inst.attempts + 1})")
-        return self._start(i)
+                where = f"failed with exit code {code}"
+            if inst.attempts >= self.max_attempts:
+                raise WorkerFailed(f"{self.label}: instance {i} ended {inst.attempts} times, "
+                                   f"giving up\n{tail_of(log)}")
+            who = f" instance {i}" if len(self.instances) > 1 else ""
+            self._progress(f"{self.label}:{who} {where}, restarting (attempt {inst.attempts + 1})")
+            self._start(i)
 
     def _tell(self, kind: str, fields: dict) -> None:
         if self.on_event is not None:
             self.on_event(kind, fields)
+
+    def _tell_untold(self) -> None:
+        """The events of what happened under the lock (starts), told outside it."""
+        with self._lock:
+            untold, self._untold = self._untold, []
+        for kind, fields in untold:
+            self._tell(kind, fields)
 
     def _check_instance(self, instance: int) -> None:
         if not 0 <= instance < len(self.instances):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from labkit import progress
 from labkit.faults import crashpoints
 from labkit.faults.nemesis import Fault, Run, Trigger
+from labkit.faults.pool import WorkerFailed
 
 
 Instance = int | Callable[[Run], int]  # a number, or chosen when the fault fires
@@ -67,6 +68,15 @@ class StallAt(Fault):
         if self.frozen_at is None and run.workers.frozen(self.instance):
             self.frozen_at = time.monotonic()
             run.fired(self, f"instance {self.instance} frozen at {self.point}")
+
+    def stalled_s(self, thawed_at: float | None) -> float:
+        """How long the instance stayed frozen, until ``thawed_at`` (``Thaw.thawed_at``; None:
+        until now). WorkerFailed if it never got there: its code does not pass the point,
+        or passed it fewer than ``hit`` times, and the run it was for did not happen."""
+        if self.frozen_at is None:
+            raise WorkerFailed(f"instance {self.instance} never reached its stall point "
+                               f"{self.point!r} (visit {self.hit}): it ran to its end unfrozen")
+        return round((thawed_at or time.monotonic()) - self.frozen_at, 3)
 
 
 class Frozen(Trigger):
@@ -134,20 +144,30 @@ class Kill(Fault):
 class Pause(Fault):
     """The client that reported the trigger's event goes idle for ``seconds`` (it sleeps in
     its own thread: a producer left idle past a broker's expiration, a long pause of the
-    process), then carries on where it stopped. Idle is not stalled: the watchdog is told."""
+    process), then carries on where it stopped; with ``until``, as soon as ``until(run)``
+    says (``what``: e.g. "instance B has taken the input over"), ``seconds`` at most. Idle
+    is not stalled: the watchdog is told. ``paused_s``: how long it stayed."""
 
-    def __init__(self, trigger: Trigger, seconds: float, who: str = "the client"):
+    def __init__(self, trigger: Trigger, seconds: float, who: str = "the client",
+                 until: Callable[[Run], bool] | None = None, what: str = ""):
         if seconds < 0:
             raise ValueError(f"a pause lasts 0 seconds or more, not {seconds}")
         self.trigger, self.seconds, self.who = trigger, seconds, who
-        self.name = f"{who} idle {seconds:g} s"
+        self.until, self.what = until, what or "it may go on"
+        self.name = f"{who} idle {seconds:g} s" if until is None else f"{who} held up"
+        self.paused_s: float | None = None
 
     def invoke(self, run: Run) -> None:
-        run.fired(self, f"{self.who} idle for {self.seconds:.0f} s ({self.trigger})")
-        until = time.monotonic() + self.seconds
-        while (left := until - time.monotonic()) > 0:
-            time.sleep(min(left, 1.0))
+        run.fired(self, f"{self.who} idle for {self.seconds:.0f} s ({self.trigger})"
+                  if self.until is None else f"{self.who} held up until {self.what} "
+                  f"({self.trigger}; {self.seconds:.0f} s at most)")
+        started = time.monotonic()
+        while (left := started + self.seconds - time.monotonic()) > 0:
+            if self.until is not None and self.until(run):
+                break
+            time.sleep(min(left, 1.0 if self.until is None else 0.1))
             progress.beat(f"{self.who} to wake up")
+        self.paused_s = time.monotonic() - started
 
 
 class Freeze(Fault):

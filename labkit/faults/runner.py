@@ -7,8 +7,8 @@ The worker is a module-level function called with JSON-able keyword arguments in
 ``python -m labkit.faults.runner`` process (``labkit.faults.pool.WorkerPool`` supervises
 them). These functions are the pool under a few of the nemesis's process faults
 (``labkit.faults.process_faults``): a crash at a named point, random kills, a frozen
-instance and its successor (a zombie), a long freeze. An experiment composes the same
-faults itself (``labkit.experiments``).
+instance and its successor (a zombie). An experiment composes the same faults itself
+(``labkit.experiments``).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from labkit.faults.pool import RunResult, WorkerFailed, WorkerPool
 from labkit.faults.process_faults import CrashAt, Frozen, Join, RandomKills, StallAt, Thaw
 from labkit.progress import step
 
-__all__ = ["RunResult", "WorkerFailed", "run_worker", "run_workers", "run_zombie", "run_frozen",
-           "supervised", "PoolRun"]
+__all__ = ["RunResult", "WorkerFailed", "run_worker", "run_workers", "run_zombie", "supervised",
+           "PoolRun"]
 
 
 @dataclass
@@ -134,45 +134,6 @@ def run_zombie(worker: Callable | str, zombie: dict, successor: dict, stall_at: 
     stalled_s = round((wake.thawed_at or time.monotonic()) - (stall.frozen_at or 0.0), 3)
     # any other exit than 0 (or a kill, restarted) has raised WorkerFailed by now
     return ZombieResult(0, 0, stalled_s)
-
-
-def run_frozen(worker: Callable | str, kwargs: dict, stall_at: str, frozen_s: float,
-               hit: int = 1, timeout_s: float = 300.0, label: str | None = None,
-               history_file: str | None = None) -> float:
-    """One instance freezes (SIGSTOP) at ``stall_at``, stays frozen ``frozen_s`` (its
-    connections open, its heartbeats stopped: a long GC pause), is woken (SIGCONT) and runs
-    to its end. Returns how long it really stayed frozen."""
-    pool = WorkerPool(worker, [kwargs], label=label, history_file=history_file,
-                      timeout_s=timeout_s)
-    stall = StallAt(stall_at, hit, instance=0)
-    wake = _ThawAfter(0, frozen_s)
-    supervised(pool, stall, wake)
-    if stall.frozen_at is None or wake.thawed_at is None:
-        raise WorkerFailed(f"{pool.label}: instance 0 never reached its stall point {stall_at!r}")
-    return round(wake.thawed_at - stall.frozen_at, 3)
-
-
-class _ThawAfter(Fault):
-    """Thaw ``instance`` ``seconds`` after it froze itself."""
-
-    def __init__(self, instance: int, seconds: float):
-        self.instance, self.seconds = instance, seconds
-        self.name = f"instance {instance} thawed after {seconds:g} s"
-        self.frozen_at: float | None = None
-        self.thawed_at: float | None = None
-
-    def poll(self, run, now_s: float) -> None:
-        if self.thawed_at is not None:
-            return
-        if self.frozen_at is None and run.workers.frozen(self.instance):
-            self.frozen_at = time.monotonic()
-        if self.frozen_at is not None and time.monotonic() - self.frozen_at >= self.seconds:
-            run.workers.thaw(self.instance)
-            self.thawed_at = time.monotonic()
-            run.fired(self, f"instance {self.instance} thawed after {self.seconds:g} s")
-
-    def teardown(self, run) -> None:
-        run.workers.thaw(self.instance)
 
 
 def _main(target: str) -> None:
