@@ -75,11 +75,8 @@ class GroupProgress:
         """Why the group hands out no work now, if the coordinator says it is waiting: a
         rebalance in progress, or members the app no longer runs (dead ones whose session has
         not timed out yet). None: nothing to wait for (or the coordinator cannot say)."""
-        try:
-            (future,) = self.admin.describe_consumer_groups([self.group],
-                                                            request_timeout=5).values()
-            group = future.result(timeout=6)
-        except Exception:  # KafkaException, a timeout: a broker restarting, the group just made
+        group = self._describe()
+        if group is None:
             return None
         if group.state in REBALANCING:
             return f"the group is rebalancing ({group.state.name.lower()})"
@@ -92,13 +89,29 @@ class GroupProgress:
     def members(self) -> list[tuple[str, str | None]] | None:
         """The group's members as (member id, group.instance.id or None), as its
         coordinator says now; None when it cannot say (a broker restarting)."""
+        group = self._describe()
+        return None if group is None else [(m.member_id, m.group_instance_id)
+                                           for m in group.members]
+
+    def formed(self, instances: int) -> bool:
+        """Has the group formed: stable, ``instances`` members at least, each with partitions
+        of its own? (Before that, one member may hold every partition for a moment: work fed
+        then would never reach the others.)"""
+        group = self._describe()
+        return (group is not None and group.state == ConsumerGroupState.STABLE
+                and len(group.members) >= instances
+                and all(m.assignment is not None and m.assignment.topic_partitions
+                        for m in group.members))
+
+    def _describe(self):
+        """The group as its coordinator describes it now; None when it cannot say (a broker
+        restarting, the group just made)."""
         try:
             (future,) = self.admin.describe_consumer_groups([self.group],
                                                             request_timeout=5).values()
-            group = future.result(timeout=6)
+            return future.result(timeout=6)
         except Exception:  # KafkaException, a timeout
             return None
-        return [(m.member_id, m.group_instance_id) for m in group.members]
 
     def __enter__(self) -> "GroupProgress":
         return self

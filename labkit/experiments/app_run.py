@@ -10,6 +10,14 @@ own timeout, e.g. librdkafka's send_offsets_to_transaction() after a broker rest
 librdkafka #5456, #5511) and restarted like a killed one, unless its group says it is
 waiting: rebalancing, or holding a member the app no longer runs (a killed instance whose
 session has not timed out: 45 s by default). That wait is recorded as such, never as a stall.
+
+A judge (``idle_s``) also tells an idle app from a stalled one: once the input is all there
+and every fault has landed, an app whose committed offsets and output have not moved for
+``idle_s`` while its group hands out work is restarted once; if it comes back and commits
+no further, it has done what it will do (it commits less than it read: an off-by-one) and
+its output is audited as it is, the offsets it left behind a finding (``behind``). With
+``audit_stalled`` an app that stalls at every start, or is not done in ``timeout_s``, is
+audited as it is too, not refused (a judge owes every loop a verdict).
 """
 from __future__ import annotations
 
@@ -71,7 +79,8 @@ class AppClients:
                  label: str = "", feed: Callable[[Any], None] | None = None,
                  restart_exited: bool = False,
                  on_done: Callable[[Any], None] | None = None,
-                 own_crashes: int = OWN_CRASHES):
+                 own_crashes: int = OWN_CRASHES, idle_s: float | None = None,
+                 audit_stalled: bool = False):
         self.command, self.env, self.worker = command, env, worker
         self.members = members or [{} for _ in range(instances)]
         self.instances = len(self.members)
@@ -91,6 +100,10 @@ class AppClients:
         self.own_crash_limit = own_crashes
         self.done = False
         self.seconds = 0.0
+        self.idle_s, self.audit_stalled = idle_s, audit_stalled
+        self.behind: tuple[int, int] | None = None  # (committed, end) it stopped at
+        self.final: tuple[int, int, int] | None = None  # (committed, end, output) at the end
+        self.stall_killed: set[int] = set()  # instances the stall restarts SIGKILLed
 
     def attach(self, run: Any) -> None:
         self.run = run
@@ -164,15 +177,27 @@ class AppClients:
             return
         consumed, end, written = self._sample()
         if time.monotonic() - self.started > self.timeout_s:
-            raise HarnessError(self._timeout_message(consumed, end, written))
+            if not (self.audit_stalled and written):
+                raise HarnessError(self._timeout_message(consumed, end, written))
+            self.notes.append(self._timeout_message(consumed, end, written).split("\n")[0]
+                              + ": its output audited as it is")
+            if self.schedule is not None and self.schedule.pending:
+                self._unlanded("ran out of time", "")
+            self._finish()
+            return
         alive = sum(pool.running(i) for i in range(len(pool.instances)))
         stalled_s = self.moving.stalled_s(consumed, end, written,
                                           (pool.result.attempts, self._faults_seen))
-        if alive and stalled_s >= self.stall_s:
+        if alive and stalled_s >= self._stall_after():
             why = self.watch.waiting(alive)
             if why is None:
-                self._restart_stalled(stalled_s)
+                if self.stalls and (self.stalls[-1].consumed, self.stalls[-1].end) == \
+                        (consumed, end) and self.idle_s is not None:
+                    self._stopped_behind(consumed, end)  # a restart did not move it on
+                else:
+                    self._restart_stalled(stalled_s)
                 return
+            self.moving.since = time.monotonic()  # a wait is not a stall: counted afresh
             if not self.waited or self.waited[-1] != why:
                 self.waited.append(why)
                 self.run.step(f"torture: no progress for {stalled_s:.0f} s, but {why}: "
@@ -199,6 +224,25 @@ class AppClients:
                                   f"been quiet for {IDLE_S:.0f} s: audited as it is")
                 self._finish()
         self.quiet.still(written, 0)
+
+    def _stall_after(self) -> float:
+        """Seconds without progress that make a stall: ``idle_s`` once the input is all
+        there and no fault is still to land (nothing more will move the app on)."""
+        pending = self.schedule is not None and self.schedule.pending \
+            and not self.schedule.waiting_for_commit
+        if self.idle_s is None or self.feeding or pending:
+            return self.stall_s
+        return min(self.idle_s, self.stall_s)
+
+    def _stopped_behind(self, consumed: int, end: int) -> None:
+        self.behind = (consumed, end)
+        if self.schedule is not None and self.schedule.pending:
+            self._unlanded("stopped committing", "")
+        self.notes.append(f"the app stopped committing at {consumed} of {end} input offsets, "
+                          "and again after a restart: its output audited as it is")
+        self.run.step(f"torture: committed offsets stopped at {consumed} of {end}, again "
+                      "after a restart: done")
+        self._finish()
 
     def _after_exit(self) -> None:
         """The app finished by itself: audited once its output is quiet."""
@@ -236,6 +280,7 @@ class AppClients:
 
     def _finish(self) -> None:
         self.done = True
+        self.final = self.watch.sample(fresh=True)
         self.alive_at_done = [i for i in range(len(self.pool.instances))
                               if self.pool.running(i)]
         if self.on_done is not None:  # before anything is stopped: e.g. what is still open
@@ -268,6 +313,9 @@ class AppClients:
         self.stalls.append(stall)
         history.append(self.run.history_file, "stalled", attempt=stall.attempt,
                        stalled_s=stall.stalled_s, committed=consumed, end=end, output=written)
+        if len(self.stalls) >= MAX_STALLS and self.audit_stalled:
+            self._stopped_behind(consumed, end)
+            return
         if len(self.stalls) >= MAX_STALLS:
             raise HarnessError(
                 f"the app stalls every time it is started: {len(self.stalls)} times in this run "
@@ -283,7 +331,8 @@ class AppClients:
         self.say(line)
         print(line, file=sys.stderr, flush=True)  # stays above the spinner (rich redirects it)
         for i in range(len(self.pool.instances)):
-            self.pool.kill(i)
+            if self.pool.kill(i):
+                self.stall_killed.add(i)
 
     def _tail(self) -> str:
         return self.pool.log_tail(0) or "  | (no output)"

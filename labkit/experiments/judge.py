@@ -31,8 +31,6 @@ timeline, so a finding can be set beside what happened just before it.
 """
 from __future__ import annotations
 
-import random
-import re
 import time
 
 from confluent_kafka import Producer
@@ -40,15 +38,16 @@ from confluent_kafka import Producer
 from labkit.checking.checkers import Result
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import judge_findings as findings
 from labkit.experiments.app_run import AppClients
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.crashpoints import CRASH_POINTS
 from labkit.faults.nemesis import Nemesis
-from labkit.faults.process_faults import (CrashAt, Freeze, Join, Kill, Leave, Replace,
-                                          any_running)
+from labkit.faults.process_faults import CrashAt
+from labkit.faults.production import BETWEEN_S, KINDS, SCHEDULE, production_faults
 from labkit.faults.schedule import Schedule
-from labkit.faults.wire_faults import Arm, ProxyFault
+from labkit.faults.wire_faults import ProxyFault
 from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.inspect import InspectError, Inspector
@@ -59,19 +58,12 @@ from labkit.kafka.topics import ISOLATION_LEVELS
 NAME = "judge"
 # Each phase is one kind of production's faults (the fast feedback: the first one that
 # breaks a loop names it), "schedule" all of them at once, seeded.
-PHASES = {
-    "point": "each instance SIGKILLed at a named crash point of its code",
-    "wire": "a produce acknowledgement lost, then a record refused (an abortable error)",
-    "kills": "SIGKILLs at random moments",
-    "rebalance": "a member joins the group, then one leaves",
-    "zombie": "an instance frozen until the group moved its partitions on, then woken",
-    "offsets": "the offsets sent to a transaction refused, as a fenced member's are",
-    "fenced": "a successor starts with an instance's transactional.id",
-    "schedule": "all of these, shuffled and spaced by a seed",
-}
-BETWEEN_S = (1.5, 3.0)  # between two faults of the schedule
+PHASES = {"point": "each instance SIGKILLed at a named crash point of its code", **KINDS,
+          "schedule": SCHEDULE}
 FEED_S = 12.0  # the schedule's input arrives over this long; a single kind's over FEED_S / 2
-FROZEN_AT_MOST_S = 60.0  # a zombie is woken once the group moved on, or after this long
+TRICKLE_S = 0.4  # while faults are still to land, a little input this often (work to do)
+FEED_HOLD_S = 180.0  # ... for this long at most
+IDLE_S = 6.0  # input all there, faults landed, nothing moving this long: idle (or stalled)
 # What the lab gives the loop, each setting only if the function asks for it by name.
 SETTINGS = ("bootstrap", "input_topic", "output_topic", "group_id", "transactional_id",
             "instance_id", "group_protocol", "batch_size")
@@ -99,80 +91,80 @@ def _clients(run) -> AppClients:
     return AppClients(None, lambda: {"bootstrap": run.client_bootstrap}, worker=learner.run_code,
                       members=_members(run, o.instances), timeout_s=o.timeout,
                       stall_s=o.stall_s, label=f"judge [{o.phase}]", feed=_feed,
-                      restart_exited=True, on_done=_close_hanging, own_crashes=25)
+                      restart_exited=True, on_done=_close_hanging, own_crashes=25,
+                      idle_s=IDLE_S, audit_stalled=True)
 
 
 GROUP_FORMED_S = 30.0  # the input waits this long at most for every instance to join
 
 
 def _feed(run) -> None:
-    """The input, once every instance has joined the group (so each has partitions, and
-    each crash point armed is reached): at once for a point, a slice at a time over FEED_S
-    for the schedule (the group works while the faults land, as a service does)."""
+    """The input, once the group has formed (every instance with partitions of its own, so
+    each crash point armed is reached): at once for a point; for the faults, three quarters
+    over FEED_S (the group works while they land, as a service does), then a trickle while
+    faults are still to land, then the rest after the last one (what a fenced instance or a
+    zombie does next is judged too). ``aborted_input`` records go in aborted transactions,
+    as an upstream's would: a loop must never process them."""
     deadline = time.monotonic() + GROUP_FORMED_S
-    while time.monotonic() < deadline:
-        members = run.progress.members()
-        if members is not None and len(members) >= run.o.instances:
-            break
+    while time.monotonic() < deadline and not run.progress.formed(run.o.instances):
         time.sleep(0.2)
     producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
                                        "enable.idempotence": True, "linger.ms": 5}))
-    slices = 1 if run.o.phase == "point" else 40
+    rejected = _upstream_aborts(run)
+    inputs, point = run.inputs, run.o.phase == "point"
+    main = len(inputs) if point else len(inputs) * 3 // 4
+    write = lambda records: _write(run, producer, records)  # noqa: E731
+    next(rejected)
     feed_s = FEED_S if run.o.phase == "schedule" else FEED_S / 2
-    step = max(1, len(run.inputs) // slices)
-    for start in range(0, len(run.inputs), step):
-        for r in run.inputs[start:start + step]:
-            producer.produce(run.topics["input"], key=str(r["key"]).encode(),
-                             value=topics.encode(r))
-        producer.flush(30)
-        if slices > 1:
-            time.sleep(feed_s / slices)
+    step = max(1, main // (1 if point else 30))
+    for start in range(0, main, step):
+        write(inputs[start:min(start + step, main)])
+        if start == main // 2:
+            next(rejected)
+        if not point:
+            time.sleep(feed_s / 30)
+    schedule = next(iter(run.nemesis.of(Schedule)), None)
+    hold_until, done, written_at = time.monotonic() + FEED_HOLD_S, main, time.monotonic()
+    reserve = max(1, (len(inputs) - main) // 4)  # written after the last fault
+    while schedule is not None and schedule.pending and time.monotonic() < hold_until \
+            and len(inputs) - done > reserve:
+        consumed, end, _ = run.progress.sample()
+        if consumed >= end or time.monotonic() > written_at + 3.0:
+            write(inputs[done:done + 1])  # a record more once the group has caught up
+            done, written_at = done + 1, time.monotonic()
+        time.sleep(TRICKLE_S)
+    tail = inputs[done:]
+    for start in range(0, len(tail), max(1, len(tail) // 5)):
+        write(tail[start:start + max(1, len(tail) // 5)])
+        time.sleep(0.4)
+    next(rejected, None)
+
+
+def _write(run, producer: Producer, records: list[dict]) -> None:
+    for r in records:
+        producer.produce(run.topics["input"], key=str(r["key"]).encode(), value=topics.encode(r))
     if producer.flush(30):
         raise RuntimeError("the judge could not write its own input")
 
 
-def _moved_on(run, instance: int) -> bool:
-    """Has the group moved on without the frozen instance? Its static member id is gone
-    from the group (asked at most once a second)."""
-    now = time.monotonic()
-    if now < getattr(run, "_asked_at", 0.0) + 1.0:
-        return False
-    run._asked_at = now
-    members = run.progress.members()
-    static_id = run.workers.instances[instance].kwargs.get("instance_id")
-    return members is not None and static_id not in {m[1] for m in members}
-
-
-def production_faults(phase: str, seed: int) -> list:
-    """The faults of ``phase`` (all of them for "schedule"), before the schedule's shuffle."""
-    rng = random.Random(seed)
-    pick = lambda: any_running(rng.randrange(1 << 30))  # noqa: E731 - a choice per fault
-    kinds = {
-        "wire": [Arm("drop-ack:produce:1", name="a produce acknowledgement lost"),
-                 Arm("error:produce:1:INVALID_RECORD",
-                     name="an abortable error on a Produce (a record refused)")],
-        "kills": [Kill(pick()), Kill(pick())],
-        "rebalance": [Join(settings=lambda run, i: _member(run, i)), Leave(pick())],
-        "zombie": [Freeze(pick(), for_s=FROZEN_AT_MOST_S, until=_moved_on)],
-        "offsets": [Arm("error:txnoffsetcommit:1:ILLEGAL_GENERATION",
-                        name="the offsets sent to the transaction refused")],
-        "fenced": [Replace(pick())]}
-    if phase == "schedule":
-        return [fault for faults in kinds.values() for fault in faults]
-    return kinds[phase]
-
-
-def _nemesis(o) -> Nemesis:
-    if o.phase == "point":
-        # one point per instance (their first visit): every instance has partitions, the
-        # input written once the group has formed
-        faults = [CrashAt(point, hit=1, instance=i) for i, point in enumerate(points(o.crash_at))]
-        return Nemesis(*faults, *([ProxyFault(o.fault)] if o.fault else []))
-    # each fault a seeded delay after the loop's first commit since the last one (or since
-    # a restart): it lands while the loop works, not while it starts
-    return Nemesis(ProxyFault(), Schedule(
-        production_faults(o.phase, o.seed), BETWEEN_S, seed=o.seed, clock="commit",
-        committed=lambda run: run.progress.sample(fresh=True)[0], name=PHASES[o.phase]))
+def _upstream_aborts(run):
+    """Half the input's aborted records in one transaction, aborted, each time it is
+    advanced (an upstream producer's: at the input's start and in its middle)."""
+    records = data.generate(run.o.aborted_input, seed=run.o.seed + 1,
+                            keys=data.keys_for(run.o.partitions), prefix=findings.ABORTED_PREFIX)
+    if not records:
+        while True:
+            yield
+    producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
+                                       "transactional.id": run.transactional_id("upstream")}))
+    producer.init_transactions(30)
+    half = (len(records) + 1) // 2
+    for part in (records[:half], records[half:]):
+        producer.begin_transaction()
+        _write(run, producer, part)
+        producer.abort_transaction(30)
+        yield
+    producer.flush(5)
 
 
 def points(crash_at: str | list | tuple | None) -> list[str]:
@@ -196,51 +188,53 @@ def _check(phase, crash_at, instances, **_) -> None:
         raise ValueError(f"crash_at is for phase point; phase {phase} has faults of its own")
 
 
+def _nemesis(o) -> Nemesis:
+    # the proxy's trace of the transactional APIs: how each instance reacted to being fenced
+    proxy = ProxyFault(o.fault, trace=findings.Ledger(), trace_apis=findings.TXN_APIS) \
+        if o.fault or o.phase != "point" else None
+    if o.phase == "point":
+        # one point per instance (their first visit): every instance has partitions, the
+        # input written once the group has formed
+        faults = [CrashAt(point, hit=1, instance=i) for i, point in enumerate(points(o.crash_at))]
+        return Nemesis(*faults, *([proxy] if proxy else []))
+    # each fault a seeded delay after the loop's first commit since the last one (or since
+    # a restart): it lands while the loop works, not while it starts
+    return Nemesis(proxy, Schedule(
+        production_faults(o.phase, o.seed, member=_member), BETWEEN_S, seed=o.seed,
+        clock="commit", committed=lambda run: run.progress.sample(fresh=True)[0],
+        name=PHASES[o.phase]))
+
+
 def behaviour(run) -> list[Result]:
-    """What production would see besides the data: a transaction left open (every
-    read_committed reader of its partitions waits for it until its transaction.timeout.ms),
-    an instance that went on after it was fenced (a fatal error taken for another). The
-    audit's verdict stays the data's; a judge fails a loop on these too."""
-    hanging = run.facts.get("hanging", [])
-    # A successor fenced in its turn: the instance it replaced came back with their
-    # transactional.id instead of stopping (a fatal error taken for one to recover from).
-    successors = {f.successor for s in run.nemesis.of(Schedule) for f in s.done
-                  if isinstance(f, Replace)}
-    ran_on = sorted({f["instance"] for f in run.clients.pool.result.failures
-                     if f["instance"] in successors and "FENCED" in raised(f["log"])})
-    return [r for r in (Result("hanging-transaction", not hanging, len(hanging), hanging),
-                        Result("fenced-ran-on", not ran_on, len(ran_on), ran_on))
-            if not r.valid]
+    """What production would see besides the data (``judge_findings``): the audit's verdict
+    stays the data's; a judge fails a loop on these too."""
+    proxies = run.nemesis.of(ProxyFault)
+    return findings.behaviour(run, proxies[0].trace if proxies else None)
 
 
 def _checkers(o) -> list:
     crash_at = ",".join(points(o.crash_at)) or None
     return [TopicAudit(NAME, "exactly_once", crash_at, o.fault or
                        (PHASES[o.phase] if o.phase != "point" else None),
-                       isolation=o.isolation)]
+                       isolation=o.isolation),
+            findings.aborted_input_read(o.isolation)]
 
 
-ERROR = re.compile(r"KafkaError\{code=(\w+),val=-?\d+,str=\"([^\"]*)\"(.*?)\}")
-
-
-def raised(log: str) -> str:
-    """What a worker raised, from its log's last lines: Kafka's error and its class."""
-    found = ERROR.findall(log)
-    if found:
-        code, text, flags = found[-1]
-        kind = ("fatal" if "fatal=True" in flags else "abortable" if
-                "txn_requires_abort=True" in flags else "retriable" if "retriable=True" in flags
-                else "not retriable")
-        return f"{code} ({kind}): {text}"
-    lines = [line.strip(" |") for line in log.splitlines() if line.strip(" |")]
-    return lines[-1] if lines else "(nothing in its log)"
+def _errors(run) -> list[dict]:
+    """What each instance that exited with an error raised, and its class."""
+    found = []
+    for e in findings.raised(run):
+        kind = ("fatal" if e.get("fatal") else "abortable" if e.get("abortable") else
+                "retriable" if e.get("retriable") else "not retriable") if "code" in e else ""
+        what = f"{e['code']} ({kind})" if kind else e["error"]
+        found.append({"instance": int(e["instance"]), "attempt": e["attempt"],
+                      "raised": f"{what}: {e['text']}", "class": kind or None})
+    return found
 
 
 def _facts(run) -> dict:
     app: AppClients = run.clients
-    failures = app.pool.result.failures
-    return {"errors": [{"instance": f["instance"], "attempt": f["attempt"],
-                        "raised": raised(f["log"])} for f in failures],
+    return {"errors": _errors(run),
             "faults_fired": [f.what for f in run.fired_faults],
             "waited": app.waited, "stalls": app.stalls, "notes": app.notes,
             "restarts": app.pool.result.attempts - len(app.pool.instances),
@@ -291,6 +285,8 @@ register(Experiment(
         Option("instances", 2, "instances of the loop in one group", kind=int, minimum=1),
         Option("partitions", 3, "partitions of the input and the output", kind=int, minimum=1),
         Option("records", 300, "input records", kind=int, short="-n", minimum=1),
+        Option("aborted_input", 20, "input records written in aborted transactions, as an "
+               "upstream's (a loop must never process them)", kind=int, minimum=0),
         Option("seed", 0, "the input's seed and the schedule's", kind=int),
         Option("group_protocol", "classic", "classic | consumer (KIP-848)", GROUP_PROTOCOLS),
         Option("isolation", "read_committed", "how downstream reads the output",
@@ -298,7 +294,9 @@ register(Experiment(
         Option("timeout", 240.0, "seconds for the whole run", kind=float),
         Option("stall_s", 30.0, "seconds without progress (its group not waiting) that make "
                "an instance stalled", kind=float),
-        Option("keep_topics", False, "keep the run's topics", kind=bool)),
+        Option("keep_topics", False, "keep the run's topics", kind=bool),
+        Option("keep_workdir", False, "keep the run's directory (each instance's log, the "
+               "history)", kind=bool, cli=False)),
     workload=lambda o: Workload(f"judge-{o.phase}", (
         Topic("input", o.partitions), Topic("output", o.partitions)),
         data.generate(o.records, seed=o.seed, keys=data.keys_for(o.partitions))),

@@ -28,7 +28,7 @@ from confluent_kafka import Producer
 
 from labkit.checking import audit
 
-from labkit.kafka import names, protocol, topics
+from labkit.kafka import exchanges, names, topics
 
 from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
@@ -123,7 +123,7 @@ def producer_expiry(expiration_ms: int = EXPIRATION_MS, records: int = 10,
             proxy.delay(HOLD_MS, "Produce")
             offsets = send(proxy.bootstrap, topic, payments)
             stats = proxy.stats()
-        errors = protocol.errors_answered(wire, "Produce")
+        errors = exchanges.errors_answered(wire, "Produce")
         trace = [_described(exchange) for exchange in wire if exchange["api"] == "Produce"]
         # idempotent, not transactional: at-least-once delivery, deduplicated by the broker
         report = audit.audit_topic(lab.bootstrap, topic, payments, SCENARIO, "at_least_once",

@@ -45,14 +45,17 @@ class ProxyFault(Fault):
     start, or when ``trigger`` fires; each exchange handed to ``trace``, kept in
     ``exchanges`` (``keep=True``) and, with ``trace_file``, written there as a JSON line.
     ``only_if(run)``: whether the run needs the proxy at all (a plaintext app in front of a
-    cluster that wants TLS or credentials)."""
+    cluster that wants TLS or credentials). ``kill:<api>:N`` SIGKILLs the run's supervised
+    instance that sent that request (``run.workers``)."""
 
     def __init__(self, spec: str | None = None, trigger: Trigger | None = None,
                  trace: Callable[[dict], None] | None = None, trace_file: str | None = None,
-                 keep: bool = False, only_if: Callable[[Run], bool] | None = None):
+                 keep: bool = False, only_if: Callable[[Run], bool] | None = None,
+                 trace_apis: set[str] | None = None):
         for one in (spec or "").split("+") if spec else ():  # "a+b": both armed
             parse_fault_spec(one)  # a bad form is refused here, listing the valid ones
         self.spec, self.trace, self.trace_file = spec, trace, trace_file
+        self.trace_apis = trace_apis  # only these APIs' exchanges (None: all)
         self._out = None
         self.exchanges: list[dict] | None = [] if keep else None
         self.from_start = trigger is None
@@ -67,7 +70,8 @@ class ProxyFault(Fault):
             return
         if self.trace_file is not None:
             self._out = open(self.trace_file, "w", encoding="utf-8")
-        self.proxy = FaultProxy(run.bootstrap, trace=self._record).start()
+        self.proxy = FaultProxy(run.bootstrap, trace=self._record, trace_apis=self.trace_apis,
+                                killer=lambda port, api: self._kill(run, port, api)).start()
         if self.spec is not None and self.from_start:
             for one in self.spec.split("+"):
                 self.proxy.apply(one)
@@ -78,6 +82,13 @@ class ProxyFault(Fault):
             for one in self.spec.split("+"):
                 self.proxy.apply(one)
             run.fired(self, f"{self.spec} armed in the proxy")
+
+    def _kill(self, run: Run, port: int, api: str) -> None:
+        """kill:<api>:N: the supervised instance whose connection comes from ``port``."""
+        workers = getattr(run, "workers", None)
+        instance = workers.instance_on_port(port) if workers is not None else None
+        if instance is not None and workers.kill(instance):
+            run.fired(self, f"instance {instance} SIGKILLed as it sent {api}")
 
     def _record(self, exchange: dict) -> None:
         if self.exchanges is not None:
