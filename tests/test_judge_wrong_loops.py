@@ -12,23 +12,9 @@ import pytest
 
 from labkit import experiments
 from labkit.pipelines import learner, production_loop
-from tests.wrong_loops import WRONG, wrong_loop
+from tests.wrong_loops import WRONG, found, judged, wrong_loop
 
 AT_POINTS = [name for name, w in WRONG.items() if w.phase == "point"]
-COUNTS = {"lost": "lost", "duplicated": "duplicated", "aborted_visible": "aborted_visible"}
-
-
-def judged(name: str, bootstrap: str, **options):
-    wrong = WRONG[name]
-    return experiments.run("judge", pipeline=wrong_loop(name), cluster=bootstrap,
-                           phase=wrong.phase, **{**wrong.options, **options})
-
-
-def found(run) -> set[str]:
-    """Everything the judge found: the audit's counts that are not zero, its anomalies, the
-    findings beside it."""
-    counts = {name for name, field in COUNTS.items() if getattr(run.report, field)}
-    return counts | set(run.report.anomalies) | set(run.findings)
 
 
 def test_each_wrong_loop_is_one_edit_of_the_reference():

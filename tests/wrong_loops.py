@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from labkit import experiments
 from labkit.pipelines import learner, production_loop
 
 OFFSETS = "producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),"
@@ -86,7 +87,7 @@ WRONG: dict[str, Wrong] = {
                 raise
             print("error, going on:", exc)  # no abort, no rewind
             continue"""},
-        "offsets", "abortable-not-aborted",
+        "offsets", "abortable-raised",
         why="an abortable error logged and the loop goes on, its transaction never aborted"),
     "fatal-reinit": Wrong(
         {EXCEPT: """            if exc.args[0].fatal():  # start over with a new producer
@@ -166,3 +167,18 @@ def wrong_loop(name: str) -> Callable:
     """The wrong loop ``name``: the reference with its edits, named ``fee_service_<name>``."""
     return learner.edited(production_loop.fee_service,
                           "fee_service_" + name.replace("-", "_"), WRONG[name].changes)
+
+
+def judged(name: str, bootstrap: str, **options):
+    """The judge's run of wrong loop ``name`` on the phase that catches it."""
+    wrong = WRONG[name]
+    return experiments.run("judge", pipeline=wrong_loop(name), cluster=bootstrap,
+                           phase=wrong.phase, **{**wrong.options, **options})
+
+
+def found(run) -> set[str]:
+    """Everything the judge found: the audit's counts that are not zero, its anomalies, the
+    findings beside it."""
+    counts = {name for name in ("lost", "duplicated", "aborted_visible")
+              if getattr(run.report, name)}
+    return counts | set(run.report.anomalies) | set(run.findings)

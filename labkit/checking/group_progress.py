@@ -39,6 +39,10 @@ class GroupProgress:
         # asks the coordinator for the committed offsets, which does not join the group.
         self.consumer = Consumer(client_config({
             "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            # the committed offsets as they stand: read_committed would ask for stable ones
+            # (KIP-447), and the answer waits while a transaction that sent offsets is open
+            # (an instance killed in one: until its successor aborts it)
+            "isolation.level": "read_uncommitted",
             "log_level": 0}))  # connection-refused noise while a broker restarts
         self.admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 0}))
         self.in_parts = [TopicPartition(input_topic, p)
@@ -47,13 +51,16 @@ class GroupProgress:
                           for p in topics.partitions_of(bootstrap, output_topic)]
         self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
         self.next_at = 0.0
+        self.ok = False  # did the last sample get an answer? (else ``last`` is old news)
+        self.grouped = False  # has the app's group had members (it uses the group)?
 
     def _end(self, tp: TopicPartition) -> int:
         return self.consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1]
 
     def sample(self, fresh: bool = False) -> tuple[int, int, int]:
         """(offsets committed, input end, output records); at most twice a second unless
-        ``fresh``, and the last answer while the broker cannot say (it may be restarting)."""
+        ``fresh``, and the last answer while the broker cannot say (it may be restarting:
+        ``ok`` then says False, and nothing may be decided on it)."""
         if not fresh and time.monotonic() < self.next_at:
             return self.last
         self.next_at = time.monotonic() + SAMPLE_EVERY_S
@@ -64,7 +71,9 @@ class GroupProgress:
             end = sum(self._end(tp) for tp in self.in_parts)
             now = (committed, end, sum(self._end(tp) for tp in self.out_parts))
         except Exception:  # KafkaException / timeouts during a broker restart
+            self.ok = False
             return self.last
+        self.ok = True
         if now != self.last and self.history_file is not None:
             history.append(self.history_file, "progress", committed=now[0], end=now[1],
                            output=now[2])
@@ -73,8 +82,10 @@ class GroupProgress:
 
     def waiting(self, instances_alive: int) -> str | None:
         """Why the group hands out no work now, if the coordinator says it is waiting: a
-        rebalance in progress, or members the app no longer runs (dead ones whose session has
-        not timed out yet). None: nothing to wait for (or the coordinator cannot say)."""
+        rebalance in progress, members the app no longer runs (dead ones whose session has
+        not timed out yet), or fewer members than the app runs (an instance just started has
+        not joined yet: on a loaded machine a start takes seconds). None: nothing to wait for
+        (or the coordinator cannot say)."""
         group = self._describe()
         if group is None:
             return None
@@ -84,6 +95,9 @@ class GroupProgress:
         if extra > 0:
             return (f"the group still has {extra} member(s) more than the app runs: a killed "
                     "instance's session has not timed out yet")
+        self.grouped = self.grouped or bool(group.members)
+        if extra < 0 and self.grouped:  # an app that uses the group, not assign()
+            return f"{-extra} instance(s) of the app not in the group yet (joining)"
         return None
 
     def members(self) -> list[tuple[str, str | None]] | None:

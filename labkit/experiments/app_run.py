@@ -188,7 +188,7 @@ class AppClients:
         alive = sum(pool.running(i) for i in range(len(pool.instances)))
         stalled_s = self.moving.stalled_s(consumed, end, written,
                                           (pool.result.attempts, self._faults_seen))
-        if alive and stalled_s >= self._stall_after():
+        if alive and stalled_s >= self._stall_after() and self.watch.ok:
             why = self.watch.waiting(alive)
             if why is None:
                 if self.stalls and (self.stalls[-1].consumed, self.stalls[-1].end) == \
@@ -211,6 +211,8 @@ class AppClients:
             self.quiet = _Quiet()
             consumed, end, written = self.watch.sample(fresh=True)
         pending = self.schedule is not None and self.schedule.pending
+        if not self.watch.ok:  # old numbers (the broker did not answer): nothing decided
+            return
         if pending and self.schedule.waiting_for_commit and consumed >= end \
                 and self.quiet.still(written, QUIET_S):
             self._unlanded("had consumed its input", "before it committed again")

@@ -63,7 +63,7 @@ PHASES = {"point": "each instance SIGKILLed at a named crash point of its code",
 FEED_S = 12.0  # the schedule's input arrives over this long; a single kind's over FEED_S / 2
 TRICKLE_S = 0.4  # while faults are still to land, a little input this often (work to do)
 FEED_HOLD_S = 180.0  # ... for this long at most
-IDLE_S = 6.0  # input all there, faults landed, nothing moving this long: idle (or stalled)
+IDLE_S = 10.0  # input all there, faults landed, nothing moving this long: idle (or stalled)
 # What the lab gives the loop, each setting only if the function asks for it by name.
 SETTINGS = ("bootstrap", "input_topic", "output_topic", "group_id", "transactional_id",
             "instance_id", "group_protocol", "batch_size")
@@ -283,7 +283,8 @@ register(Experiment(
                "(a,b: instance 0 at a, instance 1 at b)"),
         Option("fault", None, "phase point: a network fault too, e.g. drop-ack:produce:1"),
         Option("instances", 2, "instances of the loop in one group", kind=int, minimum=1),
-        Option("partitions", 3, "partitions of the input and the output", kind=int, minimum=1),
+        Option("partitions", 6, "partitions of the input and the output (several for each "
+               "instance: a batch spans partitions)", kind=int, minimum=1),
         Option("records", 300, "input records", kind=int, short="-n", minimum=1),
         Option("aborted_input", 20, "input records written in aborted transactions, as an "
                "upstream's (a loop must never process them)", kind=int, minimum=0),
