@@ -14,6 +14,7 @@ import, no crash points) get a verdict from the judge, never an error:
 """
 from __future__ import annotations
 
+import ast
 import inspect
 
 from labkit import experiments
@@ -27,7 +28,11 @@ def judge(loop, bootstrap, **options):
 
 
 def test_the_loops_import_nothing_of_the_lab():
-    assert "labkit" not in inspect.getsource(outside_loops)
+    tree = ast.parse(inspect.getsource(outside_loops))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"json", "confluent_kafka"}, imported
 
 
 def test_a_right_loop_with_kafkas_defaults_is_slow_not_stalled(bootstrap):
@@ -49,7 +54,8 @@ def test_read_uncommitted_downstream_fails_whether_or_not_the_loop_flushes(boots
         run = judge(loop, bootstrap, phase="point", fault="kill:endtxn:1",
                     isolation="read_uncommitted")
         assert run.report.aborted_visible > 0, (loop.__name__, run.summary())
-        assert run.report.lost == run.report.duplicated == 0, run.summary()
+        # each aborted record read beside its committed copy: a duplicate, nothing lost
+        assert run.report.lost == 0 and run.verdict == "incorrect", run.summary()
 
 
 def test_a_commit_first_loop_loses_what_it_was_writing(bootstrap):

@@ -26,6 +26,7 @@ from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 
 SAMPLE_EVERY_S = 0.5
+RENEW_S = 15.0  # no answer this long: the watching consumer is made anew
 # Group states in which the coordinator is moving partitions, not handing out work.
 REBALANCING = {ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING}
 
@@ -34,16 +35,8 @@ class GroupProgress:
     def __init__(self, bootstrap: str, input_topic: str, output_topic: str, group: str,
                  history_file: Path | None = None):
         self.input, self.output, self.group = input_topic, output_topic, group
-        self.history_file = history_file
-        # Same group id as the app, but this consumer never subscribes or commits: it only
-        # asks the coordinator for the committed offsets, which does not join the group.
-        self.consumer = Consumer(client_config({
-            "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-            # the committed offsets as they stand: read_committed would ask for stable ones
-            # (KIP-447), and the answer waits while a transaction that sent offsets is open
-            # (an instance killed in one: until its successor aborts it)
-            "isolation.level": "read_uncommitted",
-            "log_level": 0}))  # connection-refused noise while a broker restarts
+        self.history_file, self.bootstrap = history_file, bootstrap
+        self.consumer = self._consumer()
         self.admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 0}))
         self.in_parts = [TopicPartition(input_topic, p)
                          for p in topics.partitions_of(bootstrap, input_topic)]
@@ -52,7 +45,20 @@ class GroupProgress:
         self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
         self.next_at = 0.0
         self.ok = False  # did the last sample get an answer? (else ``last`` is old news)
+        self.failing_since: float | None = None
         self.grouped = False  # has the app's group had members (it uses the group)?
+
+    def _consumer(self) -> Consumer:
+        # Same group id as the app, but this consumer never subscribes or commits: it only
+        # asks the coordinator for the committed offsets, which does not join the group.
+        return Consumer(client_config({
+            "bootstrap.servers": self.bootstrap, "group.id": self.group,
+            "enable.auto.commit": False,
+            # the committed offsets as they stand: read_committed would ask for stable ones
+            # (KIP-447), and the answer waits while a transaction that sent offsets is open
+            # (an instance killed in one: until its successor aborts it)
+            "isolation.level": "read_uncommitted",
+            "log_level": 0}))  # connection-refused noise while a broker restarts
 
     def _end(self, tp: TopicPartition) -> int:
         return self.consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1]
@@ -70,15 +76,28 @@ class GroupProgress:
             # the input's end too: input may still be arriving (a judge's feed)
             end = sum(self._end(tp) for tp in self.in_parts)
             now = (committed, end, sum(self._end(tp) for tp in self.out_parts))
-        except Exception:  # KafkaException / timeouts during a broker restart
-            self.ok = False
+        except Exception as exc:  # KafkaException / timeouts during a broker restart
+            self._failed(exc)
             return self.last
-        self.ok = True
+        self.ok, self.failing_since = True, None
         if now != self.last and self.history_file is not None:
             history.append(self.history_file, "progress", committed=now[0], end=now[1],
                            output=now[2])
         self.last = now
         return self.last
+
+    def _failed(self, exc: Exception) -> None:
+        """No answer. After RENEW_S of them the consumer is made anew: one that lost its
+        group's coordinator to a broker kill was seen to stay without one for minutes."""
+        self.ok, now = False, time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+            if self.history_file is not None:
+                history.append(self.history_file, "progress-unknown", error=str(exc)[:200])
+        elif now - self.failing_since > RENEW_S:
+            self.failing_since = now
+            self.consumer.close()
+            self.consumer = self._consumer()
 
     def waiting(self, instances_alive: int) -> str | None:
         """Why the group hands out no work now, if the coordinator says it is waiting: a

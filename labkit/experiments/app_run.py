@@ -189,7 +189,7 @@ class AppClients:
         stalled_s = self.moving.stalled_s(consumed, end, written,
                                           (pool.result.attempts, self._faults_seen))
         if alive and stalled_s >= self._stall_after() and self.watch.ok:
-            why = self.watch.waiting(alive)
+            why = self._frozen() or self.watch.waiting(alive)
             if why is None:
                 if self.stalls and (self.stalls[-1].consumed, self.stalls[-1].end) == \
                         (consumed, end) and self.idle_s is not None:
@@ -220,12 +220,32 @@ class AppClients:
         elif not pending:
             if consumed >= end and self.quiet.still(written, QUIET_S):
                 self._finish()
-            elif written and consumed == 0 and self.quiet.still(written, IDLE_S):
+            elif written and consumed == 0 and self.quiet.still(written, IDLE_S) \
+                    and not self._group_waits(alive):
                 self.notes.append(f"the input was not consumed by group {self.watch.group} "
                                   f"({consumed}/{end} offsets committed), but the output has "
                                   f"been quiet for {IDLE_S:.0f} s: audited as it is")
                 self._finish()
         self.quiet.still(written, 0)
+
+    def _group_waits(self, alive: int) -> bool:
+        """Does the app's group say it is waiting (a dead member's session, a rebalance)?
+        Then a quiet output is a slow app, not one that never commits: said, and the quiet
+        counts afresh."""
+        why = self._frozen() or self.watch.waiting(alive)
+        if why is not None:
+            self.quiet = _Quiet()
+            if not self.waited or self.waited[-1] != why:
+                self.waited.append(why)
+                self.run.step(f"torture: output quiet and nothing committed, but {why}: "
+                              "slow, not stalled")
+        return why is not None
+
+    def _frozen(self) -> str | None:
+        """An instance the nemesis froze (a zombie): its partitions wait for its session."""
+        frozen = [i for i in range(len(self.pool.instances)) if self.pool.frozen(i)]
+        return (f"instance {frozen[0]} is frozen: its partitions wait until its session "
+                "times out" if frozen else None)
 
     def _stall_after(self) -> float:
         """Seconds without progress that make a stall: ``idle_s`` once the input is all

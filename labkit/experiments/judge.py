@@ -2,36 +2,35 @@
 
     run = experiments.run("judge", phase="point", crash_at="mid-batch", pipeline=my_loop)
     run = experiments.run("judge", phase="schedule", seed=3, pipeline=my_loop)
-    run.verdict, run.findings, run.faults, run.errors
+    run.verdict, run.findings, run.faults_fired, run.errors, run.waited
 
-The loop (the learner's function, or the lab's reference ``production_loop.fee_service``)
-runs as ``instances`` members of one consumer group over ``partitions`` partitions, as
-supervised processes: a killed one is started again, one that exits with an error too (what
-it raised is kept: ``errors``), one that stops before its input is consumed too. It runs
-until its input is consumed and its output quiet (``labkit.experiments.app_run``), then the
-output is audited as downstream reads it (``isolation``).
+The loop (the learner's function, or the lab's reference ``production_loop.fee_service``;
+any function of plain confluent-kafka that takes the settings it names) runs as
+``instances`` members of one consumer group over ``partitions`` partitions, as supervised
+processes: a killed one is started again, one that exits with an error too (what it raised
+is kept with Kafka's class of it: ``errors``), one that stops before its input is consumed
+too. The input (``labkit.experiments.feed``) holds records of an upstream's aborted
+transactions too. The run is done once the input is consumed and the output quiet
+(``labkit.experiments.app_run``: a group that waits for a dead member's session is slow, not
+stalled, whatever the loop's settings); then the output is audited as downstream reads it
+(``isolation``).
 
-- ``phase="point"``: each instance SIGKILLed at a named crash point of its code (its
-  first visit; ``crashed`` lists the points that fired), the input written once the group
-  has formed;
-  ``fault`` adds a network fault (a lost ack, an abortable error on the wire).
-- ``phase="schedule"``: the input arrives while the group works, and a seeded schedule of
-  production's faults lands on it, one every 1.5-3 s: SIGKILLs, a member joining and one
-  leaving (rebalances), an instance frozen until the group moved its partitions on and
-  then woken (a zombie: its late writes and offsets must be fenced), an abortable error on
-  a Produce and on a TxnOffsetCommit (the transaction must be aborted and its batch read
-  again; its records stay in the log as aborted ones, so the reader's isolation is judged),
-  and a successor with an instance's transactional.id (a fatal error: the fenced one must
-  stop).
+- ``phase="point"``: each instance SIGKILLed at a named crash point of its code (its first
+  visit; ``crashed`` lists the points that fired), the input written once the group has
+  formed; ``fault`` adds network faults (``a+b``: a lost ack, an abortable error on the
+  wire, ``kill:endtxn:1``: a crash as the first commit is sent).
+- one phase per kind of production's fault (``labkit.faults.production``): ``kills``,
+  ``wire``, ``rebalance``, ``zombie``, ``offsets``, ``fenced``; ``schedule`` all of them,
+  shuffled by the seed. The input arrives while the group works; each fault lands a seeded
+  1.5-3 s after the loop's next commit.
 
-Besides the audit's counts, the findings name what production would see: a transaction
-left open (``hanging-transaction``: read_committed readers wait for it), an instance that
-went on after it was fenced (``fenced-ran-on``). Each fault that fired is on the run's
-timeline, so a finding can be set beside what happened just before it.
+Besides the audit's counts, the findings name what production would see
+(``labkit.experiments.judge_findings``): a transaction left open, an instance that went on
+after it was fenced, one that died of an abortable error, committed offsets that stop short
+of the input's end, an aborted input record processed. Each fault that fired is on the
+run's timeline, so a finding can be set beside what happened just before it.
 """
 from __future__ import annotations
-
-import time
 
 from confluent_kafka import Producer
 
@@ -40,6 +39,7 @@ from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
 from labkit.experiments import judge_findings as findings
 from labkit.experiments.app_run import AppClients
+from labkit.experiments.feed import feed
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.crashpoints import CRASH_POINTS
@@ -48,7 +48,6 @@ from labkit.faults.process_faults import CrashAt
 from labkit.faults.production import BETWEEN_S, KINDS, SCHEDULE, production_faults
 from labkit.faults.schedule import Schedule
 from labkit.faults.wire_faults import ProxyFault
-from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.inspect import InspectError, Inspector
 from labkit.pipelines import data, learner, production_loop
@@ -59,10 +58,10 @@ NAME = "judge"
 # Each phase is one kind of production's faults (the fast feedback: the first one that
 # breaks a loop names it), "schedule" all of them at once, seeded.
 PHASES = {"point": "each instance SIGKILLed at a named crash point of its code", **KINDS,
-          "schedule": SCHEDULE}
+          "schedule": SCHEDULE,
+          # on a failure lab of three brokers: experiments.run("judge-coordinator")
+          "coordinator": "the broker coordinating the loop's transactions SIGKILLed"}
 FEED_S = 12.0  # the schedule's input arrives over this long; a single kind's over FEED_S / 2
-TRICKLE_S = 0.4  # while faults are still to land, a little input this often (work to do)
-FEED_HOLD_S = 180.0  # ... for this long at most
 IDLE_S = 10.0  # input all there, faults landed, nothing moving this long: idle (or stalled)
 # What the lab gives the loop, each setting only if the function asks for it by name.
 SETTINGS = ("bootstrap", "input_topic", "output_topic", "group_id", "transactional_id",
@@ -87,7 +86,7 @@ def _member(run, i: int) -> dict:
 
 
 def _clients(run) -> AppClients:
-    o = run.o
+    o = run.o  # the judge's options, or the coordinator phase's (no crash point, no fault)
     return AppClients(None, lambda: {"bootstrap": run.client_bootstrap}, worker=learner.run_code,
                       members=_members(run, o.instances), timeout_s=o.timeout,
                       stall_s=o.stall_s, label=f"judge [{o.phase}]", feed=_feed,
@@ -95,76 +94,10 @@ def _clients(run) -> AppClients:
                       idle_s=IDLE_S, audit_stalled=True)
 
 
-GROUP_FORMED_S = 30.0  # the input waits this long at most for every instance to join
-
-
 def _feed(run) -> None:
-    """The input, once the group has formed (every instance with partitions of its own, so
-    each crash point armed is reached): at once for a point; for the faults, three quarters
-    over FEED_S (the group works while they land, as a service does), then a trickle while
-    faults are still to land, then the rest after the last one (what a fenced instance or a
-    zombie does next is judged too). ``aborted_input`` records go in aborted transactions,
-    as an upstream's would: a loop must never process them."""
-    deadline = time.monotonic() + GROUP_FORMED_S
-    while time.monotonic() < deadline and not run.progress.formed(run.o.instances):
-        time.sleep(0.2)
-    producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
-                                       "enable.idempotence": True, "linger.ms": 5}))
-    rejected = _upstream_aborts(run)
-    inputs, point = run.inputs, run.o.phase == "point"
-    main = len(inputs) if point else len(inputs) * 3 // 4
-    write = lambda records: _write(run, producer, records)  # noqa: E731
-    next(rejected)
-    feed_s = FEED_S if run.o.phase == "schedule" else FEED_S / 2
-    step = max(1, main // (1 if point else 30))
-    for start in range(0, main, step):
-        write(inputs[start:min(start + step, main)])
-        if start == main // 2:
-            next(rejected)
-        if not point:
-            time.sleep(feed_s / 30)
-    schedule = next(iter(run.nemesis.of(Schedule)), None)
-    hold_until, done, written_at = time.monotonic() + FEED_HOLD_S, main, time.monotonic()
-    reserve = max(1, (len(inputs) - main) // 4)  # written after the last fault
-    while schedule is not None and schedule.pending and time.monotonic() < hold_until \
-            and len(inputs) - done > reserve:
-        consumed, end, _ = run.progress.sample()
-        if consumed >= end or time.monotonic() > written_at + 3.0:
-            write(inputs[done:done + 1])  # a record more once the group has caught up
-            done, written_at = done + 1, time.monotonic()
-        time.sleep(TRICKLE_S)
-    tail = inputs[done:]
-    for start in range(0, len(tail), max(1, len(tail) // 5)):
-        write(tail[start:start + max(1, len(tail) // 5)])
-        time.sleep(0.4)
-    next(rejected, None)
-
-
-def _write(run, producer: Producer, records: list[dict]) -> None:
-    for r in records:
-        producer.produce(run.topics["input"], key=str(r["key"]).encode(), value=topics.encode(r))
-    if producer.flush(30):
-        raise RuntimeError("the judge could not write its own input")
-
-
-def _upstream_aborts(run):
-    """Half the input's aborted records in one transaction, aborted, each time it is
-    advanced (an upstream producer's: at the input's start and in its middle)."""
-    records = data.generate(run.o.aborted_input, seed=run.o.seed + 1,
-                            keys=data.keys_for(run.o.partitions), prefix=findings.ABORTED_PREFIX)
-    if not records:
-        while True:
-            yield
-    producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
-                                       "transactional.id": run.transactional_id("upstream")}))
-    producer.init_transactions(30)
-    half = (len(records) + 1) // 2
-    for part in (records[:half], records[half:]):
-        producer.begin_transaction()
-        _write(run, producer, part)
-        producer.abort_transaction(30)
-        yield
-    producer.flush(5)
+    o = run.o
+    feed(run, all_at_once=o.phase == "point", over_s=FEED_S if o.phase == "schedule"
+         else FEED_S / 2, aborted=o.aborted_input, instances=o.instances)
 
 
 def points(crash_at: str | list | tuple | None) -> list[str]:
@@ -213,8 +146,8 @@ def behaviour(run) -> list[Result]:
 
 
 def _checkers(o) -> list:
-    crash_at = ",".join(points(o.crash_at)) or None
-    return [TopicAudit(NAME, "exactly_once", crash_at, o.fault or
+    crash_at = ",".join(points(getattr(o, "crash_at", None))) or None
+    return [TopicAudit(NAME, "exactly_once", crash_at, getattr(o, "fault", None) or
                        (PHASES[o.phase] if o.phase != "point" else None),
                        isolation=o.isolation),
             findings.aborted_input_read(o.isolation)]
@@ -273,15 +206,8 @@ def _summary(run) -> str:
     return "\n".join(lines)
 
 
-register(Experiment(
-    NAME, "a consume-transform-produce loop as production runs it: a group of instances, "
-    "crashes, rebalances, a zombie, abortable and fatal errors", stall_s=600.0,
-    pipeline="the loop (as labkit.pipelines.production_loop.fee_service)", options=(
-        Option("phase", "point", " | ".join(f"{k}: {v}" for k, v in PHASES.items()),
-               tuple(PHASES)),
-        Option("crash_at", None, "phase point: the crash point, or one per instance "
-               "(a,b: instance 0 at a, instance 1 at b)"),
-        Option("fault", None, "phase point: a network fault too, e.g. drop-ack:produce:1"),
+# The options of every run of the loop, the judge's and the coordinator's (judge_coordinator).
+COMMON = (
         Option("instances", 2, "instances of the loop in one group", kind=int, minimum=1),
         Option("partitions", 6, "partitions of the input and the output (several for each "
                "instance: a batch spans partitions)", kind=int, minimum=1),
@@ -297,10 +223,24 @@ register(Experiment(
                "an instance stalled", kind=float),
         Option("keep_topics", False, "keep the run's topics", kind=bool),
         Option("keep_workdir", False, "keep the run's directory (each instance's log, the "
-               "history)", kind=bool, cli=False)),
+               "history)", kind=bool, cli=False))
+PARTS = dict(
+    pipeline="the loop (as labkit.pipelines.production_loop.fee_service)",
     workload=lambda o: Workload(f"judge-{o.phase}", (
         Topic("input", o.partitions), Topic("output", o.partitions)),
         data.generate(o.records, seed=o.seed, keys=data.keys_for(o.partitions))),
-    check=_check, clients=_clients, nemesis=_nemesis, checkers=_checkers, facts=_facts,
+    clients=_clients, checkers=_checkers, facts=_facts,
     presentation=Presentation(summary=_summary, json_facts=(
-        "findings", "errors", "faults_fired", "waited", "restarts", "seconds"))))
+        "findings", "errors", "faults_fired", "waited", "restarts", "seconds")))
+
+register(Experiment(
+    NAME, "a consume-transform-produce loop as production runs it: a group of instances, "
+    "crashes, rebalances, a zombie, abortable and fatal errors", stall_s=600.0, options=(
+        Option("phase", "point", " | ".join(f"{k}: {v}" for k, v in PHASES.items()
+                                            if k != "coordinator"),
+               tuple(p for p in PHASES if p != "coordinator")),
+        Option("crash_at", None, "phase point: the crash point, or one per instance "
+               "(a,b: instance 0 at a, instance 1 at b)"),
+        Option("fault", None, "phase point: a network fault too, e.g. drop-ack:produce:1"),
+        *COMMON),
+    check=_check, nemesis=_nemesis, **PARTS))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from labkit.checking import history
 from labkit.checking.checkers import Result
+from labkit.experiments.feed import ABORTED_PREFIX
 from labkit.faults.process_faults import Replace
 from labkit.faults.schedule import Schedule
 from labkit.kafka import topics
@@ -31,7 +32,6 @@ from labkit.kafka import topics
 TXN_APIS = {"InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit",
             "EndTxn"}
 FENCING = {"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTIONAL_ID_NOT_FOUND"}
-ABORTED_PREFIX = "aborted"  # the ids of the input's records in aborted transactions
 
 
 class Ledger:
