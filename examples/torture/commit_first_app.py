@@ -4,7 +4,8 @@ restarted app starts after them. ``labkit torture`` must catch this.
 
     labkit torture --input 400 --kills 3 -- python examples/torture/commit_first_app.py
 
-Otherwise the same app as exactly_once_app.py, without transactions.
+Otherwise the same app as exactly_once_app.py, without transactions (``--kafka-defaults``:
+no static membership either).
 """
 import argparse
 import json
@@ -20,12 +21,15 @@ def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--work-ms", type=float, default=0.0, help="processing time per record")
     args.add_argument("--batch", type=int, default=20, help="records per commit")
-    work_s = args.parse_args().work_ms / 1000
-    batch = args.parse_args().batch
+    args.add_argument("--kafka-defaults", action="store_true", help="no static membership")
+    opts = args.parse_args()
+    work_s, batch = opts.work_ms / 1000, opts.batch
     bootstrap = os.environ["LABKIT_BOOTSTRAP"]
     group = os.environ["LABKIT_GROUP_ID"]
+    static = {} if opts.kafka_defaults else {
+        "group.instance.id": os.environ.get("LABKIT_INSTANCE_ID", f"{group}-1")}
     consumer = Consumer({**kafka_config(), "bootstrap.servers": bootstrap, "group.id": group,
-                         "group.instance.id": f"{group}-1", "enable.auto.commit": False,
+                         **static, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
     producer = Producer({**kafka_config(), "bootstrap.servers": bootstrap, "enable.idempotence": True})
     consumer.subscribe([os.environ["LABKIT_INPUT_TOPIC"]])

@@ -9,7 +9,12 @@ replays exactly the records whose output was aborted: exactly-once.
 
 It runs until it is stopped, like a real streaming app. ``--work-ms`` is the processing
 time per record (a real app does something per record; it also gives the harness's kills
-something to interrupt).
+something to interrupt). ``--kafka-defaults`` leaves out the two settings below that are
+not Kafka's defaults (static membership, the idle-connection workaround): a restarted
+instance then waits for its dead predecessor's session (45 s), slower, still exact:
+
+    labkit torture --schedule production --instances 2 --kills 0 -- \
+        python examples/torture/exactly_once_app.py --kafka-defaults
 
 ``--hang-after N`` makes it hang like librdkafka's send_offsets_to_transaction() blocking far
 past its timeout (librdkafka #5456, #5511): after N committed transactions, the next one
@@ -48,15 +53,23 @@ def main() -> None:
                       help="hang forever (alive) inside the transaction after this many commits")
     args.add_argument("--hang-once", default=None, metavar="FILE",
                       help="with --hang-after: only the start that creates FILE hangs")
+    args.add_argument("--kafka-defaults", action="store_true",
+                      help="no static membership, no idle-connection workaround")
     opts = args.parse_args()
     work_s, batch = opts.work_ms / 1000, opts.batch
     bootstrap = os.environ["LABKIT_BOOTSTRAP"]
     group = os.environ["LABKIT_GROUP_ID"]
-    consumer = Consumer({
-        **kafka_config(), "bootstrap.servers": bootstrap, "group.id": group,
+    tuned = {} if opts.kafka_defaults else {
         # Static membership: a restarted instance takes its predecessor's place at once
         # instead of waiting for the dead one's session to time out.
-        "group.instance.id": f"{group}-1",
+        "group.instance.id": os.environ.get("LABKIT_INSTANCE_ID", f"{group}-1"),
+        # librdkafka 2.16 can block send_offsets_to_transaction() past its timeout once the
+        # group's coordinator left the cluster, until some connection opens or closes
+        # (librdkafka issues 5511, 5456): closing idle connections bounds that wait.
+        "connections.max.idle.ms": 5000}
+    consumer = Consumer({
+        **kafka_config(), "bootstrap.servers": bootstrap, "group.id": group,
+        **{k: v for k, v in tuned.items() if k.startswith("group.")},
         "enable.auto.commit": False,  # offsets are committed inside the transaction
         "isolation.level": "read_committed",  # never process another app's aborted output
         "auto.offset.reset": "earliest",
@@ -66,10 +79,7 @@ def main() -> None:
         # The same id after a restart fences the previous instance and aborts its open
         # transaction.
         "transactional.id": os.environ["LABKIT_TRANSACTIONAL_ID"],
-        # librdkafka 2.16 can block send_offsets_to_transaction() past its timeout once the
-        # group's coordinator left the cluster, until some connection opens or closes
-        # (librdkafka issues 5511, 5456): closing idle connections bounds that wait.
-        "connections.max.idle.ms": 5000,
+        **{k: v for k, v in tuned.items() if k.startswith("connections.")},
     })
     producer.init_transactions(60)
     consumer.subscribe([os.environ["LABKIT_INPUT_TOPIC"]])

@@ -26,6 +26,7 @@ from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 
 SAMPLE_EVERY_S = 0.5
+RENEW_S = 15.0  # no answer this long: the watching consumer is made anew
 # Group states in which the coordinator is moving partitions, not handing out work.
 REBALANCING = {ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING}
 
@@ -37,12 +38,8 @@ class GroupProgress:
     def __init__(self, bootstrap: str, input_topic: str, output_topic: str | None, group: str,
                  history_file: Path | None = None):
         self.input, self.output, self.group = input_topic, output_topic, group
-        self.history_file = history_file
-        # Same group id as the app, but this consumer never subscribes or commits: it only
-        # asks the coordinator for the committed offsets, which does not join the group.
-        self.consumer = Consumer(client_config({
-            "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-            "log_level": 0}))  # connection-refused noise while a broker restarts
+        self.history_file, self.bootstrap = history_file, bootstrap
+        self.consumer = self._consumer()
         self.admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 0}))
         self.in_parts = [TopicPartition(input_topic, p)
                          for p in topics.partitions_of(bootstrap, input_topic)]
@@ -51,13 +48,29 @@ class GroupProgress:
             if output_topic else []
         self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
         self.next_at = 0.0
+        self.ok = False  # did the last sample get an answer? (else ``last`` is old news)
+        self.failing_since: float | None = None
+        self.grouped = False  # has the app's group had members (it uses the group)?
+
+    def _consumer(self) -> Consumer:
+        # Same group id as the app, but this consumer never subscribes or commits: it only
+        # asks the coordinator for the committed offsets, which does not join the group.
+        return Consumer(client_config({
+            "bootstrap.servers": self.bootstrap, "group.id": self.group,
+            "enable.auto.commit": False,
+            # the committed offsets as they stand: read_committed would ask for stable ones
+            # (KIP-447), and the answer waits while a transaction that sent offsets is open
+            # (an instance killed in one: until its successor aborts it)
+            "isolation.level": "read_uncommitted",
+            "log_level": 0}))  # connection-refused noise while a broker restarts
 
     def _end(self, tp: TopicPartition) -> int:
         return self.consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1]
 
     def sample(self, fresh: bool = False) -> tuple[int, int, int]:
         """(offsets committed, input end, output records); at most twice a second unless
-        ``fresh``, and the last answer while the broker cannot say (it may be restarting)."""
+        ``fresh``, and the last answer while the broker cannot say (it may be restarting:
+        ``ok`` then says False, and nothing may be decided on it)."""
         if not fresh and time.monotonic() < self.next_at:
             return self.last
         self.next_at = time.monotonic() + SAMPLE_EVERY_S
@@ -66,8 +79,10 @@ class GroupProgress:
             # the input's end too: input may still be arriving (a judge's feed)
             end = sum(self._end(tp) for tp in self.in_parts)
             now = (committed, end, self.written())
-        except Exception:  # KafkaException / timeouts during a broker restart
+        except Exception as exc:  # KafkaException / timeouts during a broker restart
+            self._failed(exc)
             return self.last
+        self.ok, self.failing_since = True, None
         if now != self.last and self.history_file is not None:
             history.append(self.history_file, "progress", committed=now[0], end=now[1],
                            output=now[2])
@@ -82,6 +97,19 @@ class GroupProgress:
         """What the app has written: the output topic's records."""
         return sum(self._end(tp) for tp in self.out_parts)
 
+    def _failed(self, exc: Exception) -> None:
+        """No answer. After RENEW_S of them the consumer is made anew: one that lost its
+        group's coordinator to a broker kill was seen to stay without one for minutes."""
+        self.ok, now = False, time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+            if self.history_file is not None:
+                history.append(self.history_file, "progress-unknown", error=str(exc)[:200])
+        elif now - self.failing_since > RENEW_S:
+            self.failing_since = now
+            self.consumer.close()
+            self.consumer = self._consumer()
+
     def describe(self):
         """The group as its coordinator describes it now (a ConsumerGroupDescription), or
         None when it cannot say (a broker restarting, the group just made)."""
@@ -94,8 +122,10 @@ class GroupProgress:
 
     def waiting(self, instances_alive: int) -> str | None:
         """Why the group hands out no work now, if the coordinator says it is waiting: a
-        rebalance in progress, or members the app no longer runs (dead ones whose session has
-        not timed out yet). None: nothing to wait for (or the coordinator cannot say)."""
+        rebalance in progress, members the app no longer runs (dead ones whose session has
+        not timed out yet), or fewer members than the app runs (an instance just started has
+        not joined yet: on a loaded machine a start takes seconds). None: nothing to wait for
+        (or the coordinator cannot say)."""
         group = self.describe()
         if group is None:
             return None
@@ -105,6 +135,9 @@ class GroupProgress:
         if extra > 0:
             return (f"the group still has {extra} member(s) more than the app runs: a killed "
                     "instance's session has not timed out yet")
+        self.grouped = self.grouped or bool(group.members)
+        if extra < 0 and self.grouped:  # an app that uses the group, not assign()
+            return f"{-extra} instance(s) of the app not in the group yet (joining)"
         return None
 
     def members(self) -> list[tuple[str, str | None]] | None:
@@ -116,16 +149,19 @@ class GroupProgress:
 
     def formed(self, members: int) -> bool:
         """Has the group settled with ``members`` members or more: stable (no rebalance
-        under way) and every partition of the input assigned to one of them? (A member
-        listed while a rebalance is still under way may not have partitions yet.)"""
+        under way), every partition of the input assigned, and each member with partitions
+        of its own where there are enough to go round? (A member listed while a rebalance
+        is under way may have none yet; work fed then would never reach it.)"""
         group = self.describe()
         if group is None:
             return False
-        assigned = {(tp.topic, tp.partition) for m in group.members
-                    for tp in (m.assignment.topic_partitions if m.assignment else ())}
+        owned = [{(tp.topic, tp.partition) for tp in
+                  (m.assignment.topic_partitions if m.assignment else ())}
+                 for m in group.members]
         wanted = {(tp.topic, tp.partition) for tp in self.in_parts}
+        each_has_some = len(wanted) < len(owned) or all(owned)
         return (group.state == ConsumerGroupState.STABLE and len(group.members) >= members
-                and wanted <= assigned)
+                and wanted <= set().union(*owned) and each_has_some)
 
     def __enter__(self) -> "GroupProgress":
         return self

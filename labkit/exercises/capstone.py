@@ -36,10 +36,15 @@ from labkit.progress import status
 PAYMENTS = 300
 ACCOUNTING_READS = ("read_committed", "read_uncommitted")
 WIRE = "drop-ack:produce:1"  # the broker writes a produce request; its ack is lost
+# then a refused record (an abortable error), and an instance killed as it sends its first
+# commit: its transaction's records are in the log whatever it flushed, aborted, so the way
+# accounting reads the ledger is judged
+WIRE_RUN = WIRE + "+error:produce:3:INVALID_RECORD+kill:endtxn:1"
 # Points every version of the loop has (it polls, writes half a batch, finishes a batch):
 # without them the audit could not crash it where duplicates and losses come from.
 REQUIRED_POINTS = ("after-poll-before-process", "mid-batch", "after-commit")
 KINDS = ("kills", "wire", "rebalance", "zombie", "offsets", "fenced")  # the order they are tried in
+COUNTED = ("lost-write", "duplicate", "aborted-read")  # the table's columns say these
 
 
 def service_code(service: Callable) -> str:
@@ -79,7 +84,7 @@ def experiments(service: Callable) -> list[tuple[str, ...]]:
 
 def _label(points: tuple[str, ...]) -> str:
     return " and ".join(f"crash at {p}" for p in points) if points else \
-        "lost produce ack, refused record"
+        "lost produce ack, refused record, crash at a commit"
 
 
 def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | None = None,
@@ -88,17 +93,24 @@ def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | No
     """One judged run of the learner's service (see ``labkit.experiments.judge``)."""
     validate(service, accounting_reads)
     if phase == "point" and not crash_at and fault is None:
-        fault = WIRE + "+error:produce:3:INVALID_RECORD"
+        fault = WIRE_RUN
     return registry.run("judge", phase=phase, pipeline=service, crash_at=crash_at or None,
                         fault=fault if phase == "point" else None, cluster=bootstrap,
                         records=payments, isolation=accounting_reads, **options)
 
 
+def _found(run: RunRecord) -> list[str]:
+    """What the judge found besides the table's counts: its findings, the audit's other
+    anomalies (e.g. an aborted input read)."""
+    return [*run.findings, *(a for a in run.report.anomalies if a not in COUNTED)]
+
+
 def _row(label: str, run: RunRecord) -> dict:
     r = run.report
+    found = _found(run)
     return {"experiment": label, "payments": r.produced, "lost": r.lost,
             "charged_twice": r.duplicated, "aborted_visible": r.aborted_visible,
-            "exactly_once": r.exactly_once and not run.findings}
+            "findings": ", ".join(found), "exactly_once": r.exactly_once and not found}
 
 
 def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None = None,
@@ -175,14 +187,16 @@ def _point_hints(code: str, accounting_reads: str, results: pd.DataFrame) -> lis
     if (bad["aborted_visible"] > 0).any():
         hints.append("accounting saw payments of ABORTED transactions: look at how it reads "
                      f"the ledger (accounting_reads = {accounting_reads!r})")
-    return hints
+    named = {f for found in bad["findings"] for f in found.split(", ") if f}
+    return hints + [FINDING_HINTS[f] for f in sorted(named) if f in FINDING_HINTS]
 
 
 # What each kind of fault implicates when it breaks a loop (causes, never the fix).
 KIND_HINTS = {
     "production's faults": "the named points are not the only places a process can die, nor "
                            "a crash the only thing production does",
-    PHASES["kills"]: "what does your loop leave half done between two named points?",
+    PHASES["kills"]: "what does your loop leave half done between two named points, or when "
+                     "it dies with its output or its commit on the wire?",
     PHASES["wire"]: "when the broker refused a record, was the whole transaction given up and "
                     "its batch read again from where it began?",
     PHASES["rebalance"]: "when the group moved partitions between instances, did the offsets "
@@ -199,6 +213,12 @@ FINDING_HINTS = {
                            "read_committed reader of its partitions waited for it",
     "fenced-ran-on": "an instance went on after it was fenced, beside the one that took its "
                      "place",
+    "abortable-raised": "an instance died of an error that only asked for its transaction to "
+                        "be aborted: what became of the batch it was in?",
+    "offsets-behind": "the input's committed offsets stopped short of what the service had "
+                      "processed: a restart reads those payments again",
+    "aborted-input-read": "the ledger holds payments an upstream producer ABORTED: how does "
+                          "the service read its input?",
 }
 
 
@@ -208,8 +228,8 @@ def _finding_text(label: str, run: RunRecord) -> str:
                                                          ("charged_twice", r.duplicated),
                                                          ("aborted_visible", r.aborted_visible))
              if v]
-    found += [f"{name} ({', '.join(map(str, examples))})"
-              for name, examples in run.findings.items()]
+    found += [f"{name} ({', '.join(map(str, run.findings[name]))})" if name in run.findings
+              else name for name in _found(run)]
     errors = "; ".join(f"instance {e['instance']} raised {e['raised']}" for e in run.errors)
     return (f"under {label}: {', '.join(found) or 'not exactly once'}"
             + (f" ({errors})" if errors else ""))
@@ -232,10 +252,12 @@ def check_capstone(service: Callable, accounting_reads: str,
     bad = results[~results["exactly_once"]]
     if not bad.empty:
         findings = "; ".join(
-            f"{row.experiment}: " + (", ".join(f"{k.replace('_', ' ')} {getattr(row, k)}"
-                                               for k in ("lost", "charged_twice",
-                                                         "aborted_visible")
-                                               if getattr(row, k)) or "not exactly once")
+            f"{row.experiment}: " + (", ".join([*(f"{k.replace('_', ' ')} {getattr(row, k)}"
+                                                  for k in ("lost", "charged_twice",
+                                                            "aborted_visible")
+                                                  if getattr(row, k)),
+                                                *filter(None, [row.findings])])
+                                     or "not exactly once")
             for row in bad.itertuples())
         hints = _point_hints(service_code(service), accounting_reads, results)
         return check(False, "", f"{len(bad)} of {len(results)} experiments are not "
@@ -251,7 +273,7 @@ def check_capstone(service: Callable, accounting_reads: str,
     if broken is not None:
         label, run = broken
         hints = [KIND_HINTS[label.rsplit(" (", 1)[0]]] + \
-            [FINDING_HINTS[f] for f in run.findings if f in FINDING_HINTS]
+            [FINDING_HINTS[f] for f in _found(run) if f in FINDING_HINTS]
         return check(False, "", f"every named point was exact, but not "
                                 f"{_finding_text(label, run)}. Hint: " + " | ".join(hints))
     return check(True, f"all {len(results)} point experiments exactly-once, then under "

@@ -10,6 +10,14 @@ own timeout, e.g. librdkafka's send_offsets_to_transaction() after a broker rest
 librdkafka #5456, #5511) and restarted like a killed one, unless its group says it is
 waiting: rebalancing, or holding a member the app no longer runs (a killed instance whose
 session has not timed out: 45 s by default). That wait is recorded as such, never as a stall.
+
+A judge (``idle_s``) also tells an idle app from a stalled one: once the input is all there
+and every fault has landed, an app whose committed offsets and output have not moved for
+``idle_s`` while its group hands out work is restarted once; if it comes back and commits
+no further, it has done what it will do (it commits less than it read: an off-by-one) and
+its output is audited as it is, the offsets it left behind a finding (``behind``). With
+``audit_stalled`` an app that stalls at every start, or is not done in ``timeout_s``, is
+audited as it is too, not refused (a judge owes every loop a verdict).
 """
 from __future__ import annotations
 
@@ -20,16 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
 from labkit.checking import history
 from labkit.checking.group_progress import GroupProgress
 from labkit.faults.broker_faults import KillBroker
 from labkit.faults.pool import WorkerPool
 from labkit.faults.process_faults import Kill
 from labkit.faults.schedule import Schedule
-from labkit.kafka import topics
-from labkit.kafka.clientlog import client_config
 from labkit.pipelines.contract import ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT, HarnessError
 from labkit.progress import status
 
@@ -81,7 +85,8 @@ class AppClients:
                  on_done: Callable[[Any], None] | None = None,
                  own_crashes: int = OWN_CRASHES,
                  progress: Callable[[Any], GroupProgress] | None = None,
-                 quiet_s: float = QUIET_S):
+                 quiet_s: float = QUIET_S, idle_s: float | None = None,
+                 audit_stalled: bool = False):
         self.command, self.env, self.worker = command, env, worker
         self.progress, self.quiet_s = progress, quiet_s
         self.members = members or [{} for _ in range(instances)]
@@ -102,6 +107,10 @@ class AppClients:
         self.own_crash_limit = own_crashes
         self.done = False
         self.seconds = 0.0
+        self.idle_s, self.audit_stalled = idle_s, audit_stalled
+        self.behind: tuple[int, int] | None = None  # (committed, end) it stopped at
+        self.final: tuple[int, int, int] | None = None  # (committed, end, output) at the end
+        self.stall_killed: set[int] = set()  # instances the stall restarts SIGKILLed
 
     def attach(self, run: Any) -> None:
         self.run = run
@@ -177,15 +186,27 @@ class AppClients:
             return
         consumed, end, written = self._sample()
         if time.monotonic() - self.started > self.timeout_s:
-            raise HarnessError(self._timeout_message(consumed, end, written))
+            if not (self.audit_stalled and written):
+                raise HarnessError(self._timeout_message(consumed, end, written))
+            self.notes.append(self._timeout_message(consumed, end, written).split("\n")[0]
+                              + ": its output audited as it is")
+            if self.schedule is not None and self.schedule.pending:
+                self._unlanded("ran out of time", "")
+            self._finish()
+            return
         alive = sum(pool.running(i) for i in range(len(pool.instances)))
         stalled_s = self.moving.stalled_s(consumed, end, written,
                                           (pool.result.attempts, self._faults_seen))
-        if alive and stalled_s >= self.stall_s:
-            why = self.watch.waiting(alive)
+        if alive and stalled_s >= self._stall_after() and self.watch.ok:
+            why = self._frozen() or self.watch.waiting(alive)
             if why is None:
-                self._restart_stalled(stalled_s)
+                if self.stalls and (self.stalls[-1].consumed, self.stalls[-1].end) == \
+                        (consumed, end) and self.idle_s is not None:
+                    self._stopped_behind(consumed, end)  # a restart did not move it on
+                else:
+                    self._restart_stalled(stalled_s)
                 return
+            self.moving.since = time.monotonic()  # a wait is not a stall: counted afresh
             if not self.waited or self.waited[-1] != why:
                 self.waited.append(why)
                 self.run.step(f"torture: no progress for {stalled_s:.0f} s, but {why}: "
@@ -199,6 +220,8 @@ class AppClients:
             self.quiet = _Quiet()
             consumed, end, written = self.watch.sample(fresh=True)
         pending = self.schedule is not None and self.schedule.pending
+        if not self.watch.ok:  # old numbers (the broker did not answer): nothing decided
+            return
         if pending and self.schedule.waiting_for_commit and consumed >= end \
                 and self.quiet.still(written, self.quiet_s):
             self._unlanded("had consumed its input", "before it committed again")
@@ -206,12 +229,51 @@ class AppClients:
         elif not pending:
             if consumed >= end and self.quiet.still(written, self.quiet_s):
                 self._finish()
-            elif written and consumed == 0 and self.quiet.still(written, IDLE_S):
+            elif written and consumed == 0 and self.quiet.still(written, IDLE_S) \
+                    and not self._group_waits(alive):
                 self.notes.append(f"the input was not consumed by group {self.watch.group} "
                                   f"({consumed}/{end} offsets committed), but the output has "
                                   f"been quiet for {IDLE_S:.0f} s: audited as it is")
                 self._finish()
         self.quiet.still(written, 0)
+
+    def _group_waits(self, alive: int) -> bool:
+        """Does the app's group say it is waiting (a dead member's session, a rebalance)?
+        Then a quiet output is a slow app, not one that never commits: said, and the quiet
+        counts afresh."""
+        why = self._frozen() or self.watch.waiting(alive)
+        if why is not None:
+            self.quiet = _Quiet()
+            if not self.waited or self.waited[-1] != why:
+                self.waited.append(why)
+                self.run.step(f"torture: output quiet and nothing committed, but {why}: "
+                              "slow, not stalled")
+        return why is not None
+
+    def _frozen(self) -> str | None:
+        """An instance the nemesis froze (a zombie): its partitions wait for its session."""
+        frozen = [i for i in range(len(self.pool.instances)) if self.pool.frozen(i)]
+        return (f"instance {frozen[0]} is frozen: its partitions wait until its session "
+                "times out" if frozen else None)
+
+    def _stall_after(self) -> float:
+        """Seconds without progress that make a stall: ``idle_s`` once the input is all
+        there and no fault is still to land (nothing more will move the app on)."""
+        pending = self.schedule is not None and self.schedule.pending \
+            and not self.schedule.waiting_for_commit
+        if self.idle_s is None or self.feeding or pending:
+            return self.stall_s
+        return min(self.idle_s, self.stall_s)
+
+    def _stopped_behind(self, consumed: int, end: int) -> None:
+        self.behind = (consumed, end)
+        if self.schedule is not None and self.schedule.pending:
+            self._unlanded("stopped committing", "")
+        self.notes.append(f"the app stopped committing at {consumed} of {end} input offsets, "
+                          "and again after a restart: its output audited as it is")
+        self.run.step(f"torture: committed offsets stopped at {consumed} of {end}, again "
+                      "after a restart: done")
+        self._finish()
 
     def _after_exit(self) -> None:
         """The app finished by itself: audited once its output is quiet."""
@@ -249,6 +311,7 @@ class AppClients:
 
     def _finish(self) -> None:
         self.done = True
+        self.final = self.watch.sample(fresh=True)
         self.alive_at_done = [i for i in range(len(self.pool.instances))
                               if self.pool.running(i)]
         if self.on_done is not None:  # before anything is stopped: e.g. what is still open
@@ -281,6 +344,9 @@ class AppClients:
         self.stalls.append(stall)
         history.append(self.run.history_file, "stalled", attempt=stall.attempt,
                        stalled_s=stall.stalled_s, committed=consumed, end=end, output=written)
+        if len(self.stalls) >= MAX_STALLS and self.audit_stalled:
+            self._stopped_behind(consumed, end)
+            return
         if len(self.stalls) >= MAX_STALLS:
             raise HarnessError(
                 f"the app stalls every time it is started: {len(self.stalls)} times in this run "
@@ -296,7 +362,8 @@ class AppClients:
         self.say(line)
         print(line, file=sys.stderr, flush=True)  # stays above the spinner (rich redirects it)
         for i in range(len(self.pool.instances)):
-            self.pool.kill(i)
+            if self.pool.kill(i):
+                self.stall_killed.add(i)
 
     def _tail(self) -> str:
         return self.pool.log_tail(0) or "  | (no output)"
@@ -353,31 +420,3 @@ class _Progress:
             self.epoch, self.since = epoch, now
         self.seen = (consumed, end, written)
         return now - self.since if 0 < consumed < end else 0.0
-
-
-# ---------------------------------------------------------------------- feeding the app
-
-GROUP_FORMED_S = 30.0  # how long input waits at most for the group to have its members
-
-
-def group_formed(run: Any, members: int, timeout_s: float = GROUP_FORMED_S) -> bool:
-    """Until the app's group (``run.progress``) has settled with ``members`` members, every
-    partition assigned, ``timeout_s`` at most; whether it has. Input written once a group
-    has formed reaches every instance, so each crash point armed in one is reached."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if run.progress.formed(members):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def write_input(run: Any, records: list[dict], role: str = "input") -> None:
-    """``records`` into the run's ``role`` topic, keyed by their key, by an idempotent
-    producer (a retry never makes the input the cause of a duplicate)."""
-    producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
-                                       "enable.idempotence": True, "linger.ms": 5}))
-    for r in records:
-        producer.produce(run.topics[role], key=str(r["key"]).encode(), value=topics.encode(r))
-    if producer.flush(30):
-        raise RuntimeError(f"the lab could not write the run's {role}")

@@ -27,7 +27,8 @@ from __future__ import annotations
 from labkit.checking.checks import TableAudit
 from labkit.checking.record import Presentation
 from labkit.checking.table_progress import TableProgress
-from labkit.experiments.app_run import AppClients, group_formed, write_input
+from labkit.experiments.app_run import AppClients
+from labkit.experiments.feed import group_formed, write_input
 from labkit.experiments.judge import raised
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register

@@ -2,54 +2,52 @@
 
     run = experiments.run("judge", phase="point", crash_at="mid-batch", pipeline=my_loop)
     run = experiments.run("judge", phase="schedule", seed=3, pipeline=my_loop)
-    run.verdict, run.findings, run.faults, run.errors
+    run.verdict, run.findings, run.faults_fired, run.errors, run.waited
 
-The loop (the learner's function, or the lab's reference ``production_loop.fee_service``)
-runs as ``instances`` members of one consumer group over ``partitions`` partitions, as
-supervised processes: a killed one is started again, one that exits with an error too (what
-it raised is kept: ``errors``), one that stops before its input is consumed too. It runs
-until its input is consumed and its output quiet (``labkit.experiments.app_run``), then the
-output is audited as downstream reads it (``isolation``).
+The loop (the learner's function, or the lab's reference ``production_loop.fee_service``;
+any function of plain confluent-kafka that takes the settings it names) runs as
+``instances`` members of one consumer group over ``partitions`` partitions, as supervised
+processes: a killed one is started again, one that exits with an error too (what it raised
+is kept with Kafka's class of it: ``errors``), one that stops before its input is consumed
+too. The input (``labkit.experiments.feed``) holds records of an upstream's aborted
+transactions too. The run is done once the input is consumed and the output quiet
+(``labkit.experiments.app_run``: a group that waits for a dead member's session is slow, not
+stalled, whatever the loop's settings); then the output is audited as downstream reads it
+(``isolation``).
 
-- ``phase="point"``: each instance SIGKILLed at a named crash point of its code (its
-  first visit; ``crashed`` lists the points that fired), the input written once the group
-  has formed;
-  ``fault`` adds a network fault (a lost ack, an abortable error on the wire).
-- ``phase="schedule"``: the input arrives while the group works, and a seeded schedule of
-  production's faults lands on it, one every 1.5-3 s: SIGKILLs, a member joining and one
-  leaving (rebalances), an instance frozen until the group moved its partitions on and
-  then woken (a zombie: its late writes and offsets must be fenced), an abortable error on
-  a Produce and on a TxnOffsetCommit (the transaction must be aborted and its batch read
-  again; its records stay in the log as aborted ones, so the reader's isolation is judged),
-  and a successor with an instance's transactional.id (a fatal error: the fenced one must
-  stop).
+- ``phase="point"``: each instance SIGKILLed at a named crash point of its code (its first
+  visit; ``crashed`` lists the points that fired), the input written once the group has
+  formed; ``fault`` adds network faults (``a+b``: a lost ack, an abortable error on the
+  wire, ``kill:endtxn:1``: a crash as the first commit is sent).
+- one phase per kind of production's fault (``labkit.faults.production``): ``kills``,
+  ``wire``, ``rebalance``, ``zombie``, ``offsets``, ``fenced``; ``schedule`` all of them,
+  shuffled by the seed. The input arrives while the group works; each fault lands a seeded
+  1.5-3 s after the loop's next commit.
 
-Besides the audit's counts, the findings name what production would see: a transaction
-left open (``hanging-transaction``: read_committed readers wait for it), an instance that
-went on after it was fenced (``fenced-ran-on``). Each fault that fired is on the run's
-timeline, so a finding can be set beside what happened just before it.
+Besides the audit's counts, the findings name what production would see
+(``labkit.experiments.judge_findings``): a transaction left open, an instance that went on
+after it was fenced, one that died of an abortable error, committed offsets that stop short
+of the input's end, an aborted input record processed. Each fault that fired is on the
+run's timeline, so a finding can be set beside what happened just before it.
 """
 from __future__ import annotations
-
-import random
-import re
-import time
 
 from confluent_kafka import Producer
 
 from labkit.checking.checkers import Result
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import judge_findings as findings
 from labkit.experiments.app_run import AppClients
+from labkit.experiments.feed import feed
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.crashpoints import named, per_instance
 from labkit.faults.nemesis import Nemesis
-from labkit.faults.process_faults import (CrashAt, Freeze, Join, Kill, Leave, Replace,
-                                          any_running)
+from labkit.faults.process_faults import CrashAt
+from labkit.faults.production import BETWEEN_S, KINDS, SCHEDULE, production_faults
 from labkit.faults.schedule import Schedule
-from labkit.faults.wire_faults import Arm, ProxyFault
-from labkit.kafka import topics
+from labkit.faults.wire_faults import ProxyFault
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.inspect import InspectError, Inspector
 from labkit.pipelines import data, learner, production_loop
@@ -59,19 +57,12 @@ from labkit.kafka.topics import ISOLATION_LEVELS
 NAME = "judge"
 # Each phase is one kind of production's faults (the fast feedback: the first one that
 # breaks a loop names it), "schedule" all of them at once, seeded.
-PHASES = {
-    "point": "each instance SIGKILLed at a named crash point of its code",
-    "wire": "a produce acknowledgement lost, then a record refused (an abortable error)",
-    "kills": "SIGKILLs at random moments",
-    "rebalance": "a member joins the group, then one leaves",
-    "zombie": "an instance frozen until the group moved its partitions on, then woken",
-    "offsets": "the offsets sent to a transaction refused, as a fenced member's are",
-    "fenced": "a successor starts with an instance's transactional.id",
-    "schedule": "all of these, shuffled and spaced by a seed",
-}
-BETWEEN_S = (1.5, 3.0)  # between two faults of the schedule
+PHASES = {"point": "each instance SIGKILLed at a named crash point of its code", **KINDS,
+          "schedule": SCHEDULE,
+          # on a failure lab of three brokers: experiments.run("judge-coordinator")
+          "coordinator": "the broker coordinating the loop's transactions SIGKILLed"}
 FEED_S = 12.0  # the schedule's input arrives over this long; a single kind's over FEED_S / 2
-FROZEN_AT_MOST_S = 60.0  # a zombie is woken once the group moved on, or after this long
+IDLE_S = 10.0  # input all there, faults landed, nothing moving this long: idle (or stalled)
 # What the lab gives the loop, each setting only if the function asks for it by name.
 SETTINGS = ("bootstrap", "input_topic", "output_topic", "group_id", "transactional_id",
             "instance_id", "group_protocol", "batch_size")
@@ -95,84 +86,18 @@ def _member(run, i: int) -> dict:
 
 
 def _clients(run) -> AppClients:
-    o = run.o
+    o = run.o  # the judge's options, or the coordinator phase's (no crash point, no fault)
     return AppClients(None, lambda: {"bootstrap": run.client_bootstrap}, worker=learner.run_code,
                       members=_members(run, o.instances), timeout_s=o.timeout,
                       stall_s=o.stall_s, label=f"judge [{o.phase}]", feed=_feed,
-                      restart_exited=True, on_done=_close_hanging, own_crashes=25)
-
-
-GROUP_FORMED_S = 30.0  # the input waits this long at most for every instance to join
+                      restart_exited=True, on_done=_close_hanging, own_crashes=25,
+                      idle_s=IDLE_S, audit_stalled=True)
 
 
 def _feed(run) -> None:
-    """The input, once every instance has joined the group (so each has partitions, and
-    each crash point armed is reached): at once for a point, a slice at a time over FEED_S
-    for the schedule (the group works while the faults land, as a service does)."""
-    deadline = time.monotonic() + GROUP_FORMED_S
-    while time.monotonic() < deadline:
-        members = run.progress.members()
-        if members is not None and len(members) >= run.o.instances:
-            break
-        time.sleep(0.2)
-    producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
-                                       "enable.idempotence": True, "linger.ms": 5}))
-    slices = 1 if run.o.phase == "point" else 40
-    feed_s = FEED_S if run.o.phase == "schedule" else FEED_S / 2
-    step = max(1, len(run.inputs) // slices)
-    for start in range(0, len(run.inputs), step):
-        for r in run.inputs[start:start + step]:
-            producer.produce(run.topics["input"], key=str(r["key"]).encode(),
-                             value=topics.encode(r))
-        producer.flush(30)
-        if slices > 1:
-            time.sleep(feed_s / slices)
-    if producer.flush(30):
-        raise RuntimeError("the judge could not write its own input")
-
-
-def _moved_on(run, instance: int) -> bool:
-    """Has the group moved on without the frozen instance? Its static member id is gone
-    from the group (asked at most once a second)."""
-    now = time.monotonic()
-    if now < getattr(run, "_asked_at", 0.0) + 1.0:
-        return False
-    run._asked_at = now
-    members = run.progress.members()
-    static_id = run.workers.instances[instance].kwargs.get("instance_id")
-    return members is not None and static_id not in {m[1] for m in members}
-
-
-def production_faults(phase: str, seed: int) -> list:
-    """The faults of ``phase`` (all of them for "schedule"), before the schedule's shuffle."""
-    rng = random.Random(seed)
-    pick = lambda: any_running(rng.randrange(1 << 30))  # noqa: E731 - a choice per fault
-    kinds = {
-        "wire": [Arm("drop-ack:produce:1", name="a produce acknowledgement lost"),
-                 Arm("error:produce:1:INVALID_RECORD",
-                     name="an abortable error on a Produce (a record refused)")],
-        "kills": [Kill(pick()), Kill(pick())],
-        "rebalance": [Join(settings=lambda run, i: _member(run, i)), Leave(pick())],
-        "zombie": [Freeze(pick(), for_s=FROZEN_AT_MOST_S, until=_moved_on)],
-        "offsets": [Arm("error:txnoffsetcommit:1:ILLEGAL_GENERATION",
-                        name="the offsets sent to the transaction refused")],
-        "fenced": [Replace(pick())]}
-    if phase == "schedule":
-        return [fault for faults in kinds.values() for fault in faults]
-    return kinds[phase]
-
-
-def _nemesis(o) -> Nemesis:
-    if o.phase == "point":
-        # one point per instance (their first visit): every instance has partitions, the
-        # input written once the group has formed
-        faults = [CrashAt(point, hit=1, instance=i) for i, point in enumerate(points(o.crash_at))]
-        return Nemesis(*faults, *([ProxyFault(o.fault)] if o.fault else []))
-    # each fault a seeded delay after the loop's first commit since the last one (or since
-    # a restart): it lands while the loop works, not while it starts
-    return Nemesis(ProxyFault(), Schedule(
-        production_faults(o.phase, o.seed), BETWEEN_S, seed=o.seed, clock="commit",
-        offsets_committed=lambda run: run.progress.sample(fresh=True)[0], name=PHASES[o.phase]))
+    o = run.o
+    feed(run, all_at_once=o.phase == "point", over_s=FEED_S if o.phase == "schedule"
+         else FEED_S / 2, aborted=o.aborted_input, instances=o.instances)
 
 
 def points(crash_at: str | list | tuple | None) -> list[str]:
@@ -186,51 +111,53 @@ def _check(phase, crash_at, instances, **_) -> None:
         raise ValueError(f"crash_at is for phase point; phase {phase} has faults of its own")
 
 
+def _nemesis(o) -> Nemesis:
+    # the proxy's trace of the transactional APIs: how each instance reacted to being fenced
+    proxy = ProxyFault(o.fault, trace=findings.Ledger(), trace_apis=findings.TXN_APIS) \
+        if o.fault or o.phase != "point" else None
+    if o.phase == "point":
+        # one point per instance (their first visit): every instance has partitions, the
+        # input written once the group has formed
+        faults = [CrashAt(point, hit=1, instance=i) for i, point in enumerate(points(o.crash_at))]
+        return Nemesis(*faults, *([proxy] if proxy else []))
+    # each fault a seeded delay after the loop's first commit since the last one (or since
+    # a restart): it lands while the loop works, not while it starts
+    return Nemesis(proxy, Schedule(
+        production_faults(o.phase, o.seed, member=_member), BETWEEN_S, seed=o.seed,
+        clock="commit", offsets_committed=lambda run: run.progress.sample(fresh=True)[0],
+        name=PHASES[o.phase]))
+
+
 def behaviour(run) -> list[Result]:
-    """What production would see besides the data: a transaction left open (every
-    read_committed reader of its partitions waits for it until its transaction.timeout.ms),
-    an instance that went on after it was fenced (a fatal error taken for another). The
-    audit's verdict stays the data's; a judge fails a loop on these too."""
-    hanging = run.facts.get("hanging", [])
-    # A successor fenced in its turn: the instance it replaced came back with their
-    # transactional.id instead of stopping (a fatal error taken for one to recover from).
-    successors = {f.successor for s in run.nemesis.of(Schedule) for f in s.done
-                  if isinstance(f, Replace)}
-    ran_on = sorted({f["instance"] for f in run.clients.pool.result.failures
-                     if f["instance"] in successors and "FENCED" in raised(f["log"])})
-    return [r for r in (Result("hanging-transaction", not hanging, len(hanging), hanging),
-                        Result("fenced-ran-on", not ran_on, len(ran_on), ran_on))
-            if not r.valid]
+    """What production would see besides the data (``judge_findings``): the audit's verdict
+    stays the data's; a judge fails a loop on these too."""
+    proxies = run.nemesis.of(ProxyFault)
+    return findings.behaviour(run, proxies[0].trace if proxies else None)
 
 
 def _checkers(o) -> list:
-    crash_at = ",".join(points(o.crash_at)) or None
-    return [TopicAudit(NAME, "exactly_once", crash_at, o.fault or
+    crash_at = ",".join(points(getattr(o, "crash_at", None))) or None
+    return [TopicAudit(NAME, "exactly_once", crash_at, getattr(o, "fault", None) or
                        (PHASES[o.phase] if o.phase != "point" else None),
-                       isolation=o.isolation)]
+                       isolation=o.isolation),
+            findings.aborted_input_read(o.isolation)]
 
 
-ERROR = re.compile(r"KafkaError\{code=(\w+),val=-?\d+,str=\"([^\"]*)\"(.*?)\}")
-
-
-def raised(log: str) -> str:
-    """What a worker raised, from its log's last lines: Kafka's error and its class."""
-    found = ERROR.findall(log)
-    if found:
-        code, text, flags = found[-1]
-        kind = ("fatal" if "fatal=True" in flags else "abortable" if
-                "txn_requires_abort=True" in flags else "retriable" if "retriable=True" in flags
-                else "not retriable")
-        return f"{code} ({kind}): {text}"
-    lines = [line.strip(" |") for line in log.splitlines() if line.strip(" |")]
-    return lines[-1] if lines else "(nothing in its log)"
+def _errors(run) -> list[dict]:
+    """What each instance that exited with an error raised, and its class."""
+    found = []
+    for e in findings.raised(run):
+        kind = ("fatal" if e.get("fatal") else "abortable" if e.get("abortable") else
+                "retriable" if e.get("retriable") else "not retriable") if "code" in e else ""
+        what = f"{e['code']} ({kind})" if kind else e["error"]
+        found.append({"instance": int(e["instance"]), "attempt": e["attempt"],
+                      "raised": f"{what}: {e['text']}", "class": kind or None})
+    return found
 
 
 def _facts(run) -> dict:
     app: AppClients = run.clients
-    failures = app.pool.result.failures
-    return {"errors": [{"instance": f["instance"], "attempt": f["attempt"],
-                        "raised": raised(f["log"])} for f in failures],
+    return {"errors": _errors(run),
             "faults_fired": [f.what for f in run.fired_faults],
             "waited": app.waited, "stalls": app.stalls, "notes": app.notes,
             "restarts": app.pool.result.attempts - len(app.pool.instances),
@@ -269,18 +196,14 @@ def _summary(run) -> str:
     return "\n".join(lines)
 
 
-register(Experiment(
-    NAME, "a consume-transform-produce loop as production runs it: a group of instances, "
-    "crashes, rebalances, a zombie, abortable and fatal errors", stall_s=600.0,
-    pipeline="the loop (as labkit.pipelines.production_loop.fee_service)", options=(
-        Option("phase", "point", " | ".join(f"{k}: {v}" for k, v in PHASES.items()),
-               tuple(PHASES)),
-        Option("crash_at", None, "phase point: the crash point, or one per instance "
-               "(a,b: instance 0 at a, instance 1 at b)"),
-        Option("fault", None, "phase point: a network fault too, e.g. drop-ack:produce:1"),
+# The options of every run of the loop, the judge's and the coordinator's (judge_coordinator).
+COMMON = (
         Option("instances", 2, "instances of the loop in one group", kind=int, minimum=1),
-        Option("partitions", 3, "partitions of the input and the output", kind=int, minimum=1),
+        Option("partitions", 6, "partitions of the input and the output (several for each "
+               "instance: a batch spans partitions)", kind=int, minimum=1),
         Option("records", 300, "input records", kind=int, short="-n", minimum=1),
+        Option("aborted_input", 20, "input records written in aborted transactions, as an "
+               "upstream's (a loop must never process them)", kind=int, minimum=0),
         Option("seed", 0, "the input's seed and the schedule's", kind=int),
         Option("group_protocol", "classic", "classic | consumer (KIP-848)", GROUP_PROTOCOLS),
         Option("isolation", "read_committed", "how downstream reads the output",
@@ -288,10 +211,26 @@ register(Experiment(
         Option("timeout", 240.0, "seconds for the whole run", kind=float),
         Option("stall_s", 30.0, "seconds without progress (its group not waiting) that make "
                "an instance stalled", kind=float),
-        Option("keep_topics", False, "keep the run's topics", kind=bool)),
+        Option("keep_topics", False, "keep the run's topics", kind=bool),
+        Option("keep_workdir", False, "keep the run's directory (each instance's log, the "
+               "history)", kind=bool, cli=False))
+PARTS = dict(
+    pipeline="the loop (as labkit.pipelines.production_loop.fee_service)",
     workload=lambda o: Workload(f"judge-{o.phase}", (
         Topic("input", o.partitions), Topic("output", o.partitions)),
         data.generate(o.records, seed=o.seed, keys=data.keys_for(o.partitions))),
-    check=_check, clients=_clients, nemesis=_nemesis, checkers=_checkers, facts=_facts,
+    clients=_clients, checkers=_checkers, facts=_facts,
     presentation=Presentation(summary=_summary, json_facts=(
-        "findings", "errors", "faults_fired", "waited", "restarts", "seconds"))))
+        "findings", "errors", "faults_fired", "waited", "restarts", "seconds")))
+
+register(Experiment(
+    NAME, "a consume-transform-produce loop as production runs it: a group of instances, "
+    "crashes, rebalances, a zombie, abortable and fatal errors", stall_s=600.0, options=(
+        Option("phase", "point", " | ".join(f"{k}: {v}" for k, v in PHASES.items()
+                                            if k != "coordinator"),
+               tuple(p for p in PHASES if p != "coordinator")),
+        Option("crash_at", None, "phase point: the crash point, or one per instance "
+               "(a,b: instance 0 at a, instance 1 at b)"),
+        Option("fault", None, "phase point: a network fault too, e.g. drop-ack:produce:1"),
+        *COMMON),
+    check=_check, nemesis=_nemesis, **PARTS))

@@ -30,7 +30,7 @@ from labkit.experiments.parts import Topic, Workload, in_thread
 from labkit.experiments.registry import OWN_BROKER, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis
 from labkit.faults.wire_faults import ProxyFault
-from labkit.kafka import protocol, topics
+from labkit.kafka import exchanges, topics
 from labkit.kafka.clientlog import client_config
 from labkit.pipelines import data
 
@@ -72,7 +72,7 @@ def _facts(run) -> dict:
     return {"expiration_ms": run.o.expiration_ms,
             "produce_requests": run.facts["fault_stats"]["requests"].get("Produce", 0),
             # the errors the broker answered Produce requests with, each once
-            "produce_errors": protocol.errors_answered(proxy.exchanges, "Produce"),
+            "produce_errors": exchanges.errors_answered(proxy.exchanges, "Produce"),
             "produce_trace": [_described(exchange) for exchange in produce]}
 
 

@@ -25,7 +25,7 @@ from labkit.experiments.parts import Topic, Workload, in_thread
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis
 from labkit.faults.wire_faults import ProxyFault
-from labkit.kafka import protocol, topics
+from labkit.kafka import exchanges, topics
 from labkit.kafka.clientlog import client_config
 from labkit.pipelines import data
 
@@ -53,7 +53,7 @@ def _facts(run) -> dict:
             "produce_requests": stats["requests"].get("Produce", 0),
             "failed": stats["requests_failed"],
             # the errors the producer was answered with, each once, as the proxy recorded them
-            "produce_errors": protocol.errors_answered(proxy.exchanges, "Produce")}
+            "produce_errors": exchanges.errors_answered(proxy.exchanges, "Produce")}
 
 
 register(Experiment(

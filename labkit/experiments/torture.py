@@ -7,11 +7,21 @@ model for software the lab did not write), as an experiment like the others.
 
 The workload is the contract's (``labkit.pipelines.contract``, docs/torture.md): an input
 topic of ``input`` records with unique ids, an empty output topic, their names and the
-group and transactional id in the app's environment. The clients are the app
+group and transactional id in the app's environment (with several instances, each its own
+transactional id and ``LABKIT_INSTANCE_ID``). The clients are the app
 (``labkit.experiments.app_run``: its command supervised, restarted, stopped when its input
 is consumed and its output quiet, its stalls told from its waits). The nemesis is a seeded
 schedule (``labkit.faults.schedule``) of app kills and broker kills, and the fault proxy
 for ``fault``. The checker reads the output as the contract says.
+
+``schedule="production"`` puts the app under the judge's faults besides
+(``labkit.faults.production``, the same objects the judge of a learner's loop uses): SIGKILLs
+at random moments and as it sends its output and its commit, a produce ack lost and a record
+refused, a member joining and one leaving, an instance frozen until the group moved on, the
+offsets of a transaction refused, a successor with an instance's transactional id; one kind
+alone by its name. The input then arrives while the app works (``labkit.experiments.feed``),
+each fault a seeded 1.5-3 s after the app's next commit, ``kills`` and ``broker_kills``
+added to them.
 """
 from __future__ import annotations
 
@@ -24,22 +34,26 @@ from confluent_kafka.admin import AdminClient
 
 from labkit.checking.record import Presentation, RunRecord
 from labkit.experiments.app_run import STALL_S, AppClients
+from labkit.experiments.feed import feed
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.broker_faults import KillBroker
 from labkit.faults.faultspec import parse_fault_spec
 from labkit.faults.nemesis import Nemesis
-from labkit.faults.process_faults import Kill
+from labkit.faults.process_faults import Kill, any_running
+from labkit.faults.production import BETWEEN_S, KINDS, production_faults
 from labkit.faults.schedule import CLOCKS, Schedule
 from labkit.faults.wire_faults import ProxyFault
 from labkit.kafka import connection
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import contract, data
-from labkit.pipelines.contract import (CHECKS, ENV_GROUP, ENV_INPUT, ENV_OUTPUT,
-                                       ENV_TRANSACTIONAL_ID, HarnessError)
+from labkit.pipelines.contract import (CHECKS, ENV_GROUP, ENV_INPUT, ENV_INSTANCE_ID,
+                                       ENV_OUTPUT, ENV_TRANSACTIONAL_ID, HarnessError)
 
 NAME = "torture"
+SCHEDULES = ("random", "production", *KINDS)  # production: every kind of KINDS at once
+FEED_S = 12.0  # production's input arrives over this long (the app works while faults land)
 
 
 def kill_window(value: Any) -> tuple[float, float]:
@@ -92,20 +106,39 @@ def _clients(run) -> AppClients:
                            "cluster (LABKIT_BOOTSTRAP). Unset LABKIT_BOOTSTRAP, or drop "
                            "--broker-kills.")
     names = {ENV_INPUT: run.topics["input"], ENV_OUTPUT: run.topics["output"],
-             # the app's transactional.id is its group's name, as the contract has always said
-             ENV_GROUP: run.group_id, ENV_TRANSACTIONAL_ID: run.group_id}
+             ENV_GROUP: run.group_id}
+    production = o.schedule != "random"
     # the app's environment is made once the nemesis has set up (a proxy's bootstrap)
     return AppClients(contract.checked_command(o.command),
                       lambda: contract.app_environment(run.client_bootstrap, names, run.workdir),
-                      instances=o.instances, timeout_s=o.timeout, stall_s=o.stall_s,
-                      label=contract.shown(o.command))
+                      members=[_member(run, i) for i in range(o.instances)],
+                      timeout_s=o.timeout, stall_s=o.stall_s, label=contract.shown(o.command),
+                      feed=(lambda run: feed(run, over_s=FEED_S, instances=o.instances))
+                      if production else None)
+
+
+def _member(run, i: int) -> dict:
+    """Instance ``i``'s own environment: its transactional.id (the group's name for the
+    first, as the contract has always said; ``<group>-<i>`` for the others) and a member id
+    of its own for an app that wants static membership."""
+    return {ENV_TRANSACTIONAL_ID: run.group_id if i == 0 else f"{run.group_id}-{i}",
+            ENV_INSTANCE_ID: f"{run.group_id}-{i}"}
 
 
 def _nemesis(o) -> Nemesis:
+    committed = lambda run: run.progress.sample(fresh=True)[0]  # noqa: E731
+    if o.schedule != "random":  # production's faults, and the kills asked for besides
+        kind = "schedule" if o.schedule == "production" else o.schedule
+        faults = [*production_faults(kind, o.seed, member=_member,
+                                     transactional=ENV_TRANSACTIONAL_ID),
+                  *(Kill(any_running(o.seed + n)) for n in range(o.kills)),
+                  *(KillBroker(None, restart=True) for _ in range(o.broker_kills))]
+        return Nemesis(ProxyFault(o.fault), Schedule(faults, BETWEEN_S, seed=o.seed,
+                                                     clock="commit", offsets_committed=committed))
     schedule = Schedule([*(Kill(0) for _ in range(o.kills)),
                          *(KillBroker(None, restart=True) for _ in range(o.broker_kills))],
                         kill_window(o.kill_after), seed=o.seed, clock=o.kill_clock,
-                        offsets_committed=lambda run: run.progress.sample(fresh=True)[0])
+                        offsets_committed=committed)
     # Plaintext apps on a cluster that wants TLS or credentials talk through the proxy, whose
     # own side is plaintext.
     proxy = ProxyFault(o.fault) if o.fault else ProxyFault(
@@ -134,7 +167,8 @@ def _facts(run) -> dict:
             "partitions": run.o.partitions, "instances": run.o.instances,
             "topics": {"input": run.topics["input"], "output": run.topics["output"],
                        "kept": run.keep_topics},
-            "stalls": app.stalls, "waited": app.waited}
+            "stalls": app.stalls, "waited": app.waited,
+            "faults_fired": [f.what for f in run.fired_faults]}
 
 
 def _app_topics(bootstrap: str, group: str) -> list[str]:
@@ -157,7 +191,7 @@ def _json(run: RunRecord) -> dict:
                                       "command", "seed", "run_dir", "notes", "fault_stats",
                                       "partitions")}, "topics": dict(run.topics),
             "stalled": len(f["stalls"]), "stalls": [asdict(s) for s in f["stalls"]],
-            "waited": f["waited"]}
+            "waited": f["waited"], "faults_fired": f["faults_fired"]}
 
 
 def _summary(run: RunRecord) -> str:
@@ -173,6 +207,8 @@ def _summary(run: RunRecord) -> str:
                      + ", ".join(s.text() for s in f["stalls"]) + "; restarted)")
     if f["waited"]:
         lines.append("  slow, not stalled: " + "; ".join(f["waited"]))
+    if run.options.get("schedule", "random") != "random" or run.options.get("fault"):
+        lines += [f"  fault: {what}" for what in f["faults_fired"]]
     for name, found in run.anomalies().items():
         lines.append(f"  {name}: {found['count']}, e.g. {found['examples']}")
     lines += [f"  note: {n}" for n in f["notes"]]
@@ -187,6 +223,11 @@ register(Experiment(
         Option("command", None, "the app's command, after `--`", kind=list, positional=True),
         Option("input", 200, "input records (unique ids)", kind=int, short="-n"),
         Option("kills", 3, "SIGKILLs of the app at random times", kind=int),
+        Option("schedule", "random", "random: --kills SIGKILLs and --broker-kills | production: "
+               "the judge's faults besides (kills at random and as the app sends its output "
+               "and its commit, a lost ack and a refused record, a member joining and one "
+               f"leaving, a zombie, refused offsets, a fenced instance) | one kind of them: "
+               f"{', '.join(KINDS)}", SCHEDULES),
         Option("seed", 0, "seeds the input and the kill times", kind=int),
         Option("broker_kills", 0, "SIGKILL + restart the lab broker (local lab only)", kind=int),
         Option("fault", None, "a network fault between app and broker, e.g. drop-ack:produce:3"),
@@ -214,8 +255,10 @@ register(Experiment(
           "same settings in the Java client's names). Example: labkit torture --kills 3 -- "
           "python examples/torture/exactly_once_app.py",
     check=_check,
-    workload=lambda o: Workload(NAME, (Topic("input", o.partitions, loaded=True),
+    workload=lambda o: Workload(NAME, (Topic("input", o.partitions,
+                                             loaded=o.schedule == "random"),
                                        Topic("output", o.partitions)),
-                                data.generate(o.input, seed=o.seed)),
+                                data.generate(o.input, seed=o.seed,
+                                              keys=data.keys_for(o.partitions))),
     clients=_clients, nemesis=_nemesis, checkers=_audit, facts=_facts,
     presentation=Presentation(summary=_summary, json=_json)))

@@ -68,6 +68,10 @@ class Children:
                 ended.append((i, code, round(time.monotonic() - t0, 3), log))
         return ended
 
+    def pids(self) -> dict[int, int]:
+        """Each running instance's process id (with ``group``, its process group's)."""
+        return {i: child.pid for i, (child, _, _) in self.procs.items() if child.poll() is None}
+
     def alive(self, i: int) -> bool:
         return i in self.procs and self.procs[i][0].poll() is None
 

@@ -19,6 +19,7 @@ VALID_FAULT_FORMS: tuple[str, ...] = (
     "reset:<api>:N",
     "fail:produce:N",
     "error:<api>:N:<ERROR>",
+    "kill:<api>:N",
 )
 _FORM_MEANINGS = (
     "the Nth Produce reaches the broker, its ack is dropped",
@@ -30,6 +31,9 @@ _FORM_MEANINGS = (
     "once the request behind it is on its way",
     "the Nth <api> request reaches the broker; its answer comes back with <ERROR> in every "
     "error code (e.g. error:txnoffsetcommit:1:ILLEGAL_GENERATION)",
+    "the Nth <api> request never reaches the broker: the process that sent it is SIGKILLed "
+    "(supervised runs only; kill:endtxn:1: a crash as the first commit_transaction() is sent, "
+    "its transaction's records all written)",
 )
 _FORMS_HELP = "\n".join(f"  {form:<22}  {meaning}" for form, meaning in zip(VALID_FAULT_FORMS, _FORM_MEANINGS))
 
@@ -38,7 +42,7 @@ _FORMS_HELP = "\n".join(f"  {form:<22}  {meaning}" for form, meaning in zip(VALI
 class FaultSpec:
     """One network fault, as written on the command line (see VALID_FAULT_FORMS)."""
 
-    kind: str  # 'drop-ack' | 'drop-response' | 'delay' | 'reset' | 'fail' | 'error'
+    kind: str  # 'drop-ack' | 'drop-response' | 'delay' | 'reset' | 'fail' | 'error' | 'kill'
     api: str | None  # a Kafka API name: 'Produce', 'Fetch', 'OffsetCommit', 'EndTxn', ...
     nth: int = 1  # which request of that API, counted from when the fault is set
     ms: int = 0  # for delay
@@ -80,7 +84,7 @@ def parse_fault_spec(spec: str) -> FaultSpec:
     """'drop-ack:produce:2' -> FaultSpec('drop-ack', 'Produce', nth=2); ValueError on bad input."""
     parts = [p.strip() for p in str(spec).strip().split(":")]
     kind = parts[0].lower()
-    if kind in ("drop-ack", "drop-response", "reset", "fail"):
+    if kind in ("drop-ack", "drop-response", "reset", "fail", "kill"):
         if len(parts) not in (2, 3) or not parts[1]:
             raise _fault_error(spec, f"{kind} needs an API name and optionally N")
         try:
@@ -127,7 +131,7 @@ def error_code_of(spec: str, name: str) -> ErrorCode:
 class Rule:
     """An armed fault. api_key None matches every request."""
 
-    kind: str  # 'drop' | 'reset' | 'delay' | 'fail' | 'hold' | 'error'
+    kind: str  # 'drop' | 'reset' | 'delay' | 'fail' | 'hold' | 'error' | 'kill'
     api_key: int | None
     nth: int = 1
     ms: int = 0

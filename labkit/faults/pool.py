@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 from labkit.checking import history
 from labkit.faults import crashpoints
 from labkit.faults.children import Children, EventLines, HistoryTail, logs_dir, tail_of
@@ -191,6 +193,26 @@ class WorkerPool:
                 history.append(self.history_file, "killed", instance=str(instance),
                                attempt=self.instances[instance].attempts)
             return True
+
+    def instance_on_port(self, port: int) -> int | None:
+        """The running instance one of whose processes (it, or what it started) has a TCP
+        connection from local ``port``; None if none has."""
+        with self._lock:
+            pids = self._children.pids() if self._children is not None else {}
+        for i, pid in pids.items():
+            try:
+                family = [psutil.Process(pid)]
+                family += family[0].children(recursive=True)
+            except psutil.Error:
+                continue
+            for process in family:
+                try:
+                    if any(c.laddr and c.laddr.port == port
+                           for c in process.net_connections(kind="tcp")):
+                        return i
+                except psutil.Error:
+                    continue
+        return None
 
     def freeze(self, instance: int) -> bool:
         with self._lock:

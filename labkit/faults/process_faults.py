@@ -260,16 +260,25 @@ class Leave(Fault):
 class Replace(Fault):
     """A successor of instance ``instance`` with its settings (so its transactional.id)
     starts when ``trigger`` fires: the old one is fenced and should stop; it is not
-    started again."""
+    started again. With ``settings(run, n)`` the successor (instance ``n``) is a member of
+    its own (its own group.instance.id, say) and takes only the settings named in ``keep``
+    from the old one: fenced by its transactional.id alone, not by its consumer."""
 
-    def __init__(self, instance: Instance, trigger: Trigger | None = None):
+    def __init__(self, instance: Instance, trigger: Trigger | None = None,
+                 settings: Callable[[Run, int], dict] | None = None, keep: tuple = ()):
         self.instance, self.trigger = instance, trigger or Trigger()
+        self.settings, self.keep = settings, keep
         self.name = "an instance fenced by a successor with its transactional.id"
         self.successor: int | None = None
         self.fenced: int | None = None
 
     def invoke(self, run: Run) -> None:
         self.fenced = self.instance = _target(self.instance, run)
-        self.successor = run.workers.replace(self.instance)
+        changes = {}
+        if self.settings is not None:
+            old = run.workers.instances[self.fenced].kwargs
+            changes = {**self.settings(run, len(run.workers.instances)),
+                       **{k: old[k] for k in self.keep if k in old}}
+        self.successor = run.workers.replace(self.instance, **changes)
         run.fired(self, f"instance {self.successor} starts with instance {self.instance}'s "
                         "transactional.id")

@@ -28,74 +28,42 @@ import collections
 import functools
 import logging
 import random
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from labkit import settings
 
 from labkit.faults.faultspec import VALID_FAULT_FORMS, FaultSpec, Rule, api_key_of, parse_fault_spec, positive
-from labkit.faults.wire import (LOCALHOST, address_fields, not_leader_answer, open_upstream, read_frame,
+from labkit.faults.wire import (LOCALHOST, Link, Refusal, address_fields, not_leader_answer, open_upstream, read_frame,
                                 with_error,
                                 rewrite_addresses, split_address, write_frame)
-from labkit.kafka import protocol
+from labkit.kafka import exchanges, protocol
 from labkit.kafka.protocol import API_KEYS, API_NAMES, api_name
 from labkit.kafka.reach import check_reachable
 
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 10.0
-QUEUE_DEPTH = 64  # requests read ahead per connection while a delay holds them back
 REFUSAL_WAIT_S = 0.5  # a refused Produce with no request behind it is answered after this
-
-
-@dataclass
-class _Link:
-    """One client connection and its own connection to the broker behind it."""
-
-    client: asyncio.StreamWriter
-    upstream: asyncio.StreamWriter
-    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_DEPTH))
-    pending: collections.deque = field(default_factory=collections.deque)
-
-    def close(self, reset: bool = False) -> None:
-        """``reset``: the client sees a TCP RST. The broker side always gets an orderly
-        close, so requests forwarded before the fault are still handled (an RST would
-        discard whatever the broker had not read yet, e.g. pipelined acks=0 Produces)."""
-        for writer in (self.client, self.upstream):
-            if reset and writer is self.client:  # SO_LINGER 0: the peer sees an RST, not a FIN
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    try:
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    except OSError:
-                        pass
-                writer.transport.abort()
-            else:
-                writer.close()
-
-
-@dataclass
-class _Refusal:
-    """A Produce the proxy answers itself (``fail``), due once a request behind it is sent."""
-
-    request: bytes
-    response: bytes
-    due: bool = False
 
 
 class FaultProxy:
     """Listens on 127.0.0.1 (one port per broker) and forwards to ``upstream_bootstrap``."""
 
     def __init__(self, upstream_bootstrap: str, fault: FaultSpec | str | None = None,
-                 seed: int = 0, trace: Callable[[dict], None] | None = None) -> None:
+                 seed: int = 0, trace: Callable[[dict], None] | None = None,
+                 trace_apis: set[str] | None = None,
+                 killer: Callable[[int, str], None] | None = None) -> None:
         """``trace`` is called with every request/response exchange as plain data
-        (``protocol.describe_exchange`` plus ``ms``, the broker's answer time, and ``t``)."""
+        (``exchanges.describe_exchange`` plus ``ms``, the broker's answer time, and ``t``);
+        ``trace_apis``: only those APIs' exchanges (decoding every Fetch costs a loaded
+        machine dearly). ``killer(port, api)`` SIGKILLs the process whose connection comes from
+        that local port (it sent an ``api`` request), for ``kill:<api>:N``."""
         self.upstream_bootstrap = upstream_bootstrap
         self._trace = trace
+        self._traced = None if trace_apis is None else {api_key_of(a) for a in trace_apis}
+        self.killer = killer
         self.bootstrap = ""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -174,6 +142,8 @@ class FaultProxy:
             self.fail_produce(spec.nth)
         elif spec.kind == "error":
             self.answer_error(spec.api or "", spec.nth, spec.error)
+        elif spec.kind == "kill":
+            self.kill_sender(spec.api or "", spec.nth)
         else:
             raise ValueError(f"unknown fault kind {spec.kind!r}; valid forms: {', '.join(VALID_FAULT_FORMS)}")
 
@@ -181,6 +151,16 @@ class FaultProxy:
         """The ``nth`` ``api`` request reaches the broker, and its answer reaches the client
         with ``error`` in every error code (what a fenced member or a refused record gets)."""
         self._arm(Rule("error", api_key_of(api), positive(nth), error=error))
+
+    def kill_sender(self, api: str, nth: int = 1) -> None:
+        """The Nth <api> request is not forwarded: the process that sent it is SIGKILLed
+        (``killer``), then its connection cut. Whatever it sent before on that connection
+        reaches the broker first. kill:endtxn:1 is a crash at the first commit_transaction()
+        once its records are all written: the transaction stays open, its records in the log."""
+        if self.killer is None:
+            raise ValueError(f"kill:{api}:{nth} needs a run whose processes the lab supervises "
+                             "(the proxy cannot tell which process to kill)")
+        self._arm(Rule("kill", api_key_of(api), nth=positive(nth)))
 
     def drop_response(self, api: str, nth: int = 1) -> None:
         """The Nth <api> request reaches the broker; its response is swallowed and that
@@ -236,6 +216,7 @@ class FaultProxy:
                 "requests_delayed": self._counts["requests_delayed"],
                 "requests_failed": self._counts["requests_failed"],  # answered by the proxy
                 "requests_held": self._counts["requests_held"],
+                "senders_killed": self._counts["senders_killed"],  # kill:<api>:N
                 "connections": self._counts["connections"],
                 "protocol_errors": self._counts["protocol_errors"],  # should stay 0
             }
@@ -308,7 +289,7 @@ class FaultProxy:
                 log.error("fault proxy: %s", exc)
                 client_w.close()
                 return
-            link = _Link(client_w, up_w)
+            link = Link(client_w, up_w)
             pumps = [asyncio.create_task(self._read_requests(link, client_r)),
                      asyncio.create_task(self._send_requests(link)),
                      asyncio.create_task(self._read_responses(link, up_r))]
@@ -328,25 +309,28 @@ class FaultProxy:
         finally:
             self._tasks.discard(me)
 
-    async def _read_requests(self, link: _Link, reader: asyncio.StreamReader) -> None:
+    async def _read_requests(self, link: Link, reader: asyncio.StreamReader) -> None:
         loop = asyncio.get_running_loop()
         while True:
             payload = await read_frame(reader)
             info = protocol.peek_request(payload)
             action, delay_s = self._decide(info.api_key)
-            if action == "reset":
-                self._count("connections_reset")
+            if action in ("reset", "kill"):
+                self._count("connections_reset" if action == "reset" else "senders_killed")
                 # Forward what arrived before this request, then cut (in _send_requests).
                 await link.queue.put((loop.time(), None, info, action))
                 await asyncio.Future()  # read nothing more from this client
             await link.queue.put((loop.time() + delay_s, payload, info, action))
 
-    async def _send_requests(self, link: _Link) -> None:
+    async def _send_requests(self, link: Link) -> None:
         """Forward in arrival order, each request no earlier than its due time."""
         loop = asyncio.get_running_loop()
         while True:
             due, payload, info, action = await link.queue.get()
-            if action == "reset":
+            if action == "kill":  # its sender dies before anything else can reach the broker
+                port = link.client.get_extra_info("peername")[1]
+                await loop.run_in_executor(None, self.killer, port, api_name(info.api_key))
+            if action in ("reset", "kill"):
                 link.close(reset=True)
                 return
             if due > loop.time():
@@ -359,14 +343,15 @@ class FaultProxy:
                     await asyncio.sleep(0.05)
             if action == "fail":
                 self._count("requests_failed")
-                refusal = _Refusal(payload, not_leader_answer(payload))
+                refusal = Refusal(payload, not_leader_answer(payload))
                 link.pending.append((info, "fail", refusal, time.time()))
                 loop.call_later(REFUSAL_WAIT_S, self._release, link, refusal)  # none behind it
                 continue
             answered = protocol.expects_response(payload)
+            traced = self._traces(info.api_key)
             if answered:  # registered before sending, so the response always finds it
-                link.pending.append((info, action, payload if self._trace else None, time.time()))
-            elif self._trace:
+                link.pending.append((info, action, payload if traced else None, time.time()))
+            elif traced:
                 self._record(payload, None, time.time(), dropped=action == "drop")
             # A refusal waiting for a request behind it to be on its way: this one is. Answered
             # before this request's response can come back, so responses stay in order.
@@ -381,7 +366,7 @@ class FaultProxy:
                 self._count("connections_reset")
                 return
 
-    async def _read_responses(self, link: _Link, reader: asyncio.StreamReader) -> None:
+    async def _read_responses(self, link: Link, reader: asyncio.StreamReader) -> None:
         while True:
             payload = await read_frame(reader)
             correlation_id = protocol.peek_correlation_id(payload)
@@ -406,20 +391,23 @@ class FaultProxy:
             self._release(link)
             await link.client.drain()
 
-    def _release(self, link: _Link, timed_out: "_Refusal | None" = None) -> None:
+    def _release(self, link: Link, timed_out: "Refusal | None" = None) -> None:
         """Answer the due refusals at the head of ``link.pending`` (in order: the client
         matches responses to requests by position). ``timed_out``: that one is due now."""
         if timed_out is not None:
             timed_out.due = True
         while link.pending and link.pending[0][1] == "fail" and link.pending[0][2].due:
-            _, _, refusal, sent = link.pending.popleft()
-            if self._trace:
+            info, _, refusal, sent = link.pending.popleft()
+            if self._traces(info.api_key):
                 self._record(refusal.request, refusal.response, sent, dropped=False)
             if not link.client.is_closing():
                 write_frame(link.client, refusal.response)
 
+    def _traces(self, api_key: int) -> bool:
+        return self._trace is not None and (self._traced is None or api_key in self._traced)
+
     def _record(self, request: bytes, response: bytes | None, sent: float, dropped: bool) -> None:
-        entry = protocol.describe_exchange(request, response)
+        entry = exchanges.describe_exchange(request, response)
         entry.update(ms=round((time.time() - sent) * 1000, 2), t=round(sent, 4))
         if dropped:
             entry["dropped"] = True

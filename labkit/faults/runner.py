@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.checking import history
 from labkit.faults import crashpoints
 from labkit.faults.nemesis import Event, Fault, Nemesis, on
 from labkit.faults.pool import RunResult, WorkerFailed, WorkerPool
@@ -142,7 +143,22 @@ def _main(target: str) -> None:
     worker = getattr(importlib.import_module(module), func)
     kwargs = json.loads(sys.stdin.read())
     # then e.g. fire-and-forget writes reach the log (labkit.pipelines.common.DeliveryTracker.drain)
-    crashpoints.run_as_worker(lambda: worker(**kwargs))
+    try:
+        crashpoints.run_as_worker(lambda: worker(**kwargs))
+    except Exception as exc:  # what it raised, with its class, for a judge of its reactions
+        history.record("raised", **error_class(exc))
+        raise
+
+
+def error_class(exc: BaseException) -> dict:
+    """What a worker raised: its type and text, and for a Kafka error (a KafkaException's
+    KafkaError) its code and class: fatal, abortable (txn_requires_abort) or retriable."""
+    found: dict = {"error": type(exc).__name__, "text": str(exc)[:400]}
+    error = exc.args[0] if exc.args else None
+    if all(hasattr(error, m) for m in ("name", "fatal", "retriable", "txn_requires_abort")):
+        found.update(code=error.name(), fatal=error.fatal(), retriable=error.retriable(),
+                     abortable=error.txn_requires_abort(), text=error.str()[:400])
+    return found
 
 
 if __name__ == "__main__":

@@ -5,12 +5,15 @@ encoding the messages is ``labkit.kafka.protocol``'s."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime
 import functools
 import itertools
+import socket
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
@@ -20,6 +23,42 @@ from labkit.kafka import protocol
 from labkit.kafka.protocol import API_KEYS
 
 LOCALHOST = "127.0.0.1"
+QUEUE_DEPTH = 64  # requests read ahead per connection while a delay holds them back
+
+
+@dataclass
+class Link:
+    """One client connection and its own connection to the broker behind it."""
+
+    client: asyncio.StreamWriter
+    upstream: asyncio.StreamWriter
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_DEPTH))
+    pending: collections.deque = field(default_factory=collections.deque)
+
+    def close(self, reset: bool = False) -> None:
+        """``reset``: the client sees a TCP RST. The broker side always gets an orderly
+        close, so requests forwarded before the fault are still handled (an RST would
+        discard whatever the broker had not read yet, e.g. pipelined acks=0 Produces)."""
+        for writer in (self.client, self.upstream):
+            if reset and writer is self.client:  # SO_LINGER 0: the peer sees an RST, not a FIN
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    try:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    except OSError:
+                        pass
+                writer.transport.abort()
+            else:
+                writer.close()
+
+
+@dataclass
+class Refusal:
+    """A Produce the proxy answers itself (``fail``), due once a request behind it is sent."""
+
+    request: bytes
+    response: bytes
+    due: bool = False
 
 
 # Client-facing APIs whose responses name brokers (KRaft's Vote & co. name controllers and

@@ -51,18 +51,22 @@ class ProxyFault(Fault):
     """``spec`` (a ``labkit.faults.faultspec`` form; several as a tuple or joined by "+";
     None: the proxy only) armed from the start, or when ``trigger`` fires; each exchange
     handed to ``trace``, kept in ``exchanges`` (``keep=True``) and, with ``trace_file``,
-    written there as a JSON line. ``only_if(run)``: whether the run needs the proxy at all
-    (a plaintext app in front of a cluster that wants TLS or credentials)."""
+    written there as a JSON line (``trace_apis``: only those APIs' exchanges). ``only_if(run)``:
+    whether the run needs the proxy at all (a plaintext app in front of a cluster that wants
+    TLS or credentials). ``kill:<api>:N`` SIGKILLs the run's supervised instance that sent
+    that request (``run.workers``)."""
 
     def __init__(self, spec: str | Sequence[str] | None = None, trigger: Trigger | None = None,
                  trace: Callable[[dict], None] | None = None, trace_file: str | None = None,
-                 keep: bool = False, only_if: Callable[[Run], bool] | None = None):
+                 keep: bool = False, only_if: Callable[[Run], bool] | None = None,
+                 trace_apis: set[str] | None = None):
         given = () if spec is None else spec.split("+") if isinstance(spec, str) else spec
         self.specs = tuple(given)
         for one in self.specs:
             parse_fault_spec(one)  # a bad form is refused here, listing the valid ones
         self.spec = ", ".join(self.specs) or None
         self.trace, self.trace_file = trace, trace_file
+        self.trace_apis = trace_apis  # only these APIs' exchanges (None: all)
         self._out = None
         self.exchanges: list[dict] | None = [] if keep else None
         self.from_start = trigger is None
@@ -77,7 +81,8 @@ class ProxyFault(Fault):
             return
         if self.trace_file is not None:
             self._out = open(self.trace_file, "w", encoding="utf-8")
-        self.proxy = FaultProxy(run.bootstrap, trace=self._record)
+        self.proxy = FaultProxy(run.bootstrap, trace=self._record, trace_apis=self.trace_apis,
+                                killer=lambda port, api: self._kill(run, port, api))
         if self.from_start:
             self._arm()
         self.proxy.start()
@@ -91,6 +96,13 @@ class ProxyFault(Fault):
     def _arm(self) -> None:
         for one in self.specs:
             self.proxy.apply(one)
+
+    def _kill(self, run: Run, port: int, api: str) -> None:
+        """kill:<api>:N: the supervised instance whose connection comes from ``port``."""
+        workers = getattr(run, "workers", None)
+        instance = workers.instance_on_port(port) if workers is not None else None
+        if instance is not None and workers.kill(instance):
+            run.fired(self, f"instance {instance} SIGKILLed as it sent {api}")
 
     def _record(self, exchange: dict) -> None:
         if self.exchanges is not None:

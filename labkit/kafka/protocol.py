@@ -14,7 +14,6 @@ or v1 likewise, except ApiVersions responses, which always use v0.
 """
 from __future__ import annotations
 
-import dataclasses
 import io
 import itertools
 import socket
@@ -187,51 +186,6 @@ def decode_request(payload: bytes):
     header, header_size = entity_reader(header_type)(payload, 0)
     body, _ = entity_reader(load_request_schema(info.api_key, info.api_version))(payload, header_size)
     return header, body
-
-
-def first_error(entity) -> str | None:
-    """The name of the first non-zero ``error_code`` anywhere in a request or response
-    entity (top level first, then nested results), None when every one is NONE."""
-    pending = [entity]
-    while pending:
-        node = pending.pop(0)
-        if isinstance(node, (list, tuple)):
-            pending.extend(node)
-        elif dataclasses.is_dataclass(node):
-            code = getattr(node, "error_code", None)
-            if isinstance(code, ErrorCode) and code.value != 0:
-                return code.name.upper()
-            pending.extend(getattr(node, f.name) for f in dataclasses.fields(node)
-                           if f.name != "error_code")
-    return None
-
-
-def describe_exchange(request: bytes, response: bytes | None) -> dict:
-    """One request and its response as plain data, for a protocol trace: API name and
-    version, client id, correlation id, the first error code, and the producer id/epoch
-    where the request or response carries them (transactions, idempotence)."""
-    info = peek_request(request)
-    out = {"api": api_name(info.api_key), "version": info.api_version, "client_id": None,
-           "correlation_id": info.correlation_id, "error": None}
-    try:
-        header, body = decode_request(request)
-        out["client_id"] = header.client_id
-        answer = decode_response(response, info.api_key, info.api_version)[2] if response else None
-    except Exception:  # a version kio cannot read: the name and numbers above still stand
-        return out
-    for entity in (body, answer):
-        for name in ("producer_id", "producer_epoch", "transactional_id"):
-            if getattr(entity, name, None) is not None:
-                out[name] = int(getattr(entity, name)) if name != "transactional_id" \
-                    else getattr(entity, name)
-    out["error"] = first_error(answer) if answer is not None else None
-    return out
-
-
-def errors_answered(trace: list[dict], api: str) -> list[str]:
-    """Each error the ``api`` requests of a trace (``describe_exchange`` entries) were
-    answered with, once, sorted."""
-    return sorted({e["error"] for e in trace if e["api"] == api and e["error"]})
 
 
 def encode_response(header_and_body: tuple[int, object], api_key: int, api_version: int) -> bytes:

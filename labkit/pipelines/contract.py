@@ -22,6 +22,7 @@ from labkit.kafka import names as namespace
 
 ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = settings.BOOTSTRAP, settings.INPUT_TOPIC, settings.OUTPUT_TOPIC
 ENV_GROUP, ENV_TRANSACTIONAL_ID = settings.GROUP_ID, settings.TRANSACTIONAL_ID
+ENV_INSTANCE_ID = settings.INSTANCE_ID
 CHECKS = ("records", "counts")
 SCENARIO = "torture"
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[^\s:'\"=]+")  # in an argument: up to a space, : or quote

@@ -24,10 +24,12 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
             kill_after_s: tuple[float, float] = (1.0, 4.0), fault: str | None = None,
             cluster: lab.Cluster | None = None, partitions: int = 1,
             keep_topics: bool = False, kill_clock: str = "start",
-            plaintext: bool = False, stall_s: float = STALL_S, instances: int = 1) -> RunRecord:
+            plaintext: bool = False, stall_s: float = STALL_S, instances: int = 1,
+            schedule: str = "random") -> RunRecord:
     """Run ``command`` as the pipeline under test, kill it ``kills`` times (each a seeded
     random ``kill_after_s`` after the previous fault) and ``broker_kills`` times its broker
-    (a local lab), and audit its output (docs/torture.md has the contract and every option).
+    (a local lab), and audit its output (docs/torture.md has the contract and every option);
+    ``schedule="production"``: under the judge's faults besides (or one kind of them).
     Raises HarnessError when the run cannot be judged."""
     try:
         return registry.run("torture", command=list(command or ()), input=input, kills=kills,
@@ -35,7 +37,7 @@ def torture(command: Sequence[str], *, input: int = 200, kills: int = 3, seed: i
                             check=check, kill_after=tuple(kill_after_s), fault=fault,
                             cluster=cluster, partitions=partitions, keep_topics=keep_topics,
                             kill_clock=kill_clock, plaintext=plaintext, stall_s=stall_s,
-                            instances=instances)
+                            instances=instances, schedule=schedule)
     except ValueError as exc:  # an option the registry refused: the harness's error
         if isinstance(exc, HarnessError):
             raise

@@ -1,0 +1,127 @@
+"""What the judge finds beside the audit's counts: what production would see of a loop's
+reactions, each a finding named like the audit's anomalies.
+
+- ``hanging-transaction``: a transaction still open once the input was consumed and the
+  output quiet (an instance died and nothing fenced what it left open): every read_committed
+  reader of its partitions waits for it until its ``transaction.timeout.ms``.
+- ``fenced-ran-on``: an instance went on after it was fenced (a fatal error taken for one to
+  recover from): it initialised its transactional.id again without a restart (so fenced its
+  successor in turn), or it was told it was fenced and was still running at the end.
+- ``abortable-raised``: an instance ended on an abortable error instead of aborting the
+  transaction and reading its batch again.
+- ``offsets-behind``: the group's committed offsets stopped short of the input's end, also
+  after a restart: the loop commits less than it processed (a restart reads those again).
+- ``aborted-input-read``: records of the input's aborted transactions (an upstream's) in
+  the output: the loop read its input read_uncommitted. Data, so the audit's verdict too.
+
+The transactions are seen on the wire (the proxy's trace of the transactional APIs), the
+processes in the run's history: what each instance raised (``labkit.faults.runner``), when
+each started. Neither needs the loop's cooperation: a loop the lab did not write is judged
+the same way.
+"""
+from __future__ import annotations
+
+from labkit.checking import history
+from labkit.checking.checkers import Result
+from labkit.experiments.feed import ABORTED_PREFIX
+from labkit.faults.process_faults import Replace
+from labkit.faults.schedule import Schedule
+from labkit.kafka import topics
+
+# The APIs a transactional loop speaks to its coordinators: what the ledger traces.
+TXN_APIS = {"InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit",
+            "EndTxn"}
+FENCING = {"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTIONAL_ID_NOT_FOUND"}
+
+
+class Ledger:
+    """The transactional exchanges a run's clients had through the proxy, in order."""
+
+    def __init__(self) -> None:
+        self.exchanges: list[dict] = []
+
+    def __call__(self, exchange: dict) -> None:
+        self.exchanges.append(exchange)
+
+    def fresh_inits(self, transactional_id: str) -> list[float]:
+        """When ``transactional_id`` was initialised anew (InitProducerId without a producer
+        id, answered without error: a producer's init_transactions(), not an epoch bump)."""
+        return [e["t"] for e in self.exchanges
+                if e["api"] == "InitProducerId" and e.get("transactional_id") == transactional_id
+                and e.get("request_producer_id", -1) == -1 and e.get("error") is None]
+
+    def fenced_at(self, transactional_id: str, since: float = 0.0) -> list[float]:
+        """When a request of ``transactional_id`` was answered that its producer is fenced."""
+        return [e["t"] for e in self.exchanges if e.get("transactional_id") == transactional_id
+                and e.get("error") in FENCING and e["t"] >= since]
+
+
+def events(run) -> list[dict]:
+    """The run's history so far (its file: the record's copy is made when the run closes)."""
+    return history.read(run.history_file)
+
+
+def raised(run) -> list[dict]:
+    """What each instance that exited with an error raised (the runner's record of it)."""
+    return [e for e in events(run) if e["kind"] == "raised"]
+
+
+def starts(run, transactional_id: str) -> list[float]:
+    """When a process with ``transactional_id`` in its settings started."""
+    instances = run.workers.instances
+    return [e["t"] for e in events(run) if e["kind"] == "started"
+            and instances[int(e["instance"])].kwargs.get("transactional_id") == transactional_id]
+
+
+def ran_on(run, ledger: Ledger | None) -> list[str]:
+    """Instances that went on after they were fenced."""
+    found = []
+    successors = {f.successor: f for s in run.nemesis.of(Schedule) for f in s.done
+                  if isinstance(f, Replace)}
+    for e in raised(run):  # a successor fenced in its turn: the old one came back
+        if int(e.get("instance") or -1) in successors and e.get("fatal"):
+            found.append(f"instance {e['instance']} (a successor) fenced in its turn: "
+                         f"{e.get('code')}")
+    if ledger is None:
+        return found
+    ids = sorted({i.kwargs.get("transactional_id") for i in run.workers.instances} - {None})
+    for transactional_id in ids:
+        inits, started = ledger.fresh_inits(transactional_id), starts(run, transactional_id)
+        if len(inits) > len(started):
+            found.append(f"{transactional_id} initialised {len(inits)} times by "
+                         f"{len(started)} process start(s): a fenced producer made anew")
+    app = run.clients
+    for fault in successors.values():
+        old = run.workers.instances[fault.fenced].kwargs.get("transactional_id")
+        since = min((e["t"] for e in events(run) if e["kind"] == "started"
+                     and e["instance"] == str(fault.successor)), default=0.0)
+        went_on = fault.fenced in app.alive_at_done or fault.fenced in app.stall_killed
+        if old and went_on and ledger.fenced_at(old, since):
+            found.append(f"instance {fault.fenced} was told it was fenced and went on running")
+    return found
+
+
+def behind(run) -> list[str]:
+    final = run.clients.final or run.clients.watch.last
+    committed, end = final[0], final[1]
+    return [f"{committed} of {end} input offsets committed"] if committed < end else []
+
+
+def behaviour(run, ledger: Ledger | None) -> list[Result]:
+    """The findings that hold (each a Result with its examples), in a fixed order."""
+    hanging = run.facts.get("hanging", [])
+    abortable = [f"instance {e['instance']}: {e.get('code')} {e.get('text', '')[:160]}"
+                 for e in raised(run) if e.get("abortable") and not e.get("fatal")]
+    found = [("hanging-transaction", hanging), ("fenced-ran-on", ran_on(run, ledger)),
+             ("abortable-raised", abortable), ("offsets-behind", behind(run))]
+    return [Result(name, False, len(examples), examples) for name, examples in found if examples]
+
+
+def aborted_input_read(isolation: str):
+    """A checker: the output's records that came from the input's aborted transactions."""
+    def check(run) -> list[Result]:
+        seen = [r.value.get("id") for r in topics.read(run.bootstrap, run.topics["output"],
+                                                        isolation=isolation)]
+        read = sorted({i for i in seen if str(i).startswith(f"{ABORTED_PREFIX}-")})
+        return [Result("aborted-input-read", not read, len(read), read[:5])]
+    return check

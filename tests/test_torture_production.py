@@ -1,0 +1,29 @@
+"""`labkit torture --schedule production`: an app under the judge's faults (the same fault
+objects, labkit.faults.production), several instances in one group, each with its own
+transactional id and member id, the input arriving while they work."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.test_harness import APPS, LABKIT, no_process_left_behind  # noqa: F401 (autouse)
+
+
+def test_an_exactly_once_app_under_productions_faults(bootstrap):
+    env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
+    out = subprocess.run([str(LABKIT), "torture", "--schedule", "production", "--instances",
+                          "2", "--partitions", "4", "--kills", "0", "--input", "600",
+                          "--seed", "2", "--timeout", "240", "--json", "--",
+                          sys.executable, str(APPS / "exactly_once_app.py")],
+                         capture_output=True, text=True, env=env, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    d = json.loads(out.stdout)
+    assert d["verdict"] == "exactly once", d
+    assert (d["lost"], d["duplicated"], d["stalled"], d["notes"]) == (0, 0, 0, []), d
+    fired = " ".join(d["faults_fired"])
+    for what in ("SIGKILLed as it sent EndTxn", "SIGKILLed as it sent Produce", "joins",
+                 "leaves", "frozen", "thawed", "transactional", "refused", "lost"):
+        assert what in fired, (what, d["faults_fired"])
+    assert d["aborted_in_log"] > 0, d  # the transactions its faults aborted, read committed

@@ -1,0 +1,184 @@
+"""Wrong consume-transform-produce loops, each a small edit of the lab's reference loop
+(``labkit.pipelines.production_loop.fee_service``, plain confluent-kafka), each a mistake
+learners and teams make. The judge (``labkit.experiments.judge``) must fail every one with a
+finding of its own, on the phase named beside it (the cheapest one that catches it).
+
+    loop = wrong_loop("off-by-one")      # a function the judge runs as it runs a learner's
+    WRONG[name].phase, WRONG[name].options, WRONG[name].finding
+
+Each loop is built with ``learner.edited`` (the reference's text with one change, named and
+registered as a notebook cell is), so what the judge runs is exactly the diff below.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from labkit import experiments
+from labkit.pipelines import learner, production_loop
+
+OFFSETS = "producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),"
+EXCEPT = """            if exc.args[0].fatal():
+                raise  # fenced by a newer instance: stop; a supervisor restarts us
+            # abortable (a refused record, offsets refused to a zombie, a produce() in a
+            # transaction already failed): abort, and read the batch again
+            abort()
+            rewind()
+            continue"""
+TRANSACTION = """        producer.begin_transaction()
+        in_transaction = True
+        try:"""
+COMMIT = """            crash_point("in-transaction-before-commit")
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), TIMEOUT_S)
+            crash_point("after-send-offsets-before-commit")
+            commit(producer)
+            in_transaction = False"""
+
+
+@dataclass(frozen=True)
+class Wrong:
+    """A wrong loop: its edits of the reference, the judge's phase (and options) that
+    catches it, and what the judge must find there (an audit count or a finding)."""
+
+    changes: dict[str, str]
+    phase: str
+    finding: str  # "lost", "duplicated", "aborted_visible" or a judge finding's name
+    options: dict = field(default_factory=dict)
+    why: str = ""
+
+    def crash_at_fired(self, run) -> bool:
+        """Its crash point (if it has one) was reached: the mistake was exercised."""
+        points = self.options.get("crash_at")
+        return points is None or any(p in run.crashed for p in points.split(","))
+
+
+WRONG: dict[str, Wrong] = {
+    "one-partition-offsets": Wrong(
+        {OFFSETS: "last = batch[-1]  # the input has one partition\n"
+                  "            producer.send_offsets_to_transaction(\n"
+                  "                [TopicPartition(last.topic(), last.partition(), "
+                  "last.offset() + 1)],"},
+        "point", "duplicated", {"crash_at": "after-commit,after-commit"},
+        "the offsets of the batch's last partition only: the others are read again"),
+    "rewind-one-partition": Wrong(
+        {"for tp in consumer.committed(consumer.assignment(), timeout=TIMEOUT_S):":
+         "first = batch[0]  # where the batch began\n"
+         "        for tp in consumer.committed([TopicPartition(first.topic(), "
+         "first.partition())],\n                                     timeout=TIMEOUT_S):"},
+        "offsets", "lost",
+        why="an abort rewinds the first record's partition only: the others skip the batch"),
+    "offsets-by-the-consumer": Wrong(
+        {"producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),\n"
+         "                                                 consumer.consumer_group_metadata(), "
+         "TIMEOUT_S)":
+         "consumer.commit(offsets=consumer.position(consumer.assignment()), "
+         "asynchronous=False)"},
+        "point", "lost", {"crash_at": "after-send-offsets-before-commit"},
+        "offsets committed by the consumer, outside the transaction"),
+    "off-by-one": Wrong(
+        {OFFSETS: "last = {(m.topic(), m.partition()): m.offset() for m in batch}\n"
+                  "            producer.send_offsets_to_transaction(\n"
+                  "                [TopicPartition(t, p, o) for (t, p), o in last.items()],"},
+        "point", "duplicated", {"crash_at": "after-commit"},
+        "each partition's last record committed, not the next one to read"),
+    "abortable-swallowed": Wrong(
+        {EXCEPT: """            if exc.args[0].fatal():
+                raise
+            print("error, going on:", exc)  # no abort, no rewind
+            continue"""},
+        "offsets", "abortable-raised",
+        why="an abortable error logged and the loop goes on, its transaction never aborted"),
+    "fatal-reinit": Wrong(
+        {EXCEPT: """            if exc.args[0].fatal():  # start over with a new producer
+                producer = Producer({"bootstrap.servers": bootstrap,
+                                     "transactional.id": transactional_id,
+                                     "connections.max.idle.ms": 5000})
+                producer.init_transactions(TIMEOUT_S)
+                in_transaction = False
+                rewind()
+                continue
+            abort()
+            rewind()
+            continue"""},
+        "fenced", "fenced-ran-on",
+        why="a fatal error (fenced) taken for one to recover from: a new producer with the "
+            "same transactional.id fences the successor in turn"),
+    "fatal-abort-and-continue": Wrong(
+        {TRANSACTION: """        try:
+            producer.begin_transaction()
+            in_transaction = True""",
+         EXCEPT: """            try:  # any error: abort and read the batch again
+                abort()
+            except KafkaException:
+                in_transaction = False
+            rewind()
+            continue"""},
+        "fenced", "fenced-ran-on",
+        why="a fatal error (fenced) aborted and retried as if abortable"),
+    "revoke-ignored": Wrong(
+        {TRANSACTION: """        if not in_transaction:  # a transaction spans a few polls
+            producer.begin_transaction()
+            in_transaction, polls = True, 0
+        polls += 1
+        try:""",
+         COMMIT: """            crash_point("in-transaction-before-commit")
+            if polls < 3:
+                continue
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), TIMEOUT_S)
+            crash_point("after-send-offsets-before-commit")
+            commit(producer)
+            in_transaction = False""",
+         "consumer.subscribe([input_topic], on_revoke=on_revoke, on_lost=on_revoke)":
+         "consumer.subscribe([input_topic])",
+         "        if not batch:\n            continue\n": """        if not batch:
+            if in_transaction:  # the input paused: what is open is committed
+                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                     consumer.consumer_group_metadata(), 30)
+                commit(producer)
+                in_transaction = False
+            continue
+"""},
+        "rebalance", "duplicated",
+        why="a transaction kept open across polls, committed after a rebalance took its "
+            "partitions away"),
+    "new-transactional-id": Wrong(
+        {'"transactional.id": transactional_id,':
+         '"transactional.id": f"{transactional_id}-{uuid.uuid4().hex[:6]}",',
+         "import signal\n": "import signal\nimport uuid\n"},
+        "point", "hanging-transaction", {"crash_at": "in-transaction-before-commit"},
+        "a transactional.id that changes at every start: nothing fences what a dead "
+        "instance left open"),
+    "input-read-uncommitted": Wrong(
+        {'"isolation.level": "read_committed",': '"isolation.level": "read_uncommitted",'},
+        "point", "aborted-input-read", {"crash_at": "after-commit"},
+        "the input read read_uncommitted: an upstream transaction's aborted records processed"),
+    "commit-before-process": Wrong(
+        {'        crash_point("after-poll-before-process")':
+         '        consumer.commit(asynchronous=False)  # the batch is ours now\n'
+         '        crash_point("after-poll-before-process")'},
+        "point", "lost", {"crash_at": "after-poll-before-process"},
+        "the input's offsets committed as soon as the batch is polled"),
+}
+
+
+def wrong_loop(name: str) -> Callable:
+    """The wrong loop ``name``: the reference with its edits, named ``fee_service_<name>``."""
+    return learner.edited(production_loop.fee_service,
+                          "fee_service_" + name.replace("-", "_"), WRONG[name].changes)
+
+
+def judged(name: str, bootstrap: str, **options):
+    """The judge's run of wrong loop ``name`` on the phase that catches it."""
+    wrong = WRONG[name]
+    return experiments.run("judge", pipeline=wrong_loop(name), cluster=bootstrap,
+                           phase=wrong.phase, **{**wrong.options, **options})
+
+
+def found(run) -> set[str]:
+    """Everything the judge found: the audit's counts that are not zero, its anomalies, the
+    findings beside it."""
+    counts = {name for name in ("lost", "duplicated", "aborted_visible")
+              if getattr(run.report, name)}
+    return counts | set(run.report.anomalies) | set(run.findings)
