@@ -80,11 +80,14 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("print(one.report.summary())", "markers in the output log: COMMIT ABORT COMMIT COMMIT COMMIT"),
         ("print(one.report.summary())", "(aborted copy + committed copy): 10"),
         ("committed offset of the group", "[{0: 40}]"),
-        ("for point in experiments.crash_points(CTP", "after-send-offsets-before-commit"),
         ("print(before.summary())", "lost=10"),
         ("print(after.summary())", "duplicated=10"),
         ("off_by_one.summary()", "['r-000010']"),
         ("ledger_report.summary()", "duplicated=10"),
+        ("r = shortcut.report", "exactly once: False; lost: 0; charged twice: True"),
+        ("print(diff(fee_service, general_fee_service", "+                consumer.position(consumer.assignment()),"),
+        ("r = general.report", "exactly once: True; lost: 0; charged twice: False"),
+        ("r = general.report", "SIGKILLs: 2"),
     ],
     "06_zombies": [
         ("records the zombie added to the log", "zombie commit -> _FENCED (fatal: True"),
@@ -181,8 +184,11 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("findings.commit_wait_falls_with_interval(grid_table)", "at every record size: yes"),
     ],
     "10_capstone": [
-        ("results = capstone.run_capstone", "lost produce ack"),
+        ("for points in capstone.experiments(ledger_service)", "crash at after-commit"),
+        ("capstone.found(results)", "crash at after-produce-before-flush and after-process-before-commit"),
+        ("capstone.found(results)", "lost produce ack, refused record"),
         ("capstone.check_capstone(ledger_service, accounting_reads, results)", "🔁 Not yet"),
+        ("capstone.check_capstone(ledger_service, accounting_reads, results)", "commit together, atomically"),
     ],
     "11_share_groups": [
         ("print(crash.summary())", "lost=0 duplicated=1"),
