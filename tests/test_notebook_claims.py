@@ -85,7 +85,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("off_by_one.summary()", "['r-000010']"),
         ("ledger_report.summary()", "duplicated=10"),
         ("r = shortcut.report", "exactly once: False; lost: 0; charged twice: True"),
-        ("print(diff(fee_service, general_fee_service", "+                consumer.position(consumer.assignment()),"),
+        ("print(diff(fee_service, general_fee_service, cell=True)", "+                consumer.position(consumer.assignment()),"),
         ("r = general.report", "exactly once: True; lost: 0; charged twice: False"),
         ("r = general.report", "SIGKILLs: 2"),
     ],

@@ -5,8 +5,8 @@ Fast feedback first. ``run_capstone`` runs the learner's function as two instanc
 group over three partitions, each instance SIGKILLed at a named crash point its code passes
 (two points a run), then once with a lost produce acknowledgement and a refused record, and
 audits each run as accounting reads the ledger (``accounting_reads``): a table, a row per
-run; a run that fails is run again point by point, so each row names one point. Once every
-row is exact, ``check_capstone`` puts the loop under production's faults, seeded: three
+run (``split=True``: a run that fails is run again point by point, so each row names one
+point). Once every row is exact, ``check_capstone`` puts the loop under production's faults, seeded: three
 instances, the input arriving while they work, SIGKILLs at random moments, a member joining
 and one leaving, a zombie, an abortable error on a Produce and on the offsets, a successor
 fencing an instance; under both group protocols when the function takes ``group_protocol``.
@@ -20,6 +20,7 @@ import ast
 import hashlib
 import inspect
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -84,9 +85,20 @@ def experiments(service: Callable) -> list[tuple[str, ...]]:
     return [tuple(found[i:i + 2]) for i in range(0, len(found), 2)] + [()]
 
 
-def _label(points: tuple[str, ...]) -> str:
-    return " and ".join(f"crash at {p}" for p in points) if points else \
-        "lost produce ack, refused record"
+def label(points: tuple[str, ...]) -> str:
+    """What a point run does, in words: its crash points, or the wire."""
+    return f"crash at {' and '.join(points)}" if points else "lost produce ack, refused record"
+
+
+FINDINGS = ("lost", "charged_twice", "aborted_visible")
+
+
+def found(results: pd.DataFrame) -> pd.DataFrame:
+    """Which findings each run of ``results`` had, yes or no (the counts depend on where in
+    a batch each kill landed; whether there were any does not)."""
+    table = results.set_index("experiment")
+    return pd.DataFrame({name.replace("_", " "): table[name].map(lambda n: "yes" if n else "")
+                         for name in FINDINGS}).rename_axis("run")
 
 
 def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | None = None,
@@ -109,22 +121,68 @@ def _row(label: str, run: RunRecord) -> dict:
 
 
 def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None = None,
-                 payments: int = PAYMENTS, watch: Callable | None = None) -> pd.DataFrame:
-    """The named points (two instances, three partitions) and the wire: one row a run; a
-    run that is not exact is run again point by point, its rows naming one point each."""
+                 payments: int = PAYMENTS, watch: Callable | None = None,
+                 split: bool = False) -> pd.DataFrame:
+    """The named points (two instances, three partitions; two points a run) and the wire:
+    one row a run. ``watch`` (a live view of the run's topics) follows the first run;
+    ``split``: a run that is not exact is run again point by point, its rows naming one
+    point each."""
     validate(service, accounting_reads)
     rows = []
-    for points in experiments(service):
-        run = run_one(service, accounting_reads, points, bootstrap=bootstrap, payments=payments)
-        if _row("", run)["exactly_once"] or len(points) < 2:
-            rows.append(_row(_label(points), run))
-            continue
-        for point in points:  # which of the two: each alone
-            rows.append(_row(_label((point,)), run_one(service, accounting_reads, (point,),
-                                                       bootstrap=bootstrap, payments=payments)))
+    planned = experiments(service)
+    with _Elapsed("The named points") as clock:
+        for n, points in enumerate(planned, 1):
+            clock.now(f"{label(points)} (run {n} of {len(planned)})")
+            run = run_one(service, accounting_reads, points, bootstrap=bootstrap,
+                          payments=payments, **({"watch": watch} if watch and n == 1 else {}))
+            if not split or _row("", run)["exactly_once"] or len(points) < 2:
+                rows.append(_row(label(points), run))
+                continue
+            for point in points:  # which of the two: each alone
+                clock.now(f"{label((point,))} alone")
+                rows.append(_row(label((point,)), run_one(service, accounting_reads, (point,),
+                                                           bootstrap=bootstrap,
+                                                           payments=payments)))
     results = pd.DataFrame(rows)
     results.attrs["digest"] = _digest(service, accounting_reads, results)
     return results
+
+
+class _Elapsed:
+    """A status line that says what runs now and the seconds since it began, once a second
+    (a verdict takes minutes: the learner sees it move)."""
+
+    def __init__(self, title: str, started: float | None = None):
+        self.title, self.what = title, ""
+        self.started = time.monotonic() if started is None else started
+        self._stop = threading.Event()
+
+    def now(self, what: str) -> None:
+        self.what = what
+        self._say()
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def _say(self) -> None:
+        self.say(f"{self.title}: {self.what}, {self.seconds:.0f} s so far")
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            self._say()
+
+    def __enter__(self) -> "_Elapsed":
+        self._status = status(self.title)
+        self.say = self._status.__enter__()
+        self._ticker = threading.Thread(target=self._tick, name="capstone-clock", daemon=True)
+        self._ticker.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._ticker.join()
+        self._status.__exit__(*exc)
 
 
 def schedules(service: Callable) -> list[str]:
@@ -135,19 +193,25 @@ def schedules(service: Callable) -> list[str]:
 
 
 def under_production(service: Callable, accounting_reads: str, bootstrap: str | None = None,
-                     seed: int = 10) -> Iterator[tuple[str, RunRecord]]:
+                     seed: int = 10, on_start: Callable[[str], None] = lambda what: None
+                     ) -> Iterator[tuple[str, RunRecord]]:
     """The seeded schedule of production's faults, once per group protocol; where it breaks
-    the loop, each kind of fault alone until one does: (what ran, its record), in order."""
+    the loop, each kind of fault alone until one does: (what ran, its record), in order.
+    ``on_start(what)`` is told what runs next."""
     for protocol in schedules(service):
+        label = f"production's faults ({protocol} protocol)"
+        on_start(label)
         run = run_one(service, accounting_reads, phase="schedule", bootstrap=bootstrap,
                       instances=3, payments=600, seed=seed, group_protocol=protocol)
-        yield f"production's faults ({protocol} protocol)", run
+        yield label, run
         if _row("", run)["exactly_once"]:
             continue
         for kind in KINDS:
+            label = f"{PHASES[kind]} ({protocol} protocol)"
+            on_start(label)
             alone = run_one(service, accounting_reads, phase=kind, bootstrap=bootstrap,
                             seed=seed, group_protocol=protocol)
-            yield f"{PHASES[kind]} ({protocol} protocol)", alone
+            yield label, alone
             if not _row("", alone)["exactly_once"]:
                 return
         return
@@ -249,10 +313,10 @@ def check_capstone(service: Callable, accounting_reads: str,
                                 f"exactly-once. {findings}." +
                      (" Hints: " + " | ".join(hints) if hints else ""))
     ran, broken = [], None
-    with status("The verdict: production's faults") as say:
-        for label, run in under_production(service, accounting_reads, bootstrap):
+    with _Elapsed("The verdict", started) as clock:
+        for label, run in under_production(service, accounting_reads, bootstrap,
+                                           on_start=clock.now):
             ran.append(label)
-            say(f"The verdict: {label} done after {time.monotonic() - started:.0f} s")
             if not _row("", run)["exactly_once"]:
                 broken = (label, run)  # the last one broken names the kind of fault
     if broken is not None:
@@ -261,7 +325,8 @@ def check_capstone(service: Callable, accounting_reads: str,
             [FINDING_HINTS[f] for f in run.findings if f in FINDING_HINTS]
         return check(False, "", f"every named point was exact, but not "
                                 f"{_finding_text(label, run)}. Hint: " + " | ".join(hints))
-    return check(True, f"all {len(results)} point experiments exactly-once, then under "
-                       f"{' and '.join(ran)}: no payment lost, none charged twice, no "
-                       "aborted payment visible, no transaction left open "
+    protocols = " and the ".join(label.split("(")[-1].rstrip(")") for label in ran)
+    return check(True, f"all {len(results)} runs at the named points and the wire exactly-once, "
+                       f"then production's faults on the {protocols}: no payment lost, none "
+                       "charged twice, no aborted payment visible, no transaction left open "
                        f"({time.monotonic() - started:.0f} s).", "")
