@@ -6,10 +6,11 @@ group over three partitions, each instance SIGKILLed at a named crash point its 
 (two points a run), then once with a lost produce acknowledgement and a refused record, and
 audits each run as accounting reads the ledger (``accounting_reads``): a table, a row per
 run (``split=True``: a run that fails is run again point by point, so each row names one
-point). Once every row is exact, ``check_capstone`` puts the loop under production's faults, seeded: three
-instances, the input arriving while they work, SIGKILLs at random moments, a member joining
-and one leaving, a zombie, an abortable error on a Produce and on the offsets, a successor
-fencing an instance; under both group protocols when the function takes ``group_protocol``.
+point); a status line counts its seconds. Once every row is exact, ``check_capstone`` puts
+the loop under production's faults, seeded: three instances, the input arriving while they
+work, SIGKILLs at random moments, a member joining and one leaving, a zombie, an abortable
+error on a Produce and on the offsets, a successor fencing an instance; under both group
+protocols when the function takes ``group_protocol``.
 A schedule that breaks the loop is run again one kind of fault at a time until the kind
 that breaks it is found. The verdict names it and what it found, with a hint that points
 at the cause, never at the code that fixes it.
