@@ -87,7 +87,6 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("r = shortcut.report", "exactly once: False; lost: 0; charged twice: True"),
         ("print(diff(fee_service, general_fee_service, cell=True)", "+                consumer.position(consumer.assignment()),"),
         ("r = general.report", "exactly once: True; lost: 0; charged twice: False"),
-        ("r = general.report", "SIGKILLs: 2"),
     ],
     "06_zombies": [
         ("records the zombie added to the log", "zombie commit -> _FENCED (fatal: True"),
