@@ -1,5 +1,5 @@
 """10 · capstone: the learner's service is what runs, as the judge runs it (two instances of
-one group over three partitions, two crash points a run, then the wire). The team's code as
+one group over six partitions, two crash points a run, then the wire). The team's code as
 shipped fails at the points with findings and hints, fast (no schedule runs); the documented
 solution is the production loop, tried at every point it passes and under both group
 protocols (its passing run is the solved notebook's, test_exercise_solutions; under the whole

@@ -2,7 +2,7 @@
 judge (``labkit.experiments.judge``) runs it as production does and audits what it wrote.
 
 Fast feedback first. ``run_capstone`` runs the learner's function as two instances of one
-group over three partitions, each instance SIGKILLed at a named crash point its code passes
+group over six partitions, each instance SIGKILLed at a named crash point its code passes
 (two points a run), then once with a lost produce acknowledgement and a refused record, and
 audits each run as accounting reads the ledger (``accounting_reads``): a table, a row per
 run (``split=True``: a run that fails is run again point by point, so each row names one
@@ -36,6 +36,9 @@ from labkit.pipelines import learner
 from labkit.progress import status
 
 PAYMENTS = 300
+# Two instances read three partitions each: a batch often spans partitions, so offsets or a
+# rewind that hold for one partition only show.
+PARTITIONS = 6
 ACCOUNTING_READS = ("read_committed", "read_uncommitted")
 WIRE = "drop-ack:produce:1"  # the broker writes a produce request; its ack is lost
 # Points every version of the loop has (it polls, writes half a batch, finishes a batch):
@@ -109,6 +112,7 @@ def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | No
     validate(service, accounting_reads)
     if phase == "point" and not crash_at and fault is None:
         fault = WIRE + "+error:produce:3:INVALID_RECORD"
+    options.setdefault("partitions", PARTITIONS)
     return registry.run("judge", phase=phase, pipeline=service, crash_at=crash_at or None,
                         fault=fault if phase == "point" else None, cluster=bootstrap,
                         records=payments, isolation=accounting_reads, **options)
@@ -124,7 +128,7 @@ def _row(label: str, run: RunRecord) -> dict:
 def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None = None,
                  payments: int = PAYMENTS, watch: Callable | None = None,
                  split: bool = False) -> pd.DataFrame:
-    """The named points (two instances, three partitions; two points a run) and the wire:
+    """The named points (two instances, six partitions; two points a run) and the wire:
     one row a run. ``watch`` (a live view of the run's topics) follows the first run;
     ``split``: a run that is not exact is run again point by point, its rows naming one
     point each."""
