@@ -3,6 +3,7 @@
     LABKIT_HOME=/tmp/room-lab .venv/bin/labkit up
     LABKIT_HOME=/tmp/room-lab .venv/bin/python benchmarks/workshop_room.py --learners 10
     LABKIT_HOME=/tmp/room-lab .venv/bin/python benchmarks/workshop_room.py --learners 1
+    LABKIT_HOME=/tmp/room-lab .venv/bin/python benchmarks/workshop_room.py --stops 5,6
 
 Reads the path from docs/workshop.md ("## The path": each stop's notebook and the sections
 it takes). Each learner is a process of its own with a namespace of its own
@@ -87,12 +88,15 @@ def code_cells(name: str, sections: list[str]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--learners", type=int, default=10)
+    parser.add_argument("--stops", default="", help="only these stops, e.g. 5,6 (default: all)")
     args = parser.parse_args()
     from labkit.kafka import cluster
 
     bootstrap = cluster.running_or_fail().bootstrap
-    stops = [{"notebook": name, "cells": code_cells(name, sections),
-              "dir": str(ROOT / "notebooks")} for name, sections in path_stops()]
+    wanted = {int(n) for n in args.stops.split(",") if n.strip()}
+    stops = [{"stop": n, "notebook": name, "cells": code_cells(name, sections),
+              "dir": str(ROOT / "notebooks")}
+             for n, (name, sections) in enumerate(path_stops(), 1) if not wanted or n in wanted]
     procs = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,7 +118,7 @@ def main() -> None:
         times = [r[i]["seconds"] for r in results]
         failed = [f"learner{n:02d}: {r[i]['error']}" for n, r in enumerate(results, 1)
                   if r[i]["error"]]
-        print(f"| {i + 1} | {stop['notebook']} | {args.learners} | {statistics.median(times):.0f} | "
+        print(f"| {stop['stop']} | {stop['notebook']} | {args.learners} | {statistics.median(times):.0f} | "
               f"{max(times):.0f} | {len(failed)} |")
         for line in failed[:3]:
             print(f"  {line}", file=sys.stderr)

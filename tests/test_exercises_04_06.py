@@ -6,12 +6,12 @@ from labkit.checking import audit
 
 from labkit import experiments
 from labkit.experiments import scenarios
-from labkit.exercises.ctp import check_ctp_settings
+from labkit.exercises.ctp import COMMITTED, check_rewind
 from labkit.exercises.transactions import check_transactions
 from labkit.exercises.zombies import check_fenced_zombie, check_next_epoch, replay_takeover
 from labkit.pipelines import consumer
 from tests.notebook_cells import as_cell, read
-from tests.solution_code import solution_codes
+from tests.solution_code import exercise_indices, solution_code, solution_codes
 
 CTP = "consume-transform-produce"
 
@@ -26,10 +26,42 @@ def test_transactions_check_counts_markers(bootstrap):
     assert "high watermark is right" in check_transactions(bootstrap, 9, 5).message
 
 
-def test_ctp_check_runs_the_pipeline_at_each_probe(bootstrap):
-    assert check_ctp_settings(bootstrap, "in-transaction", 1).passed
-    wrong = check_ctp_settings(bootstrap, "in-transaction", 0)  # the off-by-one
-    assert not wrong.passed and "after-poll-before-process: lost=0 duplicated=1" in wrong.message
+def shipped_rewind():
+    """05's exercise cell as shipped: the one-partition rewind."""
+    nb = read("05_consume_transform_produce")
+    (index,) = exercise_indices(nb)
+    return as_cell(nb.cells[index].source, "rewind")
+
+
+def test_the_rewind_check_finds_the_partitions_a_one_partition_rewind_skips(bootstrap):
+    """The shipped rewind seeks back the first record's partition only: the other two of
+    the aborted batch resume at their end, their records lost; the check says which and
+    where they began, never how to seek them."""
+    wrong = check_rewind(bootstrap, shipped_rewind())
+    assert not wrong.passed
+    lost = [p for p, began in COMMITTED.items()
+            if f"partition {p} resumed at offset 6, but the aborted transaction began there "
+               f"at {began}" in wrong.message]
+    assert len(lost) == 2 and "(lost)" in wrong.message, wrong.message
+    assert not {"committed(", "seek", "assignment"} & set(wrong.message.split())
+
+
+def test_the_rewind_check_passes_the_solution_and_refuses_a_rewind_to_the_start(bootstrap):
+    assert check_rewind(bootstrap, as_cell(solution_code("05_consume_transform_produce"),
+                                           "rewind")).passed
+    to_start = as_cell("from confluent_kafka import OFFSET_BEGINNING, TopicPartition\n"
+                       "def rewind(consumer, batch):\n"
+                       "    for tp in consumer.assignment():\n"
+                       "        consumer.seek(TopicPartition(tp.topic, tp.partition, "
+                       "OFFSET_BEGINNING))\n", "rewind")
+    wrong = check_rewind(bootstrap, to_start)
+    # partitions 0 and 2 had committed offsets: reading them from 0 repeats those
+    assert not wrong.passed and wrong.message.count("(charged twice)") == 2, wrong.message
+
+
+def test_the_rewind_check_says_what_to_change_before_running(bootstrap):
+    wrong = check_rewind(bootstrap, as_cell("def rewind(consumer):\n    pass\n", "rewind"))
+    assert not wrong.passed and "two arguments, (consumer, batch)" in wrong.message
 
 
 def test_zombie_check_measures_the_next_epoch_and_the_answer_stays(bootstrap):

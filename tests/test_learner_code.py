@@ -21,7 +21,7 @@ from tests.notebook_cells import NOTEBOOKS, read
 ROOT = NOTEBOOKS.parent
 SENT_IN_TRANSACTION = """            producer.send_offsets_to_transaction(
                 [TopicPartition(last.topic(), last.partition(), last.offset() + 1)],  # next to read
-                consumer.consumer_group_metadata(), 60)"""
+                consumer.consumer_group_metadata(), 30)"""
 COMMITTED_OUTSIDE = """            consumer.commit(offsets=[TopicPartition(last.topic(), last.partition(),
                                                     last.offset() + 1)], asynchronous=False)"""
 FIRST_AUDIT = "print(one.report.summary())"

@@ -89,11 +89,13 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("print(one.report.summary())", "markers in the output log: COMMIT ABORT COMMIT COMMIT COMMIT"),
         ("print(one.report.summary())", "(aborted copy + committed copy): 10"),
         ("committed offset of the group", "[{0: 40}]"),
-        ("for point in experiments.crash_points(CTP", "after-send-offsets-before-commit"),
         ("print(before.summary())", "lost=10"),
         ("print(after.summary())", "duplicated=10"),
         ("off_by_one.summary()", "['r-000010']"),
         ("ledger_report.summary()", "duplicated=10"),
+        ("r = shortcut.report", "exactly once: False; lost: 0; charged twice: True"),
+        ("print(diff(fee_service, general_fee_service, cell=True)", "+                consumer.position(consumer.assignment()),"),
+        ("r = general.report", "exactly once: True; lost: 0; charged twice: False"),
     ],
     "05c_kafka_into_a_database": [
         ('approach="commit-first"', "lost=10 duplicated=0"),
@@ -215,8 +217,11 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("findings.commit_wait_falls_with_interval(grid_table)", "at every record size: yes"),
     ],
     "10_capstone": [
-        ("results = capstone.run_capstone", "lost produce ack"),
+        ("for points in capstone.experiments(ledger_service)", "crash at after-commit"),
+        ("capstone.found(results)", "crash at after-produce-before-flush and after-process-before-commit"),
+        ("capstone.found(results)", "lost produce ack, refused record"),
         ("capstone.check_capstone(ledger_service, accounting_reads, results)", "🔁 Not yet"),
+        ("capstone.check_capstone(ledger_service, accounting_reads, results)", "commit together, atomically"),
     ],
     "11_share_groups": [
         ("killed, frozen = ", "killed: exit codes [-9, 0]"),

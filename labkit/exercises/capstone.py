@@ -2,14 +2,15 @@
 judge (``labkit.experiments.judge``) runs it as production does and audits what it wrote.
 
 Fast feedback first. ``run_capstone`` runs the learner's function as two instances of one
-group over three partitions, each instance SIGKILLed at a named crash point its code passes
+group over six partitions, each instance SIGKILLed at a named crash point its code passes
 (two points a run), then once with a lost produce acknowledgement and a refused record, and
 audits each run as accounting reads the ledger (``accounting_reads``): a table, a row per
-run; a run that fails is run again point by point, so each row names one point. Once every
-row is exact, ``check_capstone`` puts the loop under production's faults, seeded: three
-instances, the input arriving while they work, SIGKILLs at random moments, a member joining
-and one leaving, a zombie, an abortable error on a Produce and on the offsets, a successor
-fencing an instance; under both group protocols when the function takes ``group_protocol``.
+run (``split=True``: a run that fails is run again point by point, so each row names one
+point); a status line counts its seconds. Once every row is exact, ``check_capstone`` puts
+the loop under production's faults, seeded: three instances, the input arriving while they
+work, SIGKILLs at random moments, a member joining and one leaving, a zombie, an abortable
+error on a Produce and on the offsets, a successor fencing an instance; under both group
+protocols when the function takes ``group_protocol``.
 A schedule that breaks the loop is run again one kind of fault at a time until the kind
 that breaks it is found. The verdict names it and what it found, with a hint that points
 at the cause, never at the code that fixes it.
@@ -20,6 +21,7 @@ import ast
 import hashlib
 import inspect
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -34,6 +36,9 @@ from labkit.pipelines import learner
 from labkit.progress import status
 
 PAYMENTS = 300
+# Two instances read three partitions each: a batch often spans partitions, so offsets or a
+# rewind that hold for one partition only show.
+PARTITIONS = 6
 ACCOUNTING_READS = ("read_committed", "read_uncommitted")
 WIRE = "drop-ack:produce:1"  # the broker writes a produce request; its ack is lost
 # then a refused record (an abortable error), and an instance killed as it sends its first
@@ -82,9 +87,21 @@ def experiments(service: Callable) -> list[tuple[str, ...]]:
     return [tuple(found[i:i + 2]) for i in range(0, len(found), 2)] + [()]
 
 
-def _label(points: tuple[str, ...]) -> str:
-    return " and ".join(f"crash at {p}" for p in points) if points else \
+def label(points: tuple[str, ...]) -> str:
+    """What a point run does, in words: its crash points, or the wire."""
+    return f"crash at {' and '.join(points)}" if points else \
         "lost produce ack, refused record, crash at a commit"
+
+
+FINDINGS = ("lost", "charged_twice", "aborted_visible")
+
+
+def found(results: pd.DataFrame) -> pd.DataFrame:
+    """Which findings each run of ``results`` had, yes or no (the counts depend on where in
+    a batch each kill landed; whether there were any does not)."""
+    table = results.set_index("experiment")
+    return pd.DataFrame({name.replace("_", " "): table[name].map(lambda n: "yes" if n else "")
+                         for name in FINDINGS}).rename_axis("run")
 
 
 def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | None = None,
@@ -94,12 +111,13 @@ def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | No
     validate(service, accounting_reads)
     if phase == "point" and not crash_at and fault is None:
         fault = WIRE_RUN
+    options.setdefault("partitions", PARTITIONS)
     return registry.run("judge", phase=phase, pipeline=service, crash_at=crash_at or None,
                         fault=fault if phase == "point" else None, cluster=bootstrap,
                         records=payments, isolation=accounting_reads, **options)
 
 
-def _found(run: RunRecord) -> list[str]:
+def _findings_of(run: RunRecord) -> list[str]:
     """What the judge found besides the table's counts: its findings, the audit's other
     anomalies (e.g. an aborted input read)."""
     return [*run.findings, *(a for a in run.report.anomalies if a not in COUNTED)]
@@ -107,29 +125,75 @@ def _found(run: RunRecord) -> list[str]:
 
 def _row(label: str, run: RunRecord) -> dict:
     r = run.report
-    found = _found(run)
+    found = _findings_of(run)
     return {"experiment": label, "payments": r.produced, "lost": r.lost,
             "charged_twice": r.duplicated, "aborted_visible": r.aborted_visible,
             "findings": ", ".join(found), "exactly_once": r.exactly_once and not found}
 
 
 def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None = None,
-                 payments: int = PAYMENTS, watch: Callable | None = None) -> pd.DataFrame:
-    """The named points (two instances, three partitions) and the wire: one row a run; a
-    run that is not exact is run again point by point, its rows naming one point each."""
+                 payments: int = PAYMENTS, watch: Callable | None = None,
+                 split: bool = False) -> pd.DataFrame:
+    """The named points (two instances, six partitions; two points a run) and the wire:
+    one row a run. ``watch`` (a live view of the run's topics) follows the first run;
+    ``split``: a run that is not exact is run again point by point, its rows naming one
+    point each."""
     validate(service, accounting_reads)
     rows = []
-    for points in experiments(service):
-        run = run_one(service, accounting_reads, points, bootstrap=bootstrap, payments=payments)
-        if _row("", run)["exactly_once"] or len(points) < 2:
-            rows.append(_row(_label(points), run))
-            continue
-        for point in points:  # which of the two: each alone
-            rows.append(_row(_label((point,)), run_one(service, accounting_reads, (point,),
-                                                       bootstrap=bootstrap, payments=payments)))
+    planned = experiments(service)
+    with _Elapsed("The named points") as clock:
+        for n, points in enumerate(planned, 1):
+            clock.now(f"{label(points)} (run {n} of {len(planned)})")
+            run = run_one(service, accounting_reads, points, bootstrap=bootstrap,
+                          payments=payments, **({"watch": watch} if watch and n == 1 else {}))
+            if not split or _row("", run)["exactly_once"] or len(points) < 2:
+                rows.append(_row(label(points), run))
+                continue
+            for point in points:  # which of the two: each alone
+                clock.now(f"{label((point,))} alone")
+                rows.append(_row(label((point,)), run_one(service, accounting_reads, (point,),
+                                                           bootstrap=bootstrap,
+                                                           payments=payments)))
     results = pd.DataFrame(rows)
     results.attrs["digest"] = _digest(service, accounting_reads, results)
     return results
+
+
+class _Elapsed:
+    """A status line that says what runs now and the seconds since it began, once a second
+    (a verdict takes minutes: the learner sees it move)."""
+
+    def __init__(self, title: str, started: float | None = None):
+        self.title, self.what = title, ""
+        self.started = time.monotonic() if started is None else started
+        self._stop = threading.Event()
+
+    def now(self, what: str) -> None:
+        self.what = what
+        self._say()
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def _say(self) -> None:
+        self.say(f"{self.title}: {self.what}, {self.seconds:.0f} s so far")
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            self._say()
+
+    def __enter__(self) -> "_Elapsed":
+        self._status = status(self.title)
+        self.say = self._status.__enter__()
+        self._ticker = threading.Thread(target=self._tick, name="capstone-clock", daemon=True)
+        self._ticker.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._ticker.join()
+        self._status.__exit__(*exc)
 
 
 def schedules(service: Callable) -> list[str]:
@@ -140,19 +204,25 @@ def schedules(service: Callable) -> list[str]:
 
 
 def under_production(service: Callable, accounting_reads: str, bootstrap: str | None = None,
-                     seed: int = 10) -> Iterator[tuple[str, RunRecord]]:
+                     seed: int = 10, on_start: Callable[[str], None] = lambda what: None
+                     ) -> Iterator[tuple[str, RunRecord]]:
     """The seeded schedule of production's faults, once per group protocol; where it breaks
-    the loop, each kind of fault alone until one does: (what ran, its record), in order."""
+    the loop, each kind of fault alone until one does: (what ran, its record), in order.
+    ``on_start(what)`` is told what runs next."""
     for protocol in schedules(service):
+        label = f"production's faults ({protocol} protocol)"
+        on_start(label)
         run = run_one(service, accounting_reads, phase="schedule", bootstrap=bootstrap,
                       instances=3, payments=600, seed=seed, group_protocol=protocol)
-        yield f"production's faults ({protocol} protocol)", run
+        yield label, run
         if _row("", run)["exactly_once"]:
             continue
         for kind in KINDS:
+            label = f"{PHASES[kind]} ({protocol} protocol)"
+            on_start(label)
             alone = run_one(service, accounting_reads, phase=kind, bootstrap=bootstrap,
                             seed=seed, group_protocol=protocol)
-            yield f"{PHASES[kind]} ({protocol} protocol)", alone
+            yield label, alone
             if not _row("", alone)["exactly_once"]:
                 return
         return
@@ -229,7 +299,7 @@ def _finding_text(label: str, run: RunRecord) -> str:
                                                          ("aborted_visible", r.aborted_visible))
              if v]
     found += [f"{name} ({', '.join(map(str, run.findings[name]))})" if name in run.findings
-              else name for name in _found(run)]
+              else name for name in _findings_of(run)]
     errors = "; ".join(f"instance {e['instance']} raised {e['raised']}" for e in run.errors)
     return (f"under {label}: {', '.join(found) or 'not exactly once'}"
             + (f" ({errors})" if errors else ""))
@@ -264,19 +334,20 @@ def check_capstone(service: Callable, accounting_reads: str,
                                 f"exactly-once. {findings}." +
                      (" Hints: " + " | ".join(hints) if hints else ""))
     ran, broken = [], None
-    with status("The verdict: production's faults") as say:
-        for label, run in under_production(service, accounting_reads, bootstrap):
+    with _Elapsed("The verdict", started) as clock:
+        for label, run in under_production(service, accounting_reads, bootstrap,
+                                           on_start=clock.now):
             ran.append(label)
-            say(f"The verdict: {label} done after {time.monotonic() - started:.0f} s")
             if not _row("", run)["exactly_once"]:
                 broken = (label, run)  # the last one broken names the kind of fault
     if broken is not None:
         label, run = broken
         hints = [KIND_HINTS[label.rsplit(" (", 1)[0]]] + \
-            [FINDING_HINTS[f] for f in _found(run) if f in FINDING_HINTS]
+            [FINDING_HINTS[f] for f in _findings_of(run) if f in FINDING_HINTS]
         return check(False, "", f"every named point was exact, but not "
                                 f"{_finding_text(label, run)}. Hint: " + " | ".join(hints))
-    return check(True, f"all {len(results)} point experiments exactly-once, then under "
-                       f"{' and '.join(ran)}: no payment lost, none charged twice, no "
-                       "aborted payment visible, no transaction left open "
+    protocols = " and the ".join(label.split("(")[-1].rstrip(")") for label in ran)
+    return check(True, f"all {len(results)} runs at the named points and the wire exactly-once, "
+                       f"then production's faults on the {protocols}: no payment lost, none "
+                       "charged twice, no aborted payment visible, no transaction left open "
                        f"({time.monotonic() - started:.0f} s).", "")

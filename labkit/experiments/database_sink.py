@@ -29,7 +29,7 @@ from labkit.checking.record import Presentation
 from labkit.checking.table_progress import TableProgress
 from labkit.experiments.app_run import AppClients
 from labkit.experiments.feed import group_formed, write_input
-from labkit.experiments.judge import raised
+from labkit.experiments.judge_findings import raised_in
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.crashpoints import CRASH_POINTS, named, per_instance
@@ -132,7 +132,7 @@ def _facts(run) -> dict:
             "faults_fired": [f.what for f in run.fired_faults],
             "restarts": app.pool.result.attempts - len(app.pool.instances),
             "errors": [{"instance": f["instance"], "attempt": f["attempt"],
-                        "raised": raised(f["log"])} for f in app.pool.result.failures],
+                        "raised": raised_in(f["log"])} for f in app.pool.result.failures],
             "seconds": app.seconds, "waited": app.waited,
             "database": run.facts["dsn"] if run.o.keep_database else None}
 

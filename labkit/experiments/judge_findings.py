@@ -21,6 +21,8 @@ the same way.
 """
 from __future__ import annotations
 
+import re
+
 from labkit.checking import history
 from labkit.checking.checkers import Result
 from labkit.experiments.feed import ABORTED_PREFIX
@@ -64,6 +66,23 @@ def events(run) -> list[dict]:
 def raised(run) -> list[dict]:
     """What each instance that exited with an error raised (the runner's record of it)."""
     return [e for e in events(run) if e["kind"] == "raised"]
+
+
+KAFKA_ERROR = re.compile(r"KafkaError\{code=(\w+),val=-?\d+,str=\"([^\"]*)\"(.*?)\}")
+
+
+def raised_in(log: str) -> str:
+    """What a process raised, from its log's last lines: Kafka's error and its class (a
+    process the lab did not start as a worker has no history record of it)."""
+    found = KAFKA_ERROR.findall(log)
+    if found:
+        code, text, flags = found[-1]
+        kind = ("fatal" if "fatal=True" in flags else "abortable" if
+                "txn_requires_abort=True" in flags else "retriable" if "retriable=True" in flags
+                else "not retriable")
+        return f"{code} ({kind}): {text}"
+    lines = [line.strip(" |") for line in log.splitlines() if line.strip(" |")]
+    return lines[-1] if lines else "(nothing in its log)"
 
 
 def starts(run, transactional_id: str) -> list[float]:

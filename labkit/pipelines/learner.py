@@ -154,12 +154,14 @@ def fingerprint(function: Callable) -> str | None:
     return hashlib.sha256(shape.encode()).hexdigest()[:16]
 
 
-def diff(before: Callable, after: Callable) -> str:
+def diff(before: Callable, after: Callable, cell: bool = False) -> str:
     """The lines of ``after``'s function that differ from ``before``'s (its name aside), with one
-    line around each change, as a unified diff."""
-    old = inspect.getsource(before).splitlines()
-    new = inspect.getsource(after).replace(f"def {after.__name__}(", f"def {before.__name__}(",
-                                           1).splitlines()
+    line around each change, as a unified diff. ``cell``: of their whole cells (an import or
+    a helper function changed too)."""
+    source = code_of if cell else inspect.getsource
+    old = source(before).splitlines()
+    new = source(after).replace(f"def {after.__name__}(", f"def {before.__name__}(",
+                                1).splitlines()
     return "\n".join(difflib.unified_diff(old, new, before.__name__, after.__name__, n=1,
                                           lineterm=""))
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import signal
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.ctp import transform
@@ -86,7 +86,11 @@ def fee_service(bootstrap: str, input_topic: str, output_topic: str, group_id: s
         for msg in consumer.consume(100, timeout=1.0):
             if msg.error() is None:
                 batch.append(msg)
-            elif msg.error().fatal():  # e.g. a newer instance took our group.instance.id
+            elif msg.error().code() == KafkaError._FATAL:  # e.g. another member has our
+                # group.instance.id (the consumer protocol's UNRELEASED_INSTANCE_ID). The
+                # consumer reports its fatal error as an event of this code, whose own
+                # fatal() is False: checking fatal() alone, the loop went on consuming
+                # nothing until the judge called it stalled.
                 raise KafkaException(msg.error())
         if not batch:
             continue
