@@ -11,7 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit.flink import supervised, timeouts
+from labkit.paths import lab_home
+
+from labkit import experiments
+from labkit.checking.record import RunRecord
 from labkit.kafka import topics
 from labkit.kafka.inspect.client import Inspector
 
@@ -23,16 +26,17 @@ SHORT_TIMEOUT_MS = 5000  # below DOWN_S: the broker aborts what the job left ope
 # with room for a loaded machine)
 
 
-def left_behind(run: supervised.FlinkRun) -> list[str]:
+def left_behind(run: RunRecord) -> list[str]:
     """Processes of this run still alive (the job's Python and JVM carry the run's folder,
-    labkit-flink-<id>, in their command lines) and files a local Flink cluster leaves in the
-    system's temporary folder when it is SIGKILLed (24 MB of jars a start): the run keeps
-    them in its own folder, removed with it."""
+    named with its run id, in their command lines), files a local Flink cluster leaves in
+    the system's temporary folder when it is SIGKILLed (24 MB of jars a start): the run
+    keeps them in its own folder, removed with it; and that folder."""
     found = [str(p) for p in Path(tempfile.gettempdir()).glob("minicluster_*")]
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if f"labkit-flink-{run.run_id}" in cmd:
+        if run.run_id in cmd:
             found.append(f"{p.pid}: {cmd[:150]}")
+    found += [str(d) for d in (lab_home() / "runs").glob(f"*{run.run_id}*")]
     return found
 
 
@@ -55,8 +59,8 @@ def ids_in(bootstrap: str, topic: str) -> list[str]:
 def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_commit(bootstrap):
     # down as long as in the timeout test below after the kill before the commit: what the
     # default transaction.timeout.ms (60 s) survives
-    run = supervised.run(bootstrap, kills=["mid-checkpoint", "before-commit"],
-                         down_s=[0, DOWN_S], keep_topics=True)
+    run = experiments.run("flink-crash", cluster=bootstrap, guarantee="exactly_once",
+                          kill_at=["mid-checkpoint", "before-commit"], down_s=[0, DOWN_S])
     try:
         mid, before = run.kills
         # each SIGKILL hit its window, as the broker showed it while the job stood frozen and
@@ -87,8 +91,8 @@ def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_com
 
 
 def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootstrap):
-    run = supervised.run(bootstrap, guarantee="at_least_once", kills=["mid-checkpoint"],
-                         keep_topics=True)
+    run = experiments.run("flink-crash", cluster=bootstrap, guarantee="at_least_once",
+                          kill_at="mid-checkpoint")
     try:
         written = ids_in(bootstrap, run.topics["input"])
         out = ids_in(bootstrap, run.topics["output"])
@@ -103,8 +107,8 @@ def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootst
 
 
 def test_a_restore_after_the_transaction_timeout_loses_the_precommitted_records(bootstrap):
-    run = supervised.run(bootstrap, kills=["before-commit"], down_s=DOWN_S,
-                         transaction_timeout_ms=SHORT_TIMEOUT_MS, keep_topics=True)
+    run = experiments.run("flink-timeout-trap", cluster=bootstrap, down_s=DOWN_S,
+                          transaction_timeout_ms=SHORT_TIMEOUT_MS)
     try:
         (before,) = run.kills
         assert before.state == before.state_after_kill == "Ongoing", run.timeline()
@@ -128,7 +132,15 @@ def test_a_restore_after_the_transaction_timeout_loses_the_precommitted_records(
 
 
 def test_the_broker_refuses_a_transaction_timeout_above_its_maximum(bootstrap):
-    refusal = timeouts.refused_start(bootstrap, transaction_timeout_ms=3_600_000)
-    assert refusal.broker_max_ms < refusal.transaction_timeout_ms
-    assert "transaction.max.timeout.ms" in refusal.flink_error, refusal.flink_error
-    assert "larger than the maximum value allowed by the broker" in refusal.flink_error
+    refusal = experiments.run("flink-refused-start", cluster=bootstrap,
+                              transaction_timeout_ms=3_600_000)
+    try:
+        assert refusal.broker_max_ms < refusal.transaction_timeout_ms
+        assert "transaction.max.timeout.ms" in refusal.flink_error, refusal.flink_error
+        assert "larger than the maximum value allowed by the broker" in refusal.flink_error
+        # the payments waiting for it were never delivered: the audit counts them lost
+        assert refusal.report.lost == refusal.report.produced > 0
+        assert ids_in(bootstrap, refusal.topics["output"]) == []
+    finally:
+        refusal.cleanup()
+    assert left_behind(refusal) == []

@@ -19,6 +19,10 @@ checkpoint folder, SIGSTOPs the whole job the moment the folder changes, asks th
 (ListTransactions, DescribeTransactions) while the job stands still, and SIGKILLs it only if
 the broker shows the window; otherwise the job goes on (SIGCONT) and the next checkpoint is
 tried. A stopped process does nothing, so what the broker said is what the kill hit.
+
+``AimedKill`` is that kill as a fault of an experiment's nemesis: fired by an event the
+clients report (``on("checkpointed", start=1)``), it aims at the run's job
+(``labkit.flink.clients.FlinkJob.kill_at``) and keeps it down ``down_s`` seconds.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import progress
+from labkit.faults.nemesis import Fault, Run, Trigger
 from labkit.flink import checkpoints
 from labkit.flink.process import JobProcess
 from labkit.kafka.inspect.client import Inspector
@@ -49,6 +55,7 @@ class Kill:
     # ... and once the job was dead: still Ongoing shows no commit was on its way
     state_after_kill: str | None
     producer_id: int | None  # the transaction's producer id: its records in the log carry it
+    timeout_ms: int | None  # the transaction's timeout as the coordinator knows it
     since_checkpoint_ms: float | None  # since the last completed checkpoint's _metadata
     tries: int  # checkpoints looked at (the last one hit)
     at: float  # time.time() of the SIGKILL
@@ -78,6 +85,7 @@ class _Aim:
         self.inspector = Inspector(bootstrap)
         self.tries = 0
         self.producer_ids: dict[str, int] = {}
+        self.timeouts: dict[str, int] = {}
 
     def check_alive(self) -> None:
         if not self.job.alive:
@@ -90,6 +98,7 @@ class _Aim:
         found = self.inspector.describe_transactions([transactional_id])
         if found:
             self.producer_ids[transactional_id] = found[0].producer_id
+            self.timeouts[transactional_id] = found[0].timeout_ms
         return found[0].state if found else None
 
     def next_pending(self, after: int) -> checkpoints.Checkpoint:
@@ -124,8 +133,8 @@ class _Aim:
         if last is not None and last.completed_at is not None:
             since = (at - last.completed_at) * 1000
         after = self.state(txn) if txn else None
-        return Kill(point, cp, txn, state, after, self.producer_ids.get(txn or ""), since,
-                    self.tries, at)
+        return Kill(point, cp, txn, state, after, self.producer_ids.get(txn or ""),
+                    self.timeouts.get(txn or ""), since, self.tries, at)
 
     def known_up_to(self) -> int:
         """The highest checkpoint id among the sink's transactional ids the broker knows."""
@@ -233,3 +242,31 @@ def kill_at(job: JobProcess, point: str, *, checkpoint_root: Path, bootstrap: st
         return aim.at_random(interval_ms, rng)
     finally:
         aim.inspector.close()
+
+
+class AimedKill(Fault):
+    """SIGKILL the run's Flink job (its Python and its JVM) at ``point`` of one of its next
+    checkpoints when ``trigger`` fires, then keep it down ``down_s`` seconds (the clients
+    restart it once this returns; ``transaction.timeout.ms`` is the broker's patience with
+    what the job left open meanwhile). ``kill``: what it hit, None until it has."""
+
+    def __init__(self, point: str, trigger: Trigger, down_s: float = 0.0, seed: int = 0):
+        if point not in KILL_POINTS:
+            raise ValueError(f"unknown kill point {point!r}: choose from {', '.join(KILL_POINTS)}")
+        if down_s < 0:
+            raise ValueError(f"a job stays down 0 seconds or more, not {down_s}")
+        self.point, self.trigger, self.down_s = point, trigger, down_s
+        self.rng = random.Random(seed)
+        self.kill: Kill | None = None
+        self.name = f"SIGKILL at {point}"
+
+    def invoke(self, run: Run) -> None:
+        job = run.workers  # labkit.flink.clients.FlinkJob
+        self.kill = job.kill_at(self.point, self.rng)
+        run.fired(self, f"{job.job.name}: {self.kill.describe()}")
+        if self.down_s:
+            run.step(f"the job stays down {self.down_s:g} s", "the job's restart")
+            until = time.monotonic() + self.down_s
+            while (left := until - time.monotonic()) > 0:
+                time.sleep(min(left, 1.0))
+                progress.beat("the job's restart")  # down on purpose: not a stall

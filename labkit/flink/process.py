@@ -25,6 +25,20 @@ JOBMAIN = Path(__file__).with_name("jobmain.py")
 REFERENCE_JOB = Path(__file__).with_name("fee_job.py")
 
 
+def job_command(code_file: Path, function: str, params: dict, run_dir: Path,
+                name: str) -> tuple[list[str], dict[str, str]]:
+    """How one start of a job is run: the command (PyFlink's python running jobmain with
+    this start's settings file, written now) and its environment (``environment.child_env``:
+    its Flink log and temporary files in ``run_dir/<name>-flink``)."""
+    settings_file = run_dir / f"{name}.settings.json"
+    settings_file.write_text(json.dumps({
+        "code_file": str(code_file), "function": function, "params": params,
+        "outcome_file": str(run_dir / f"{name}.outcome.json")}, indent=1))
+    python = environment.python()
+    env = environment.child_env(run_dir / f"{name}-flink", python)
+    return [str(python), str(JOBMAIN), str(settings_file)], env
+
+
 class JobProcess:
     def __init__(self, code_file: Path, function: str, params: dict, run_dir: Path,
                  name: str):
@@ -32,19 +46,13 @@ class JobProcess:
         self.run_dir = run_dir
         self.log_file = run_dir / f"{name}.log"
         self.outcome_file = run_dir / f"{name}.outcome.json"
-        settings_file = run_dir / f"{name}.settings.json"
-        settings_file.write_text(json.dumps({
-            "code_file": str(code_file), "function": function, "params": params,
-            "outcome_file": str(self.outcome_file)}, indent=1))
-        python = environment.python()
-        env = environment.child_env(run_dir / f"{name}-flink", python)
+        command, env = job_command(code_file, function, params, run_dir, name)
         self.started = time.monotonic()
         with open(self.log_file, "w") as log:
             # group=True: the job leads a process group with its JVM (PyFlink's gateway is
             # started without a session of its own), so one signal reaches both.
-            self.popen = proc.spawn([str(python), str(JOBMAIN), str(settings_file)], group=True,
-                                    stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=str(run_dir))
+            self.popen = proc.spawn(command, group=True, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, cwd=str(run_dir))
         self.killed_at: float | None = None
 
     @property

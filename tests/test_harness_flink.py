@@ -1,0 +1,54 @@
+"""A PyFlink job under `labkit torture`, as any app: the harness SIGKILLs it at random moments
+after its checkpoints, each start restores the latest retained checkpoint
+(``python -m labkit.torture.apps flink``), and the audit reads the output read_committed.
+
+Why the kills land mid-stream: the job does WORK_MS of work per payment, so its INPUT
+payments take several seconds, many checkpoints (INTERVAL_MS); each kill comes KILL_AFTER_S
+after the first offset commit of a start (``kill_clock="commit"``: the source commits its
+offsets when a checkpoint completes), while it still has input to read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labkit.torture import apps, harness
+
+pytestmark = pytest.mark.flink
+
+INPUT = 300
+KILLS = 2
+WORK_MS = 20  # 300 payments: 6 s of work, 12 checkpoints
+INTERVAL_MS = 500
+KILL_AFTER_S = (0.5, 1.5)
+
+
+def test_torture_finds_a_pyflink_exactly_once_job_exact(cluster):
+    run = harness.torture(apps.flink_command("exactly_once", interval_ms=INTERVAL_MS,
+                                             work_ms=WORK_MS),
+                          input=INPUT, kills=KILLS, seed=1, kill_clock="commit",
+                          kill_after_s=KILL_AFTER_S, timeout_s=300, stall_s=150,
+                          cluster=cluster)
+    assert (run.kills, run.restarts) == (KILLS, KILLS), run.summary()
+    assert run.report.produced == INPUT
+    assert (run.report.lost, run.report.duplicated) == (0, 0), run.summary()
+    assert run.verdict == "exactly once", run.summary()
+    # each start after the first restored a checkpoint, as its first line says
+    logs = sorted(Path(run.run_dir).glob("*.log"))  # each start's output
+    restored = [line for log in logs for line in log.read_text().splitlines()
+                if line.startswith("start-") and "restoring checkpoint" in line]
+    assert len(restored) == KILLS, restored
+
+
+def test_the_flink_app_refuses_an_unknown_guarantee():
+    with pytest.raises(harness.HarnessError, match="unknown delivery guarantee 'exactly-once'"):
+        apps.flink_command("exactly-once")
+
+
+def test_the_lab_job_slowed_for_torture_keeps_its_fee():
+    from labkit.flink import app
+
+    code = app.slowed(20)
+    assert code.count("time.sleep(0.02)") == 1 and "import time\n" in code
+    assert "def add_fee(value: str) -> str:" in code  # the rest of the job is the lab's
