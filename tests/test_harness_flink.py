@@ -3,9 +3,13 @@ after its checkpoints, each start restores the latest retained checkpoint
 (``python -m labkit.torture.apps flink``), and the audit reads the output read_committed.
 
 Why the kills land mid-stream: the job does WORK_MS of work per payment, so its INPUT
-payments take several seconds, many checkpoints (INTERVAL_MS); each kill comes KILL_AFTER_S
-after the first offset commit of a start (``kill_clock="commit"``: the source commits its
-offsets when a checkpoint completes), while it still has input to read.
+payments take about 20 s, many checkpoints (INTERVAL_MS); each kill comes KILL_AFTER_S after
+the first offset commit of a start (``kill_clock="commit"``: the source commits its offsets
+when a checkpoint completes), while it still has input to read. Less work did not do: with
+300 payments (6 s), or 2000 at 5 ms, the input was consumed before the second kill came
+(measured). The source commits a checkpoint's offsets between its consumer's polls only, and
+a poll that finds nothing new waits up to 10 s (labkit.flink.consumed), so a restarted job
+that has fetched the rest of its input commits late.
 """
 from __future__ import annotations
 
@@ -17,9 +21,9 @@ from labkit.torture import apps, harness
 
 pytestmark = pytest.mark.flink
 
-INPUT = 300
+INPUT = 2000
 KILLS = 2
-WORK_MS = 20  # 300 payments: 6 s of work, 12 checkpoints
+WORK_MS = 10  # 2000 payments: 20 s of work, 40 checkpoints
 INTERVAL_MS = 500
 KILL_AFTER_S = (0.5, 1.5)
 
@@ -34,6 +38,8 @@ def test_torture_finds_a_pyflink_exactly_once_job_exact(cluster):
     assert run.report.produced == INPUT
     assert (run.report.lost, run.report.duplicated) == (0, 0), run.summary()
     assert run.verdict == "exactly once", run.summary()
+    # the kills hit open transactions: their records are in the log, aborted, unread
+    assert run.report.aborted_in_log > 0, run.summary()
     # each start after the first restored a checkpoint, as its first line says
     logs = sorted(Path(run.run_dir).glob("*.log"))  # each start's output
     restored = [line for log in logs for line in log.read_text().splitlines()

@@ -229,12 +229,18 @@ def kill_at(job: JobProcess, point: str, *, checkpoint_root: Path, bootstrap: st
             prefix: str, output_topic: str, exactly_once: bool, interval_ms: int,
             rng: random.Random, timeout_s: float) -> Kill:
     """SIGKILL ``job`` (its whole process group) at ``point`` of a checkpoint taken after
-    this call; what the kill hit, as the broker and the checkpoint folder showed it."""
+    this call; what the kill hit, as the broker and the checkpoint folder showed it.
+    ``exactly_once``: the job was asked for EXACTLY_ONCE; a learner's job may set its sink's
+    guarantee itself, so the broker decides: a sink that has completed a checkpoint and
+    registered no transactional id (``<prefix>-0-N``) writes without transactions, and the
+    kill is aimed as for AT_LEAST_ONCE."""
     if point not in KILL_POINTS:
         raise ValueError(f"unknown kill point {point!r}: choose one of {', '.join(KILL_POINTS)}")
     aim = _Aim(job, checkpoint_root, bootstrap, prefix, output_topic, exactly_once,
                time.monotonic() + timeout_s)
     try:
+        if exactly_once and checkpoints.latest(checkpoint_root) is not None:
+            aim.exactly_once = aim.known_up_to() > 0
         if point == "mid-checkpoint":
             return aim.mid_checkpoint()
         if point == "before-commit":

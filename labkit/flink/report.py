@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from labkit.checking.audit import AuditReport, audit_topic
 from labkit.flink import visibility
 from labkit.flink.aim import AimedKill, Kill
-from labkit.flink.outcome import commit_failures, sink_transactions
+from labkit.flink.outcome import checkpoint_of, commit_failures, sink_transactions
 from labkit.kafka.inspect.client import Inspector
 
 
@@ -54,7 +56,31 @@ def facts(run: Any) -> dict:
         "transactions": transactions,
         "flink_said": commit_failures(run.workdir),
         "run_id": run.run_id,  # in every name of the run: topics, group, prefix, folder
+        "prefix": job.setup.prefix,  # the sink's transactional ids: <prefix>-<subtask>-<N>
     }
+
+
+def sink_view(run: Any) -> pd.DataFrame:
+    """The inspector's view of the sink's transactions after the run (its topics kept), one
+    row per transactional id in checkpoint order: its state at the coordinator when a kill
+    froze the job (a pre-committed or completed checkpoint's, Ongoing), its state now, and
+    what its producer id left in the output's log: data records and the markers that closed
+    them (a restored job reuses the ids after its checkpoint, so one id may show two)."""
+    frozen = {k.transaction: k.state for k in run.kills if k.transaction}
+    with Inspector(run.bootstrap) as inspector:
+        listed = {t: v for t, v in inspector.listed_transactions().items()
+                  if t.startswith(run.prefix + "-")}
+        o = inspector.offsets(run.topics["output"])[0]
+        batches = inspector.batches(run.topics["output"], 0, o.log_start, o.high_watermark)
+    rows = []
+    for tid in sorted(listed, key=checkpoint_of):
+        state, producer = listed[tid]
+        mine = [b for b in batches if b.producer_id == producer]
+        rows.append({"checkpoint": checkpoint_of(tid), "when killed": frozen.get(tid, ""),
+                     "state now": state,
+                     "records": sum(b.record_count for b in mine if not b.is_control),
+                     "markers in the log": ", ".join(b.marker for b in mine if b.is_control)})
+    return pd.DataFrame(rows).set_index("checkpoint")
 
 
 def summary(run: Any) -> str:
