@@ -15,6 +15,7 @@ from labkit.paths import lab_home
 
 from labkit import experiments
 from labkit.checking.record import RunRecord
+from labkit.flink import report
 from labkit.kafka import topics
 from labkit.kafka.inspect.client import Inspector
 
@@ -85,6 +86,16 @@ def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_com
                                               before.producer_id)
         assert markers == ["COMMIT"] and records and records <= set(out)
         assert run.transaction_timeout_ms / 1000 > DOWN_S
+        # the inspector's view of the sink's transactions says the same, id by id
+        view = report.sink_view(run, bootstrap)
+        pre, done = (view.loc[k.transaction[len(run.prefix) + 1:]] for k in run.kills)
+        assert pre["when killed"] == done["when killed"] == "Ongoing"
+        assert pre["records aborted"] > 0  # and every aborted record is one of the sink's:
+        assert view["records aborted"].sum() == run.report.aborted_in_log
+        assert (done["state now"], done["records aborted"]) == ("CompleteCommit", 0)
+        assert done["records committed"] == len(records)
+        # transaction version 2 (the Java client against Kafka 4.4): each marker bumps the epoch
+        assert report.markers_bump_epoch(run, bootstrap)
     finally:
         run.cleanup()
     assert left_behind(run) == []

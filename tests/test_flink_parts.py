@@ -162,9 +162,35 @@ def test_the_job_runs_its_cells_definitions_not_the_check_the_cell_ends_with(tmp
     code = ("import json\n"
             "def my_job(output_topic):\n"
             "    open('called.json', 'w').write(json.dumps(output_topic))\n"
+            "from labkit.exercises.no_such_check import check  # the kernel's, not the job's\n"
             "raise_if_run(my_job)  # the notebook's check, for the kernel only\n")
     settings = job_settings(tmp_path, code, {"output_topic": "out"})
     done = subprocess.run([sys.executable, str(JOBMAIN), str(settings)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "called.json").read_text()) == "out"
+
+
+def test_latency_splits_into_the_write_and_the_wait_for_the_commit():
+    # produced at 0, in the log 30 ms later, visible when its checkpoint's commit lands
+    found = {f"p{i}": (0, 30 + 10 * i, 30) for i in range(50)}
+    assert visibility.quantiles(found, of="written")["p50_ms"] == 30
+    committing = visibility.quantiles(found, of="committing")
+    assert committing["p50_ms"] == visibility.quantiles(found)["p50_ms"] - 30
+    with pytest.raises(KeyError):
+        visibility.quantiles(found, of="read")
+
+
+def test_runs_side_by_side_raise_what_a_run_refused_once_all_have_ended():
+    with pytest.raises(ValueError, match="guarantee must be one of"):
+        experiments.run_together(
+            dict(name="flink-crash", cluster="127.0.0.1:1", guarantee="exactly-once"),
+            dict(name="flink-crash", cluster="127.0.0.1:1", guarantee="at_least_once",
+                 checkpoint_interval_ms=50))
+    with pytest.raises(ValueError, match="each with the experiment's name"):
+        experiments.run_together(dict(guarantee="exactly_once"))
+    later = experiments.start("flink-crash", cluster="127.0.0.1:1", guarantee="exactly_once",
+                              kill_at="after-commit")
+    with pytest.raises(ValueError, match="unknown kill point 'after-commit'"):
+        later.result()
+    assert later.done()

@@ -21,15 +21,13 @@ DOWN_S = 6.0  # the crash's downtime, as in the timeout trap
 
 
 @exercise("08f_flink_two_phase_commit", "1")
-def check_flink_job(job: Callable, shown: Callable, bootstrap: str) -> Verdict:
+def check_flink_job(job: Callable, bootstrap: str) -> Verdict:
     """08f · the learner's job, crashed before its commit and kept down; passes when the
-    restore keeps every payment once and the broker's timeout covers a 5-minute restore."""
-    unchanged = not_changed(job, "my_job", shown, "my_job still has the timeout trap's "
-                            "settings. Change the sink's delivery guarantee and its "
-                            "transaction.timeout.ms, then run this cell again: the check then "
-                            "crashes your job.")
-    if unchanged is not None:
-        return unchanged
+    restore keeps every payment once and the broker's timeout covers a 5-minute restore.
+    Every answer, the shipped one too, is judged by the crash (about half a minute)."""
+    not_a_function = not_changed(job, "my_job")
+    if not_a_function is not None:
+        return not_a_function
     try:
         run = experiments.run("flink-timeout-trap", cluster=bootstrap, pipeline=job,
                               down_s=DOWN_S, keep_topics=False)

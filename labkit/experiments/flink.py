@@ -29,7 +29,7 @@ from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, on
 from labkit.flink import report
-from labkit.flink.aim import KILL_POINTS, AimedKill
+from labkit.flink.aim import KILL_POINTS, AimedKill, missed
 from labkit.flink.clients import GUARANTEES, FlinkJob, RefusedStart
 from labkit.flink.runsetup import START_S, check_job
 from labkit.flink.timeouts import LEGACY_FLINK_TIMEOUT_MS, broker_max_timeout_ms
@@ -38,6 +38,10 @@ from labkit.pipelines import data, learner
 GROUP = "Flink"
 STALL_S = 2 * START_S + 60  # a start on a loaded machine (up to START_S), then its steps
 REFUSED_INPUT = 20  # payments waiting for a job that never starts
+# Flink's sink stamps each output record with its input record's timestamp: the output's
+# batches carry the time the broker appended them instead, so a record written without a
+# transaction (AT_LEAST_ONCE) shows when it became visible (labkit.flink.visibility).
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
 
 def points(value: Any) -> list[str]:
@@ -78,11 +82,16 @@ def check_pipeline(pipeline: Callable, o: Any) -> None:
     check_job(learner.code_of(pipeline), pipeline.__name__)
 
 
+def _missed(run: Any) -> str | None:
+    """Why a kill missed its window (its commit was on the way): the run is made again."""
+    return next(filter(None, map(missed, report.kills(run))), None)
+
+
 def _job(run: Any) -> FlinkJob:
     o = run.o
     return FlinkJob(o.guarantee, interval_ms=o.checkpoint_interval_ms,
                     timeout_ms=o.transaction_timeout_ms, rate=o.rate, stream_s=o.stream_s,
-                    **_code(run))
+                    steady_checkpoints=getattr(o, "steady_checkpoints", 0), **_code(run))
 
 
 def _code(run: Any) -> dict:
@@ -101,8 +110,8 @@ def _kills(o: Any) -> Nemesis:
 def _payments(o: Any) -> Workload:
     # more than the run can write: the producer stops stream_s after the last kill
     kills = points(getattr(o, "kill_at", ""))
-    seconds = START_S + o.stream_s + len(kills) * START_S + sum(downs(o.down_s, len(kills)))
-    return Workload("flink", (Topic("input"), Topic("output")),
+    seconds = (START_S * (2 + len(kills)) + o.stream_s + sum(downs(o.down_s, len(kills))))
+    return Workload("flink", (Topic("input"), Topic("output", config=APPEND_TIME)),
                     data.generate(int(o.rate * seconds), seed=o.seed))
 
 
@@ -138,7 +147,7 @@ def _flink(name: str, help: str, options: tuple[Option, ...], about: str = "",
         pipeline="the job function (a PyFlink job: its imports inside it, the parameters it "
                  "names from labkit.flink.runsetup.JOB_PROVIDES)",
         check_pipeline=check_pipeline, text=lambda run: f"{run.summary()}\n{run.timeline()}",
-        workload=_payments, clients=_job, nemesis=_kills,
+        workload=_payments, clients=_job, nemesis=_kills, missed=_missed, attempts=2,
         checkers=lambda o: [report.audit_output], facts=report.facts,
         presentation=Presentation(summary=report.summary, json=report.to_dict)))
 
@@ -147,7 +156,10 @@ _flink("flink-crash", "Flink's two-phase-commit Kafka sink: the job SIGKILLed at
        "pre-commit, before its commit or at random, restored from its latest checkpoint",
        (GUARANTEE, Option("kill_at", "mid-checkpoint", "where each SIGKILL lands, in order: "
                           f"{' | '.join(KILL_POINTS)}, comma-separated (one kill each)"),
-        _down("0"), INTERVAL, _timeout(60_000), RATE, _stream(2.0), SEED, KEEP),
+        _down("0"), INTERVAL, _timeout(60_000), RATE, _stream(2.0),
+        Option("steady_checkpoints", 0, "checkpoints completed with payments before the first "
+               "kill is aimed (the latency before it: a job undisturbed)", kind=int,
+               minimum=0), SEED, KEEP),
        about="mid-checkpoint: checkpoint N triggered and pre-committed, not complete (the "
              "restore goes back to N-1); before-commit: N complete, its transaction still "
              "open at the broker (the restored job commits it); random: within one interval "

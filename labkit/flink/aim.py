@@ -40,6 +40,10 @@ from labkit.kafka.inspect.client import Inspector
 
 KILL_POINTS = ("mid-checkpoint", "before-commit", "random")
 POLL_S = 0.0005  # the checkpoint folder is a local directory: cheap to look at this often
+# A commit the frozen job sent just before it froze reaches the coordinator within this,
+# most of the time; the kill is made only if the transaction is still Ongoing then (and a run
+# whose kill came after the commit anyway is made again: ``missed``).
+SETTLE_S = 0.2
 
 
 class MissedWindow(RuntimeError):
@@ -59,6 +63,8 @@ class Kill:
     since_checkpoint_ms: float | None  # since the last completed checkpoint's _metadata
     tries: int  # checkpoints looked at (the last one hit)
     at: float  # time.time() of the SIGKILL
+    # the aimed checkpoint complete (its _metadata written) once the job was dead
+    completed_after_kill: bool | None = None
 
     def describe(self) -> str:
         where = {"mid-checkpoint": f"checkpoint {self.checkpoint} triggered, not complete",
@@ -133,8 +139,10 @@ class _Aim:
         if last is not None and last.completed_at is not None:
             since = (at - last.completed_at) * 1000
         after = self.state(txn) if txn else None
+        done = None if cp is None else checkpoints.is_completed(
+            (last.path.parent if last else self.root) / f"chk-{cp}")
         return Kill(point, cp, txn, state, after, self.producer_ids.get(txn or ""),
-                    self.timeouts.get(txn or ""), since, self.tries, at)
+                    self.timeouts.get(txn or ""), since, self.tries, at, done)
 
     def known_up_to(self) -> int:
         """The highest checkpoint id among the sink's transactional ids the broker knows."""
@@ -202,7 +210,12 @@ class _Aim:
                     return self.kill("before-commit", cp.id, None, None)
                 txn = transaction_of(self.prefix, cp.id)
                 state = self.state(txn)
-                if state == "Ongoing":  # complete, not committed: the window
+                if state == "Ongoing":  # complete, not committed: the window, unless the
+                    # sink sent its commit just before the freeze and the coordinator has
+                    # yet to read it: asked again a moment later, the answer is the commit's
+                    time.sleep(SETTLE_S)
+                    state = self.state(txn)
+                if state == "Ongoing":
                     return self.kill("before-commit", cp.id, txn, state)
             after = cp.id
 
@@ -248,6 +261,21 @@ def kill_at(job: JobProcess, point: str, *, checkpoint_root: Path, bootstrap: st
         return aim.at_random(interval_ms, rng)
     finally:
         aim.inspector.close()
+
+
+def missed(kill: Kill) -> str | None:
+    """Why ``kill`` missed its window, or None: a transaction that was Ongoing while the job
+    stood frozen and is something else once the job is dead had its commit on the way (a
+    starved machine's coordinator read it late), so the kill hit after the commit; a
+    mid-checkpoint kill whose checkpoint is complete once the job is dead came after it."""
+    if kill.transaction and kill.state_after_kill != kill.state:
+        return (f"the SIGKILL at {kill.point} came after the sink had sent its commit of "
+                f"{kill.transaction} (the broker: {kill.state_after_kill} once the job was "
+                "dead)")
+    if kill.point == "mid-checkpoint" and kill.completed_after_kill:
+        return (f"checkpoint {kill.checkpoint} completed before the SIGKILL at mid-checkpoint "
+                "took the job")
+    return None
 
 
 class AimedKill(Fault):

@@ -35,13 +35,6 @@ FOLDER = "flink"  # in the harness's run folder: checkpoints, each start's setti
 SLOW_LINE = "    payment = json.loads(value)\n"
 
 
-def ready() -> None:
-    """PyFlink's environment and the connector's jars, made now (a progress line each, once)
-    rather than in the first start, whose time the harness counts."""
-    environment.python()
-    environment.connector_jars()
-
-
 def slowed(work_ms: float) -> str:
     """The lab's job with ``work_ms`` of work (a sleep) per payment before its fee."""
     code = REFERENCE_JOB.read_text()

@@ -13,11 +13,12 @@ run's timeline, and once it has completed its first checkpoint it reports the ev
 ``checkpointed`` (``start``: 1 for the first): a fault waiting for it fires right there, in
 this thread, and the job is restarted once the fault returns (a kill that keeps the job down
 does so by returning later). Payments are produced at ``rate`` a second from the first
-start's first checkpoint, and go on ``stream_s`` seconds after the last kill, so every kill
-lands in a stream and every restart has input to read. The run ends once the last start has
-consumed the input and a checkpoint covering it has completed with no transaction left open
-in the output (``labkit.flink.consumed``): then the job is stopped. The run's inputs are then
-the payments the producer wrote.
+start's first checkpoint (its event waits for ``steady_checkpoints`` more, so the first
+kill comes after a steady stream), and go on ``stream_s`` seconds after the last kill, so
+every kill lands in a stream and every restart has input to read. The run ends once the last
+start has consumed the input and a checkpoint covering it has completed with no transaction
+left open in the output (``labkit.flink.consumed``): then the job is stopped. The run's
+inputs are then the payments the producer wrote.
 
 ``RefusedStart`` starts the job once and expects it to fail by itself before its first
 checkpoint (a transaction timeout above the broker's maximum): Flink's words are a fact.
@@ -29,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from labkit import progress
 from labkit.flink import aim, checkpoints
 from labkit.flink.consumed import EndWatch
 from labkit.flink.outcome import FlinkJobError, flink_says
@@ -47,10 +49,10 @@ class FlinkJob:
     """The job run until its input is consumed (see the module's docstring)."""
 
     def __init__(self, guarantee: str, *, interval_ms: int, timeout_ms: int, rate: float = 100.0,
-                 stream_s: float = 2.0, function: str = "fee_job",
-                 job_code: str | None = None):
+                 stream_s: float = 2.0, steady_checkpoints: int = 0,
+                 function: str = "fee_job", job_code: str | None = None):
         self.guarantee, self.interval_ms, self.timeout_ms = guarantee, interval_ms, timeout_ms
-        self.rate, self.stream_s = rate, stream_s
+        self.rate, self.stream_s, self.steady = rate, stream_s, steady_checkpoints
         self.function, self.job_code = function, job_code
         self.setup: RunSetup | None = None
         self.job: JobProcess | None = None  # the start running now
@@ -106,6 +108,7 @@ class FlinkJob:
             if not producer.is_alive() and not self.stop_payments.is_set():
                 producer.start()
                 s.step(f"payments arrive at {self.rate:g} a second")
+                self._steady()
             run.event("checkpointed", start=len(s.starts) + 1)  # an aimed kill fires here
             if not self.job.alive:  # killed (and kept down) by the nemesis: restart it
                 s.starts.append(Start(self.job.name, restored, s.now(), took, "killed"))
@@ -117,6 +120,29 @@ class FlinkJob:
             if ended == "stopped":
                 return
         raise FlinkJobError(self.job, f"the job failed {MAX_FAILURES + 1} times by itself")
+
+    def _steady(self) -> None:
+        """Let ``steady`` checkpoints complete after the job's first output before the first
+        kill is aimed: what was visible before it is the latency of a job undisturbed
+        (counted in checkpoints, not seconds: a busy machine checkpoints late)."""
+        s = self.setup
+        if not self.steady:
+            return
+        deadline = time.monotonic() + START_S
+        with Inspector(s.bootstrap) as inspector:  # first its first output (a busy machine's
+            while not inspector.offsets(s.sink)[0].high_watermark:  # first record is late)
+                self._check_steady(deadline)
+        until = checkpoints.latest(s.checkpoints).id + self.steady
+        while checkpoints.latest(s.checkpoints).id < until:
+            self._check_steady(deadline)
+        s.step(f"{self.job.name}: {self.steady} checkpoints since its first output")
+
+    def _check_steady(self, deadline: float) -> None:
+        if not self.job.alive or time.monotonic() > deadline:
+            raise FlinkJobError(self.job, f"no output and {self.steady} checkpoints within "
+                                          f"{START_S:.0f} s of the payments")
+        time.sleep(0.05)
+        progress.beat("the job's steady checkpoints")
 
     def _stop_after_last_kill(self, run: Any) -> None:
         """Payments go on ``stream_s`` seconds after the last kill the nemesis has in store."""
@@ -160,8 +186,12 @@ class RefusedStart:
 
 def _setup(run: Any, guarantee: str, interval_ms: int, timeout_ms: int, function: str,
            job_code: str | None) -> RunSetup:
+    # a folder of its own in the run's, per attempt (a run made again must not restore the
+    # checkpoints of the one before)
+    folder = run.workdir / f"job-{run.run_id}"
+    folder.mkdir(parents=True, exist_ok=True)
     return RunSetup(run.bootstrap, source=run.topics["input"], sink=run.topics["output"],
-                    group=run.group_id, prefix=run.transactional_id(), folder=run.workdir,
+                    group=run.group_id, prefix=run.transactional_id(), folder=folder,
                     guarantee=guarantee, interval_ms=interval_ms, timeout_ms=timeout_ms,
                     function=function, job_code=job_code,
                     step=lambda what: run.step(what, "the job"), clock=run.elapsed)

@@ -27,14 +27,25 @@ def java_causes(exc: BaseException) -> list[str]:
     return causes
 
 
+def _kernel_only(node: ast.stmt) -> bool:
+    """A bare expression (a cell ending with the lab's check on its job: ``check(my_job,
+    ...)``), or an import of the lab's own modules, which PyFlink's environment does not
+    have: both are for the notebook's kernel, not for the job's process."""
+    if isinstance(node, ast.Expr):
+        return not isinstance(node.value, ast.Constant)  # a docstring stays
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == "labkit"
+    if isinstance(node, ast.Import):
+        return all(alias.name.split(".")[0] == "labkit" for alias in node.names)
+    return False
+
+
 def definitions(code_file: str) -> dict:
-    """What the job's file defines, its bare expressions left out: a learner's cell may end
-    by calling the lab's check on its job (``check_job(my_job, ...)``), which is for the
-    notebook's kernel, not for the job's process. Imports, functions and assignments run."""
+    """What the job's file (a learner's cell) defines, what is for the notebook's kernel
+    left out (``_kernel_only``): its imports, functions and assignments run."""
     with open(code_file) as fh:
         tree = ast.parse(fh.read(), code_file)
-    tree.body = [node for node in tree.body if not isinstance(node, ast.Expr)
-                 or isinstance(node.value, ast.Constant)]  # a docstring stays
+    tree.body = [node for node in tree.body if not _kernel_only(node)]
     namespace: dict = {"__name__": "flink_job", "__file__": code_file}
     exec(compile(tree, code_file, "exec"), namespace)
     return namespace

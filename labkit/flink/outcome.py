@@ -42,7 +42,7 @@ def commit_failures(run_dir: Path) -> list[str]:
     for log in sorted(run_dir.glob("*-flink/log/*.log")):
         for line in log.read_text(errors="replace").splitlines():
             if COMMIT_FAILED.search(line):
-                found.append(line.strip()[:600])
+                found.append(line.strip()[:1200])
     return found
 
 

@@ -52,35 +52,69 @@ def facts(run: Any) -> dict:
                       if s.first_checkpoint_s is not None],
         # the payments visible before the first kill: the latency of a job undisturbed
         "latency": visibility.quantiles(found, visible_before_ms=first_kill_ms),
+        # the same payments' time to be in the output's log (read_uncommitted could read them)
+        "written": visibility.quantiles(found, visible_before_ms=first_kill_ms, of="written"),
+        # ... and from there to visible: the wait for the commit (0 without transactions)
+        "committing": visibility.quantiles(found, visible_before_ms=first_kill_ms,
+                                           of="committing"),
         "latency_all": visibility.quantiles(found),  # the restarts' wait included
         "transactions": transactions,
-        "flink_said": commit_failures(run.workdir),
+        "flink_said": commit_failures(job.setup.dir),
         "run_id": run.run_id,  # in every name of the run: topics, group, prefix, folder
         "prefix": job.setup.prefix,  # the sink's transactional ids: <prefix>-<subtask>-<N>
     }
 
 
-def sink_view(run: Any) -> pd.DataFrame:
-    """The inspector's view of the sink's transactions after the run (its topics kept), one
-    row per transactional id in checkpoint order: its state at the coordinator when a kill
-    froze the job (a pre-committed or completed checkpoint's, Ongoing), its state now, and
-    what its producer id left in the output's log: data records and the markers that closed
-    them (a restored job reuses the ids after its checkpoint, so one id may show two)."""
+def sink_view(run: Any, bootstrap: str) -> pd.DataFrame:
+    """The inspector's view of the sink's transactions after the run (its topics kept): one
+    row per transactional id that wrote to the output or was hit by a kill, by its
+    ``<subtask>-<checkpoint>``: its state at the coordinator when a kill froze the job (a
+    pre-committed or completed checkpoint's: Ongoing), its state now, and what its producer
+    id left in the output's log, closed by an ABORT or a COMMIT marker (a restored job reuses
+    the ids after the checkpoint it restored, so one id may show both). Ids opened for a
+    checkpoint and never written (Empty) are left out. ``bootstrap``: the run's cluster."""
     frozen = {k.transaction: k.state for k in run.kills if k.transaction}
-    with Inspector(run.bootstrap) as inspector:
+    with Inspector(bootstrap) as inspector:
         listed = {t: v for t, v in inspector.listed_transactions().items()
                   if t.startswith(run.prefix + "-")}
         o = inspector.offsets(run.topics["output"])[0]
         batches = inspector.batches(run.topics["output"], 0, o.log_start, o.high_watermark)
     rows = []
-    for tid in sorted(listed, key=checkpoint_of):
+    for tid in sorted(listed, key=lambda t: (checkpoint_of(t), t)):
         state, producer = listed[tid]
-        mine = [b for b in batches if b.producer_id == producer]
-        rows.append({"checkpoint": checkpoint_of(tid), "when killed": frozen.get(tid, ""),
-                     "state now": state,
-                     "records": sum(b.record_count for b in mine if not b.is_control),
-                     "markers in the log": ", ".join(b.marker for b in mine if b.is_control)})
-    return pd.DataFrame(rows).set_index("checkpoint")
+        closed = {"ABORT": 0, "COMMIT": 0}
+        waiting = 0
+        for b in (b for b in batches if b.producer_id == producer):
+            if b.is_control:
+                closed[b.marker] = closed.get(b.marker, 0) + waiting
+                waiting = 0
+            else:
+                waiting += b.record_count
+        if sum(closed.values()) or tid in frozen:
+            rows.append({"transaction": tid[len(run.prefix) + 1:],
+                         "when killed": frozen.get(tid, ""), "state now": state,
+                         "records aborted": closed["ABORT"],
+                         "records committed": closed["COMMIT"]})
+    return pd.DataFrame(rows).set_index("transaction")
+
+
+def markers_bump_epoch(run: Any, bootstrap: str) -> bool:
+    """Transaction version 2 on the wire, read from the output's log: every COMMIT or ABORT
+    marker of the sink's transactions carries an epoch one above that of the records it
+    closes (the coordinator bumps the producer's epoch as each transaction ends; classic
+    transactions keep it). False if a marker does not, or there is none."""
+    with Inspector(bootstrap) as inspector:
+        o = inspector.offsets(run.topics["output"])[0]
+        batches = inspector.batches(run.topics["output"], 0, o.log_start, o.high_watermark)
+    open_epoch: dict[int, int] = {}  # producer id -> the epoch of its records not yet closed
+    bumps = []
+    for b in batches:
+        if b.is_control:
+            if b.producer_id in open_epoch:
+                bumps.append(b.producer_epoch == open_epoch.pop(b.producer_id) + 1)
+        else:
+            open_epoch[b.producer_id] = b.producer_epoch
+    return bool(bumps) and all(bumps)
 
 
 def summary(run: Any) -> str:

@@ -19,6 +19,7 @@ from labkit.appenv import app_env  # noqa: F401 - where tests and docs have foun
 
 from labkit.faults.proxy import FaultProxy
 from labkit.flink import app as flink_app
+from labkit.flink import environment as flink_environment
 from labkit.kafka import connection, jvm, topics
 from labkit.kafka import names as namespace
 from labkit.pipelines import data, learner
@@ -132,7 +133,7 @@ def flink_command(guarantee: str = "exactly_once", *, interval_ms: int = 500,
     if guarantee not in FLINK_GUARANTEES:
         raise HarnessError(f"unknown delivery guarantee {guarantee!r}: use one of "
                            f"{', '.join(FLINK_GUARANTEES)}")
-    flink_app.ready()
+    flink_environment.ready()
     command = [sys.executable, "-m", "labkit.torture.apps", "flink", guarantee,
                "--interval-ms", str(interval_ms), "--function", function]
     if job is not None:
