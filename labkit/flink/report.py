@@ -98,23 +98,28 @@ def sink_view(run: Any, bootstrap: str) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("transaction")
 
 
-def markers_bump_epoch(run: Any, bootstrap: str) -> bool:
-    """Transaction version 2 on the wire, read from the output's log: every COMMIT or ABORT
-    marker of the sink's transactions carries an epoch one above that of the records it
-    closes (the coordinator bumps the producer's epoch as each transaction ends; classic
-    transactions keep it). False if a marker does not, or there is none."""
+def marker_epochs(run: Any, bootstrap: str) -> list[tuple[str, str, int, int]]:
+    """Each COMMIT or ABORT marker of the sink's transactions in the output's log, in order:
+    (its transactional id's ``<subtask>-<checkpoint>``, the marker, the epoch of the records
+    it closes, its own epoch). With transaction version 2 the coordinator bumps the
+    producer's epoch as a transaction ends, so a marker's epoch is one above its records';
+    classic transactions keep it (measured here: the commit a restored job makes of a
+    completed checkpoint's transaction, through flink-connector-kafka's resumed producer,
+    keeps it)."""
     with Inspector(bootstrap) as inspector:
+        ids = {v[1]: t[len(run.prefix) + 1:] for t, v in inspector.listed_transactions().items()
+               if t.startswith(run.prefix + "-")}
         o = inspector.offsets(run.topics["output"])[0]
         batches = inspector.batches(run.topics["output"], 0, o.log_start, o.high_watermark)
     open_epoch: dict[int, int] = {}  # producer id -> the epoch of its records not yet closed
-    bumps = []
+    found = []
     for b in batches:
-        if b.is_control:
-            if b.producer_id in open_epoch:
-                bumps.append(b.producer_epoch == open_epoch.pop(b.producer_id) + 1)
-        else:
+        if not b.is_control:
             open_epoch[b.producer_id] = b.producer_epoch
-    return bool(bumps) and all(bumps)
+        elif b.producer_id in open_epoch and b.producer_id in ids:
+            found.append((ids[b.producer_id], b.marker, open_epoch.pop(b.producer_id),
+                          b.producer_epoch))
+    return found
 
 
 def summary(run: Any) -> str:
