@@ -194,3 +194,10 @@ def test_runs_side_by_side_raise_what_a_run_refused_once_all_have_ended():
     with pytest.raises(ValueError, match="unknown kill point 'after-commit'"):
         later.result()
     assert later.done()
+
+
+def test_the_exercise_check_wants_the_job_itself_before_anything_runs():
+    from labkit.exercises.flink import check_flink_job
+
+    verdict = check_flink_job("my_job", "127.0.0.1:1")  # no broker there: nothing ran
+    assert not verdict.passed and "pass your function itself (my_job)" in verdict.message

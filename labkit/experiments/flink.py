@@ -83,7 +83,8 @@ def check_pipeline(pipeline: Callable, o: Any) -> None:
 
 
 def _missed(run: Any) -> str | None:
-    """Why a kill missed its window (its commit was on the way): the run is made again."""
+    """Why a kill missed its window (its commit on the way, or its checkpoint completed
+    first: ``labkit.flink.aim.missed``): the run is made again, once."""
     return next(filter(None, map(missed, report.kills(run))), None)
 
 
