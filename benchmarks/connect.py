@@ -6,13 +6,14 @@ exactly-once (issue 42).
     python benchmarks/connect.py --starts 5 --repeats 3 --interval-ms 5000 60000
 
 Starts: a fresh worker (its own group and topics) started, SIGKILLed, started again,
-stopped, ``--starts`` times. Kills: tests/connect_scenario.py's run with no commit point of
-its own (``first=0``): the service writes ``--events`` payments at ``--rate`` a second, the
+stopped, ``--starts`` times. Kills: the ``outbox`` experiment with no commit point of its
+own (``first=0``): the service writes ``--events`` payments at ``--rate`` a second, the
 worker (offsets written / transactions committed every ``--interval-ms``) is SIGKILLed once
 ``--kill-after`` of them are in the topic, restarted, and the topic is audited. With the
 periodic commits the kill lands anywhere in the interval: the duplicates of one kill are
 what the worker had sent since its last commit. Prints markdown rows for
-docs/measurements.md. PostgreSQL: tests/temporary_postgres.py (until the lab has its own).
+docs/measurements.md. PostgreSQL: the lab's (``labkit.storage.postgres.ensure``: LABKIT_PG_DSN,
+or the running lab's server, or one of its own for the run).
 """
 from __future__ import annotations
 
@@ -27,8 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labkit.kafka import cluster, topics  # noqa: E402
 from labkit.kafka.connect import ConnectWorker, workers_left  # noqa: E402
-from tests.connect_scenario import outbox_crash  # noqa: E402
-from tests.temporary_postgres import servers_left, temporary_postgres  # noqa: E402
+from labkit import experiments  # noqa: E402
 
 
 def starts(bootstrap: str, n: int, home: Path) -> None:
@@ -53,7 +53,7 @@ def starts(bootstrap: str, n: int, home: Path) -> None:
                           worker.names.statuses)
 
 
-def kills(bootstrap: str, dsn: str, args: argparse.Namespace, home: Path) -> None:
+def kills(bootstrap: str, args: argparse.Namespace) -> None:
     print("| worker | commit interval | killed after (in the topic) | sent by the killed worker "
           "| offsets records stored at the kill | duplicated | lost | aborted in the log "
           "| SIGKILL to ready, s |")
@@ -62,10 +62,10 @@ def kills(bootstrap: str, dsn: str, args: argparse.Namespace, home: Path) -> Non
         for exactly_once in (False, True):
             for kill_after in args.kill_after:
                 for _ in range(args.repeats):
-                    run = outbox_crash(bootstrap, dsn, exactly_once=exactly_once, first=0,
-                                       second=args.events, rate=args.rate,
-                                       kill_after=kill_after, home=home,
-                                       commit_interval_ms=interval)
+                    run = experiments.run("outbox", cluster=bootstrap,
+                                          exactly_once=exactly_once, first=0,
+                                          second=args.events, rate=args.rate,
+                                          kill_after=kill_after, commit_interval_ms=interval)
                     r = run.report
                     print(f"| {'exactly-once' if exactly_once else 'at-least-once'} "
                           f"| {interval / 1000:g} s | {kill_after} | {len(run.sent_by_killed)} "
@@ -88,9 +88,8 @@ def main() -> None:
         if args.starts:
             starts(lab.bootstrap, args.starts, home)
         if args.kill_after:
-            with temporary_postgres() as dsn:
-                kills(lab.bootstrap, dsn, args, home)
-        assert workers_left(home) == [] and servers_left() == []
+            kills(lab.bootstrap, args)
+        assert workers_left(home) == []
 
 
 if __name__ == "__main__":

@@ -105,8 +105,9 @@ def _tell(what: str | None, waiting_for: str | None) -> None:
         handle.listener(what, waiting_for)
 
 
-def step(what: str, waiting_for: str = "its next step") -> None:
-    """An experiment did ``what`` (a line of its timeline) and now waits for ``waiting_for``."""
+def step(what: str, waiting_for: str | None = "its next step") -> None:
+    """An experiment did ``what`` (a line of its timeline) and now waits for ``waiting_for``
+    (None: for what it waited for before)."""
     _tell(what, waiting_for)
 
 

@@ -1,6 +1,7 @@
 """Reading the notebooks as CI sees them: their cells, stored outputs and nbval markers."""
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import nbformat
@@ -55,3 +56,28 @@ def as_cell(source: str, function: str):
 def edited(source: str, old: str, new: str) -> str:
     assert old in source, f"the notebook's code no longer contains {old!r}"
     return source.replace(old, new)
+
+
+def exercise_function(notebook: str, name: str, solved_: bool = False, edits: dict | None = None):
+    """The function ``name`` of ``notebook``'s exercise cell as the learner runs it: shipped,
+    solved with notebooks/solutions (the solution's def after the shipped one, as the solved
+    notebook runs), or with ``edits`` to the shipped text (each found once)."""
+    from tests.solution_code import solved
+
+    nb = solved(read(notebook), notebook) if solved_ else read(notebook)
+    (source,) = [c.source for c in nb.cells if c.cell_type == "code"
+                 and c.source.lstrip().startswith("# EXERCISE") and f"def {name}(" in c.source]
+    for old, new in (edits or {}).items():
+        source = edited(source, old, new)
+    return as_cell(source, name)
+
+
+def shown_function(notebook: str, name: str):
+    """The function ``name`` as the notebook shows it before its exercise: only its ``def``
+    (what the checks compare a learner's copy with), not the rest of its cell."""
+    (source,) = [c.source for c in read(notebook).cells
+                 if c.cell_type == "code" and f"def {name}(" in c.source
+                 and not c.source.lstrip().startswith("# EXERCISE")]
+    (found,) = [node for node in ast.parse(source).body
+                if isinstance(node, ast.FunctionDef) and node.name == name]
+    return as_cell(ast.get_source_segment(source, found), name)

@@ -1,37 +1,37 @@
 """The outbox read by Debezium's PostgreSQL connector on a real Kafka Connect worker, the
-worker SIGKILLed mid-stream and restarted (tests/connect_scenario.py), judged from the topic
+worker SIGKILLed mid-stream and restarted (the ``outbox`` experiment), judged from the topic
 by the audit: an at-least-once worker sends again what came after its stored offsets, an
-exactly-once worker (KIP-618) keeps each event once.
+exactly-once worker (KIP-618) keeps each event once. Before it, the dual write (the
+``dual-write`` experiment): the same service writing its table and Kafka one after the
+other loses events or duplicates them when killed in between.
 """
 from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
-from labkit.kafka import connect
+from labkit import experiments
+from labkit.kafka import connect, topics
 from labkit.storage.debezium import lsn_text
-from tests.connect_scenario import outbox_crash
-from tests.temporary_postgres import servers_left, temporary_postgres
 
 # 200 payments before the commit point, then 600 written at 200 a second; the worker is
 # killed once 150 of those are in the topic, while the service goes on writing.
 FIRST, SECOND, RATE, KILL_AFTER = 200, 600, 200.0, 150
 
 
-@pytest.fixture(scope="module")
-def pg_dsn():
-    # TEMPORARY (tests/temporary_postgres.py): the lab's own PostgreSQL replaces it.
-    with temporary_postgres() as dsn:
-        yield dsn
-    assert servers_left() == [], "a PostgreSQL server outlived its test"
+def outbox_crash(exactly_once: bool):
+    return experiments.run("outbox", exactly_once=exactly_once, first=FIRST, second=SECOND,
+                           rate=RATE, kill_after=KILL_AFTER, announce=lambda line: None)
+
+
+def no_worker_left(run) -> bool:
+    return [cmd for cmd in connect.workers_left() if run.source.name in cmd] == []
 
 
 def test_an_at_least_once_worker_killed_sends_again_what_came_after_its_stored_offsets(
-        bootstrap, pg_dsn, tmp_path):
-    run = outbox_crash(bootstrap, pg_dsn, exactly_once=False, first=FIRST, second=SECOND,
-                       rate=RATE, kill_after=KILL_AFTER, home=tmp_path)
-    assert connect.workers_left(tmp_path) == []
+        bootstrap, pg_dsn):
+    run = outbox_crash(exactly_once=False)
+    assert no_worker_left(run)
+    assert run.faults[0].what.startswith("SIGKILL the Connect worker")
     report = run.report
     # counted by the audit from the topic (read_committed): every event there, and twice
     # exactly those the killed worker had sent after its stored offsets
@@ -56,10 +56,9 @@ def test_an_at_least_once_worker_killed_sends_again_what_came_after_its_stored_o
     assert all(r.key == r.value["key"] for r in run.committed)
 
 
-def test_an_exactly_once_worker_killed_keeps_each_event_once(bootstrap, pg_dsn, tmp_path):
-    run = outbox_crash(bootstrap, pg_dsn, exactly_once=True, first=FIRST, second=SECOND,
-                       rate=RATE, kill_after=KILL_AFTER, home=tmp_path)
-    assert connect.workers_left(tmp_path) == []
+def test_an_exactly_once_worker_killed_keeps_each_event_once(bootstrap, pg_dsn):
+    run = outbox_crash(exactly_once=True)
+    assert no_worker_left(run)
     report = run.report
     assert report.lost == 0 and report.duplicated == 0
     assert report.delivered_unique == FIRST + SECOND and report.aborted_visible == 0
@@ -84,3 +83,23 @@ def test_an_exactly_once_worker_killed_keeps_each_event_once(bootstrap, pg_dsn, 
     # after the restart the re-sent events committed with their offsets, in one transaction
     assert len(run.stored_after) >= 2 and run.stored_after[-1].committed
     assert run.stored_after[-1].offset["lsn"] > stored.offset["lsn"]
+    # the run cleaned up: its topic, the worker's three and the slot are gone
+    names = run.worker_names
+    assert not {run.topics["events"], names.configs, names.offsets, names.statuses} & \
+        set(topics.listing(bootstrap))
+    assert run.source.slot_state() is None
+
+
+def test_the_dual_write_loses_or_duplicates_the_events_of_the_batch_killed_in_between(pg_dsn):
+    lost = experiments.run("dual-write", order="table-first", announce=lambda line: None)
+    assert lost.crashed == ["after-db-commit-before-produce"] and lost.attempts == 2
+    # the table holds every payment once; its events lack the crashed batch's ten
+    assert (lost.table_rows, lost.table_unique) == (40, 40)
+    assert (lost.report.lost, lost.report.duplicated) == (10, 0)
+    twice = experiments.run("dual-write", order="kafka-first", announce=lambda line: None)
+    assert twice.crashed == ["after-produce-before-db-commit"]
+    assert (twice.table_rows, twice.table_unique) == (40, 40)
+    assert (twice.report.lost, twice.report.duplicated) == (0, 10)
+    calm = experiments.run("dual-write", order="table-first", crash=False,
+                           announce=lambda line: None)
+    assert (calm.report.lost, calm.report.duplicated, calm.attempts) == (0, 0, 1)

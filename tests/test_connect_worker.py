@@ -11,27 +11,27 @@ import pytest
 from labkit.kafka import connect, topics
 from labkit.kafka.connect import ConnectWorker, WorkerNames, worker_properties
 from labkit.kafka.connectrest import ConnectError, ConnectRest
-from labkit.storage.debezium import CONNECTOR_CLASS, DebeziumError, OutboxSource
 from labkit.pipelines import data, outbox
-from tests.temporary_postgres import temporary_postgres
+from labkit.storage import postgres
+from labkit.storage.debezium import CONNECTOR_CLASS, DebeziumError, OutboxSource
 
 
-def test_a_worker_streams_the_outbox_written_after_prepare_and_refuses_what_it_cannot_do(bootstrap, tmp_path):
+def test_a_worker_streams_the_outbox_written_after_prepare_and_refuses_what_it_cannot_do(
+        bootstrap, pg_dsn, tmp_path):
     run = uuid.uuid4().hex[:8]
     worker = ConnectWorker(bootstrap, f"connect-{run}", home=tmp_path)
-    with temporary_postgres() as dsn:
-        try:
-            worker.start()
-            check_the_worker(worker, bootstrap)
-            streams_the_rows_written_after_prepare(worker, bootstrap, dsn, run)
-            worker.kill()
-            assert not worker.alive
-            with pytest.raises(ConnectError, match="no Connect worker answers"):
-                ConnectRest(worker.url, timeout_s=2).connectors()
-        finally:
-            worker.stop()
-            topics.delete(bootstrap, worker.names.configs, worker.names.offsets,
-                          worker.names.statuses, f"events-{run}")
+    try:
+        worker.start()
+        check_the_worker(worker, bootstrap)
+        streams_the_rows_written_after_prepare(worker, bootstrap, pg_dsn, run)
+        worker.kill()
+        assert not worker.alive
+        with pytest.raises(ConnectError, match="no Connect worker answers"):
+            ConnectRest(worker.url, timeout_s=2).connectors()
+    finally:
+        worker.stop()
+        topics.delete(bootstrap, worker.names.configs, worker.names.offsets,
+                      worker.names.statuses, f"events-{run}")
     assert connect.workers_left(tmp_path) == []
 
 
@@ -99,8 +99,13 @@ def test_worker_properties_name_its_topics_and_pass_credentials_to_its_tasks(mon
         assert 'username="alice"' in props[prefix + "sasl.jaas.config"]
 
 
-def test_a_database_without_logical_wal_is_refused_with_what_to_do():
-    with temporary_postgres(wal_level="replica") as dsn:
-        source = OutboxSource.named(f"o-{uuid.uuid4().hex[:6]}", dsn, topic="x")
-        with pytest.raises(DebeziumError, match="wal_level=logical"):
+def test_a_database_without_logical_wal_is_refused_with_what_to_do(tmp_path):
+    # a server of the test's own: the shared one runs with wal_level=logical
+    server = postgres.LabPostgres(tmp_path, server_settings={"wal_level": "replica"}).start()
+    try:
+        source = OutboxSource.named(f"o-{uuid.uuid4().hex[:6]}", server.dsn(), topic="x")
+        with pytest.raises(DebeziumError, match="runs with wal_level=replica.*wal_level=logical"):
             source.prepare()
+    finally:
+        server.stop()
+    assert not server.running

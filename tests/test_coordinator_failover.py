@@ -14,34 +14,38 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from labkit import experiments
-from labkit.experiments import coordinator_failover, failover
+from labkit.experiments import failover
+from labkit.experiments.context import RunContext
 
 from labkit.kafka import coordinators, names, topics
 
 from labkit.pipelines import data
 from labkit.kafka.clientlog import client_config
-from labkit.experiments.coordinator_failover import errors_by_class
 from labkit.exercises.coordinator import check_next_coordinator, judge
+from labkit.faults.broker_faults import FreezeBroker
+from labkit.faults.nemesis import after
 from labkit.faults.watchdog import ExperimentStalled
+from labkit.pipelines import fee_loop
+from labkit.pipelines.fee_loop import errors_by_class
 from labkit.progress import wait_until
 from tests.test_failover import scenario_on_a_lab_of_its_own
 
 RECORDS = 60
 
 
-def test_a_freeze_the_commit_outlasts_is_lifted_by_its_timer(failure_lab, monkeypatch):
+def test_a_freeze_the_commit_outlasts_is_lifted_by_its_timer(failure_lab):
     """The deadlock breaker: a commit that needs the frozen broker (its coordinator's ISR
-    too small without it) gets it back after FREEZE_LIMIT_S, and the run says so."""
-    monkeypatch.setattr(coordinator_failover, "FREEZE_LIMIT_S", 3)
-    window = coordinator_failover.FreezeWindow(failure_lab, 2)
+    too small without it) gets it back after the freeze's limit (coordinator-failover's
+    FREEZE_LIMIT_S), and the run says so."""
+    window = FreezeBroker(2, after(0), thaw_after_s=3)
     process = psutil.Process(failure_lab.broker(2).pid)
-    window.start()
+    window.invoke(RunContext("freeze-timer", {}, cluster=failure_lab))
     frozen_at = time.monotonic()
     wait_until(lambda: process.status() == psutil.STATUS_STOPPED, "the freeze", 2)
     wait_until(lambda: process.status() != psutil.STATUS_STOPPED, "the timer's thaw", 10)
     assert time.monotonic() - frozen_at >= 3
     assert window.stop_timer() is True
-    window.end()  # the timer thawed it already: nothing left to do, no error
+    window.thaw()  # the timer thawed it already: nothing left to do, no error
 
 
 def test_an_exactly_once_loop_survives_its_coordinator_dying_twice(tmp_path):
@@ -166,8 +170,7 @@ def test_a_stalled_experiment_stops_with_its_last_step_and_leaves_no_broker(fail
             after_end(batch_no, committed)
             release.wait(300)  # stuck, as a call blocked inside librdkafka would be
             raise RuntimeError("released by the test")
-        coordinator_failover.copy_fees(consumer, producer, output, records, before_commit,
-                                       after, errors)
+        fee_loop.copy_fees(consumer, producer, output, records, before_commit, after, errors)
 
     started = time.monotonic()
     try:

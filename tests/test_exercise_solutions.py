@@ -41,7 +41,12 @@ def test_the_shipped_notebook_is_unsolved(name):
 def test_the_solution_replaces_the_placeholders():
     nb = solved(read("01_at_most_once"), "01_at_most_once")
     source = nb.cells[exercise_indices(nb)[0]].source
-    assert source.index("my_lost = None") < source.index("my_lost = 5") < source.index("check_mid_batch_loss(")
+    shipped = source.index("def my_loop(")  # the copy to edit, then the solution's def
+    assert shipped < source.index("def my_loop(", shipped + 1) < source.index("check_loses_nothing(")
+    nb = solved(read("04_transactions"), "04_transactions")  # a prediction: values replaced
+    source = nb.cells[exercise_indices(nb)[-1]].source
+    assert source.index("my_last_offset = None") < source.index("my_last_offset = 7") \
+        < source.index("check_transactions(")
 
 
 def test_only_the_capstone_checks_in_a_later_cell():  # the others print their check

@@ -1,4 +1,5 @@
-"""12 · your own pipeline: the learner's app directory does not outlive the kernel."""
+"""12 · your own pipeline: the learner's app directory does not outlive the kernel; an app that
+is not a function, or asks for what the harness does not give, is answered before a run."""
 from __future__ import annotations
 
 import os
@@ -57,3 +58,15 @@ def test_the_verdict_lines_name_a_stall_only_in_a_run_that_had_one():
     lines = own_pipeline.verdict_lines(hung).splitlines()
     assert lines[:2] == ["kills: 0, restarts: 1", "stalled: 1"]
     assert lines[2:] == own_pipeline.verdict_lines(calm).splitlines()[1:]
+
+
+def test_an_app_the_harness_cannot_run_is_answered_before_anything_runs(tmp_path):
+    from labkit.exercises import own_pipeline
+    from tests.notebook_cells import as_cell
+
+    assert "must be your app's function" in own_pipeline.check_own_pipeline("import os", tmp_path).message
+    asks = as_cell("def my_fixed_app(bootstrap, input_topic, output_topic, group_id, "
+                   "partition):\n    pass\n", "my_fixed_app")
+    refused = own_pipeline.check_own_pipeline(asks, tmp_path)
+    assert not refused.passed and "asks for ['partition']" in refused.message, refused.message
+    assert (tmp_path / "my_fixed_app.py").read_text().startswith("def my_fixed_app(")

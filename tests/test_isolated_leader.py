@@ -8,6 +8,8 @@ others share one partitionable failure lab, started after them so two labs never
 """
 from __future__ import annotations
 
+import ast
+import inspect
 import socket
 import threading
 from pathlib import Path
@@ -22,6 +24,8 @@ from labkit.cli import app
 from labkit.experiments import isolated_leader
 from labkit.faults.partition import Network
 from labkit.kafka.failure_lab import failure_lab
+from labkit.pipelines.learner import producer_from
+from tests.notebook_cells import as_cell, shown_function
 from tests.test_failover import lab_jvms, scenario_on_a_lab_of_its_own
 
 RECORDS = 40
@@ -123,6 +127,8 @@ def test_acks_all_with_min_insync_2_acknowledges_nothing_during_the_split(partit
     # producer had found the new leader (after its first timeouts), the rest went there and
     # were acknowledged by it, and kept
     assert "1" not in run.acknowledged_by, run.summary()
+    # named from the statistics sample after each acknowledgement: never "none", never stale
+    assert set(run.acknowledged_by) <= {str(run.new_leader)}, run.summary()
     timed_out = sum(run.not_acknowledged.values())
     assert timed_out > 0 and timed_out + run.acknowledged_during_split == DURING_SPLIT, \
         run.summary()
@@ -131,6 +137,28 @@ def test_acks_all_with_min_insync_2_acknowledges_nothing_during_the_split(partit
     # found one in the log), so only the acknowledged ones are owed
     assert run.lost_acknowledged == 0 and run.report.lost == 0, run.summary()
     assert set(run.old_leader_process) == {"running"}, run.timeline()
+
+
+def test_the_producer_settings_on_screen_are_what_runs(partition_lab):
+    """03c's producer_settings cell is the producer: edited to wait for every in-sync replica
+    whatever acks the run asks for, the isolated leader acknowledges nothing during the
+    split, even in an acks=1 run (where the cell as shown loses every record of it)."""
+    shown = shown_function("03c_when_the_network_takes_sides", "producer_settings")
+    assert shown("b:1", "1")["acks"] == "1"  # the cell as shown passes acks through
+    waiting = as_cell(ast.unparse(ast.parse(inspect.getsource(shown))).replace(
+        "'acks': acks", "'acks': 'all'").replace("acks == 'all'", "True"), "producer_settings")
+    assert waiting("b:1", "1")["acks"] == "all" and waiting("b:1", "1")["enable.idempotence"]
+    run = experiments.run("isolated-leader", cluster=partition_lab, acks="1", records=RECORDS,
+                          pipeline=waiting)
+    assert "1" not in run.acknowledged_by and run.lost_acknowledged == 0, run.summary()
+
+
+def test_the_settings_function_must_give_settings_and_leave_the_labs_own_alone():
+    with pytest.raises(ValueError, match="must return the producer's settings as a dict"):
+        producer_from(lambda bootstrap, acks: None, "127.0.0.1:1", "1")
+    with pytest.raises(ValueError, match="log_level: the lab sets these"):
+        producer_from(lambda bootstrap, acks: {"bootstrap.servers": bootstrap, "log_level": 7},
+                      "127.0.0.1:1", "1", log_level=2)
 
 
 def test_the_exercise_of_03c_answers_without_a_broker_when_it_need_not_run_and_hints_without_the_answer():

@@ -1,5 +1,5 @@
 """What a lesson looks like, checked on the notebooks as shipped (their stored outputs): no
-markdown cell over 200 words, and no output table wider than 6 columns besides its index,
+markdown cell over 180 words, and no output table wider than 6 columns besides its index,
 so a beginner reads each on one screen."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from tests.notebook_cells import NAMES, read
 
-MAX_WORDS = 200
+MAX_WORDS = 180
 MAX_COLUMNS = 6
 
 
@@ -41,3 +41,31 @@ def test_markdown_cells_and_output_tables_fit_a_screen(name):
     wide = [(i, w) for i, c in enumerate(nb.cells) if c.cell_type == "code"
             for w in table_widths(c) if w > MAX_COLUMNS]
     assert not wide, f"{name}: output tables over {MAX_COLUMNS} columns (cell, columns): {wide}"
+
+
+# pandas marks a table too wide for its display width with " \" at the end of each cut
+# line and prints the other columns below: set pd.set_option("display.width", 120).
+WRAPPED = re.compile(r" \\\n")
+# Tables stored wrapped in notebooks other lessons' owners re-run (issue 41); strict: each
+# entry must go once its notebook shows its tables whole.
+STILL_WRAPPED = {"06_zombies", "09_cost", "09b_on_the_wire"}
+
+
+def wrapped_tables(cell) -> bool:
+    return any(WRAPPED.search("".join(out.get("data", {}).get("text/plain", "")))
+               for out in cell.get("outputs", [])
+               if out.get("output_type") in ("execute_result", "display_data"))
+
+
+def test_a_wrapped_table_is_found():
+    cell = {"outputs": [{"output_type": "execute_result", "data": {"text/plain":
+            "   leader  epoch  \\\n0       1      0  \n\n   isr\n0  [1]"}}]}
+    assert wrapped_tables(cell) and not wrapped_tables({"outputs": []})
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="tables stored wrapped")) if n in STILL_WRAPPED else n for n in NAMES])
+def test_output_tables_are_not_wrapped(name):
+    wrapped = [i for i, c in enumerate(read(name).cells)
+               if c.cell_type == "code" and wrapped_tables(c)]
+    assert wrapped == [], f"{name}: cells whose tables wrap (set a display width): {wrapped}"

@@ -19,6 +19,7 @@ LINK = re.compile(r"\]\(((?:\.\./notebooks/|notebooks/)?)([\w-]+)\.ipynb(#[\w-]*
 HEADER = re.compile(r"^> \*\*Track:\*\* (?P<track>[^(]+) \((?P<pos>\d+) of (?P<total>\d+)\)"
                     r" · \*\*Before this:\*\* (?P<before>.+?) · \*\*Time:\*\* ~(?P<minutes>\d+) min"
                     r"(?: · \*\*Next:\*\* (?P<next>.+))?$", re.M)
+RANGE = re.compile(r"\]\(([\w-]+)\.ipynb\)\s*[-–]\s*\[[^\]]*\]\(([\w-]+)\.ipynb\)")
 # "notebook 05", "notebooks 08a and 08b", "notebook 02's": a number that must name a notebook
 PROSE_REF = re.compile(r"\bnotebooks? (\d\d[a-z]?)\b(?:(?:,| and| or|–|-) ?(\d\d[a-z]?)\b)?")
 
@@ -68,6 +69,53 @@ def documents() -> dict[str, str]:
     texts["README.md"] = (ROOT / "README.md").read_text()
     texts |= {f"docs/{p.name}": p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
     return texts
+
+
+def test_the_tours_route_names_every_notebook_of_the_later_tracks():
+    """00's summary walks the tracks after Core; a notebook added to one must appear there
+    (07b was missing, and the Spark track ended at 08d)."""
+    route = markdown(ORDER[0])[-1]
+    named = set(targets(route))
+    for first, last in RANGE.findall(route):  # "[08a](...)-[08e](...)": the notebooks between
+        named |= set(ORDER[ORDER.index(first):ORDER.index(last) + 1])
+    later = [n for track in TRACKS["track"][1:] for n in track["notebooks"]]
+    assert [n for n in later if n not in named] == []
+
+
+def header_minutes(name: str) -> int:
+    return int(HEADER.search(markdown(name)[0])["minutes"])
+
+
+def about(minutes: int) -> str:
+    """How the README and the docs write a track's time: "about 70 min", "about 2 h 20 min"."""
+    if minutes < 120:
+        return f"about {minutes} min"
+    return f"about {minutes // 60} h {minutes % 60} min" if minutes % 60 else f"about {minutes // 60} h"
+
+
+def test_each_tracks_time_is_the_sum_of_its_notebooks_everywhere_it_is_written():
+    """The README's track table (each notebook's minutes and the track's), docs/notebooks.md
+    and the workshop's self-paced table give a track the sum of its notebooks' headers
+    (docs/notebooks.md once said 95 minutes for a track of 115)."""
+    readme = (ROOT / "README.md").read_text()
+    notebooks_md = (ROOT / "docs" / "notebooks.md").read_text()
+    workshop = (ROOT / "docs" / "workshop.md").read_text()
+    for track in TRACKS["track"]:
+        total = about(sum(header_minutes(n) for n in track["notebooks"]))
+        (row,) = [line for line in readme.splitlines() if line.startswith(f"| **{track['name']}**")]
+        assert total in row.split("|")[1], (track["name"], total, row[:120])
+        for name in track["notebooks"]:
+            assert f"{name}.ipynb) {header_minutes(name)} " in row + " ", (name, row[:80])
+        assert f"**{track['name']}** " in notebooks_md and re.search(
+            rf"\*\*{re.escape(track['name'])}\*\* \([^)]*{total}\)", notebooks_md), \
+            (track["name"], total)
+        assert re.search(rf"\| {re.escape(track['name'])} \|[^\n]*\| {total} \|", workshop), \
+            (track["name"], total)
+
+
+def test_a_tracks_time_is_written_as_the_docs_write_it():
+    assert [about(m) for m in (35, 115, 140, 120)] == [
+        "about 35 min", "about 115 min", "about 2 h 20 min", "about 2 h"]
 
 
 def test_every_link_to_a_notebook_resolves():

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from labkit.experiments import poll_zombie
-from labkit.experiments.coordinator_failover import BATCH
+from labkit.pipelines.fee_loop import BATCH
 from tests.test_failover import LABKIT, refused_before_any_broker
 
 

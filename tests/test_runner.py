@@ -3,6 +3,7 @@ from its committed state until it finishes."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import psutil
 import pytest
 
 from labkit.faults.crashpoints import UnknownCrashPoint, crash_point
+from labkit.faults.pool import WorkerPool
 from labkit.faults.runner import WorkerFailed, run_worker, run_workers, run_zombie
 
 
@@ -130,3 +132,27 @@ def failing_or_sleeping(fail: bool) -> None:
         time.sleep(0.5)
         raise RuntimeError("instance failed")
     time.sleep(60)
+
+
+def sleeping_worker(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_start_is_told_outside_the_pools_lock_so_a_fault_may_call_back_from_another_thread():
+    """A fault an event fires may call into the pool from a thread of its own (a member that
+    joins when the input's thread reports an event, while the pool restarts an instance):
+    a start told while the pool held its lock left the two threads waiting on each other."""
+    added: list[int] = []
+    waited: list[bool] = []
+
+    def on_event(kind: str, fields: dict) -> None:
+        if kind == "instance-started" and fields["instance"] == 0:
+            other = threading.Thread(target=lambda: added.append(pool.add({"seconds": 0.1})))
+            other.start()
+            other.join(3)  # it must get the pool's lock now, not when the event returns
+            waited.append(other.is_alive())
+
+    pool = WorkerPool("tests.test_runner:sleeping_worker", [{"seconds": 0.5}],
+                      on_event=on_event, timeout_s=60)
+    result = pool.run()
+    assert waited == [False] and added == [1] and result.exit_codes == [0, 0]

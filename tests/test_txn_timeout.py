@@ -10,6 +10,7 @@ import subprocess
 
 import psutil
 
+from labkit import experiments
 from labkit.experiments import txn_timeout
 from tests.test_failover import LABKIT, refused_before_any_broker
 from tests.test_harness import left_behind
@@ -18,7 +19,7 @@ RECORDS = 30
 
 
 def test_a_batch_slower_than_the_transaction_timeout_is_aborted_and_processed_again(bootstrap):
-    run = txn_timeout.txn_timeout(bootstrap, records=RECORDS)
+    run = experiments.run("txn-timeout", cluster=bootstrap, records=RECORDS)
     r = run.report
     assert (r.produced, r.delivered_unique, r.lost, r.duplicated, r.aborted_visible) == \
         (RECORDS, RECORDS, 0, 0, 0), run.timeline()

@@ -245,19 +245,36 @@ def audit_topic(bootstrap: str, topic: str, inputs: list[dict], scenario: str, g
 
 
 def delivered_of_table(db: str, table: str, id_column: str = "id",
-                       key_column: str = "key") -> list[Delivered]:
-    """Rows of a table (SQLite file or PostgreSQL DSN) in insertion order, as the checker's
-    observations (labkit.storage.db.read_table, the lab's one table reader)."""
-    rows = read_table(db, table, (id_column, key_column))
+                       key_column: str = "key", order_by: str | None = None) -> list[Delivered]:
+    """Rows of a table (SQLite file or PostgreSQL DSN) in insertion order (or ``order_by``'s,
+    for a table that keeps none), as the checker's observations (labkit.storage.db.read_table,
+    the lab's one table reader)."""
+    rows = read_table(db, table, (id_column, key_column), order_by=order_by)
     return [Delivered(str(i), k) for i, k in zip(rows[id_column], rows[key_column])]
 
 
+def counts_in_table(db: str, table: str, key_column: str, count_column: str) -> dict[str, int]:
+    """A table of running counts (one row per key) as the state the audit compares."""
+    rows = read_table(db, table, (key_column, count_column), order_by=key_column)
+    return dict(sorted(zip(map(str, rows[key_column]), map(int, rows[count_column]))))
+
+
 def audit_table(db: str, table: str, inputs: list[dict], scenario: str, guarantee: str, *,
-                crash_at: str | None = None, fault: str | None = None) -> AuditReport:
+                crash_at: str | None = None, fault: str | None = None,
+                counts: tuple[str, str, str] | None = None,
+                key_column: str = "key", order_by: str | None = None) -> AuditReport:
     """Audit a database sink table (a SQLite file or a PostgreSQL DSN): what rows ended up
-    there, lost and duplicated ids, in the order the rows were inserted."""
-    return check(scenario, guarantee, inputs, delivered_of_table(db, table), crash_at=crash_at,
-                 fault=fault)
+    there, lost and duplicated ids, in the order the rows were inserted. ``counts``: a
+    table of running counts too, ``(table, key column, count column)``, against the input's
+    count per key (state drift). ``key_column``: the rows' key (what per-key order is about);
+    ``order_by``: the order to judge them in, for a table that keeps no insertion order."""
+    state_expected = state_actual = None
+    if counts is not None:
+        state_expected, state_actual = expected_counts(inputs), counts_in_table(db, *counts)
+    return check(scenario, guarantee, inputs,
+                 delivered_of_table(db, table, key_column=key_column, order_by=order_by),
+                 crash_at=crash_at,
+                 fault=fault, state_expected=state_expected, state_actual=state_actual)
 
 
 def mixed_report(scenario: str, guarantee: str, crash_at: str | None, produced: int,

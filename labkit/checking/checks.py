@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from labkit.checking import audit
+from labkit.checking import audit, checkers
 from labkit.checking.audit import AuditReport
 from labkit.checking.checkers import EXAMPLES, Result
 from labkit.kafka import topics
@@ -61,7 +61,8 @@ class TopicAudit:
 @dataclass(frozen=True)
 class TableAudit:
     """A database sink's table: the rows that ended up there (``labkit.checking.audit``);
-    ``db(run)`` says where the database is."""
+    ``db(run)`` says where the database is. ``counts``: a table of running counts per key
+    too, ``(table, key column, count column)``, against the input's count per key."""
 
     scenario: str
     guarantee: str
@@ -69,10 +70,15 @@ class TableAudit:
     db: Callable[[Any], str]
     crash_at: str | None = None
     fault: str | None = None
+    counts: tuple[str, str, str] | None = None
+    key_column: str = "key"
+    order_by: str | None = None  # for a table that keeps no insertion order
 
     def __call__(self, run: Checked) -> AuditReport:
         return audit.audit_table(self.db(run), self.table, run.inputs, self.scenario,
-                                 self.guarantee, crash_at=self.crash_at, fault=self.fault)
+                                 self.guarantee, crash_at=self.crash_at, fault=self.fault,
+                                 counts=self.counts, key_column=self.key_column,
+                                 order_by=self.order_by)
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,34 @@ class CountsAudit:
         everything = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
         report.aborted_in_log = len(everything) - len(committed)
         return report
+class OneProcessing:
+    """A replay whose computation changed in between (a lookup edited while the pipeline
+    was down): the output topic, read_committed, against the processings each record may
+    have had (``labkit.checking.checkers.single_processing``); a key that matches none is
+    mixed (``audit.mixed_report``). ``field``: what each output record's processing wrote
+    (the lookup's version); ``processings(inputs)``: each possible processing (id -> value),
+    in the order they can happen. The run's facts get ``committed`` (the (id, value) pairs
+    a read_committed reader gets), ``aborted_in_log`` (records of the log it does not get),
+    ``mixed`` (the Result) and ``mixed_keys``."""
+
+    scenario: str
+    guarantee: str
+    field: str
+    processings: Callable[[list[dict]], Sequence[Mapping[str, object]]]
+    crash_at: str | None = None
+    role: str = "output"
+
+    def __call__(self, run: Any) -> AuditReport:
+        topic = run.topics[self.role]
+        committed = topics.read(run.bootstrap, topic, isolation="read_committed")
+        in_log = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
+        seen = [(r.value["id"], r.value[self.field]) for r in committed]
+        mixed = checkers.single_processing([(r["id"], r["key"]) for r in run.inputs], seen,
+                                           self.processings(run.inputs))
+        run.facts.update(committed=seen, aborted_in_log=len(in_log) - len(committed),
+                         mixed=mixed, mixed_keys=mixed.count)
+        return audit.mixed_report(self.scenario, self.guarantee, self.crash_at,
+                                  len(run.inputs), [i for i, _ in seen], mixed)
 
 
 @dataclass(frozen=True)

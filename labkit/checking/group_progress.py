@@ -31,7 +31,10 @@ REBALANCING = {ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMP
 
 
 class GroupProgress:
-    def __init__(self, bootstrap: str, input_topic: str, output_topic: str, group: str,
+    """``output_topic`` None: nothing written is counted here (a subclass counts it where the
+    app writes: ``labkit.checking.table_progress``)."""
+
+    def __init__(self, bootstrap: str, input_topic: str, output_topic: str | None, group: str,
                  history_file: Path | None = None):
         self.input, self.output, self.group = input_topic, output_topic, group
         self.history_file = history_file
@@ -44,7 +47,8 @@ class GroupProgress:
         self.in_parts = [TopicPartition(input_topic, p)
                          for p in topics.partitions_of(bootstrap, input_topic)]
         self.out_parts = [TopicPartition(output_topic, p)
-                          for p in topics.partitions_of(bootstrap, output_topic)]
+                          for p in topics.partitions_of(bootstrap, output_topic)] \
+            if output_topic else []
         self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
         self.next_at = 0.0
 
@@ -58,11 +62,10 @@ class GroupProgress:
             return self.last
         self.next_at = time.monotonic() + SAMPLE_EVERY_S
         try:
-            committed = sum(max(tp.offset, 0) for tp in
-                            self.consumer.committed(self.in_parts, timeout=2))
+            committed = self.offsets_committed()
             # the input's end too: input may still be arriving (a judge's feed)
             end = sum(self._end(tp) for tp in self.in_parts)
-            now = (committed, end, sum(self._end(tp) for tp in self.out_parts))
+            now = (committed, end, self.written())
         except Exception:  # KafkaException / timeouts during a broker restart
             return self.last
         if now != self.last and self.history_file is not None:
@@ -71,15 +74,30 @@ class GroupProgress:
         self.last = now
         return self.last
 
+    def offsets_committed(self) -> int:
+        """The group's committed offsets on the input, summed over its partitions."""
+        return sum(max(tp.offset, 0) for tp in self.consumer.committed(self.in_parts, timeout=2))
+
+    def written(self) -> int:
+        """What the app has written: the output topic's records."""
+        return sum(self._end(tp) for tp in self.out_parts)
+
+    def describe(self):
+        """The group as its coordinator describes it now (a ConsumerGroupDescription), or
+        None when it cannot say (a broker restarting, the group just made)."""
+        try:
+            (future,) = self.admin.describe_consumer_groups([self.group],
+                                                            request_timeout=5).values()
+            return future.result(timeout=6)
+        except Exception:  # KafkaException, a timeout
+            return None
+
     def waiting(self, instances_alive: int) -> str | None:
         """Why the group hands out no work now, if the coordinator says it is waiting: a
         rebalance in progress, or members the app no longer runs (dead ones whose session has
         not timed out yet). None: nothing to wait for (or the coordinator cannot say)."""
-        try:
-            (future,) = self.admin.describe_consumer_groups([self.group],
-                                                            request_timeout=5).values()
-            group = future.result(timeout=6)
-        except Exception:  # KafkaException, a timeout: a broker restarting, the group just made
+        group = self.describe()
+        if group is None:
             return None
         if group.state in REBALANCING:
             return f"the group is rebalancing ({group.state.name.lower()})"
@@ -92,13 +110,22 @@ class GroupProgress:
     def members(self) -> list[tuple[str, str | None]] | None:
         """The group's members as (member id, group.instance.id or None), as its
         coordinator says now; None when it cannot say (a broker restarting)."""
-        try:
-            (future,) = self.admin.describe_consumer_groups([self.group],
-                                                            request_timeout=5).values()
-            group = future.result(timeout=6)
-        except Exception:  # KafkaException, a timeout
-            return None
-        return [(m.member_id, m.group_instance_id) for m in group.members]
+        group = self.describe()
+        return None if group is None else [(m.member_id, m.group_instance_id)
+                                           for m in group.members]
+
+    def formed(self, members: int) -> bool:
+        """Has the group settled with ``members`` members or more: stable (no rebalance
+        under way) and every partition of the input assigned to one of them? (A member
+        listed while a rebalance is still under way may not have partitions yet.)"""
+        group = self.describe()
+        if group is None:
+            return False
+        assigned = {(tp.topic, tp.partition) for m in group.members
+                    for tp in (m.assignment.topic_partitions if m.assignment else ())}
+        wanted = {(tp.topic, tp.partition) for tp in self.in_parts}
+        return (group.state == ConsumerGroupState.STABLE and len(group.members) >= members
+                and wanted <= assigned)
 
     def __enter__(self) -> "GroupProgress":
         return self

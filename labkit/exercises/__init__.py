@@ -49,18 +49,35 @@ def prediction_gaps(prediction: object, points: tuple[str, ...], fill_in: str) -
     return None
 
 
-def not_changed(function: object, name: str, shown: Callable | None = None,
-                unchanged: str = "") -> Verdict | None:
-    """A "Not yet" before anything runs for a code exercise: ``function`` is not a function,
-    or (``shown`` given) it is still the code shown above it, parameters and body (comments
-    and its name aside), ``unchanged`` saying why that is not an answer. None otherwise."""
+def not_changed(function: object, name: str, shown: Callable | str | None = None,
+                unchanged: str = "", not_a_function: str = "") -> Verdict | None:
+    """A "Not yet" before anything runs for a code exercise: ``function`` is not a function
+    (``not_a_function`` says so, or a line naming ``name``), or (``shown`` given: the code
+    shown above it, or its ``learner.fingerprint``) it is still that code, parameters and
+    body (comments and its name aside), ``unchanged`` saying why that is not an answer.
+    None otherwise."""
     from labkit.pipelines import learner  # only for a code exercise
 
     if not callable(function):
-        return check(False, "", f"pass your function itself ({name}), not its result.")
-    if shown is not None and learner.fingerprint(function) == learner.fingerprint(shown):
+        return check(False, "", not_a_function or
+                     f"pass your function itself ({name}), not its result.")
+    given = learner.fingerprint(shown) if callable(shown) else shown
+    if given is not None and learner.fingerprint(function) == given:
         return check(False, "", unchanged)
     return None
+
+
+def keeps_crash_points(function: Callable, points: tuple[str, ...]) -> Verdict | None:
+    """A "Not yet" before anything runs for a code exercise whose ``function`` no longer
+    calls ``crash_point`` at one of ``points`` (the lab could not kill it there); None when
+    it calls them all."""
+    from labkit.pipelines import learner  # only for a code exercise
+
+    missing = [p for p in points if p not in learner.crash_points_in(function)]
+    if not missing:
+        return None
+    return check(False, "", f"{function.__name__} no longer calls crash_point(\"{missing[0]}\"): "
+                            "keep that line where it was, so the lab can kill it there.")
 
 
 def what_it_raised(error: Exception) -> str:

@@ -45,22 +45,15 @@ KINDS = ("kills", "wire", "rebalance", "zombie", "offsets", "fenced")  # the ord
 def service_code(service: Callable) -> str:
     """The text of the service's own definition: the last ``def`` of its name in its cell (a
     cell may define it twice, e.g. the team's version and a fix below it; the last one runs)."""
-    cell = learner.code_of(service)
-    defs = [node for node in ast.parse(cell).body
-            if isinstance(node, ast.FunctionDef) and node.name == service.__name__]
-    if not defs:
+    found = learner.definition(service)
+    if found is None:
         raise ValueError(f"no 'def {service.__name__}' found in the cell that defines it")
-    return ast.get_source_segment(cell, defs[-1]) or ""
+    return ast.get_source_segment(learner.code_of(service), found) or ""
 
 
 def crash_points_in(service: Callable) -> list[str]:
-    """The named crash points the service's code passes (its ``crash_point("...")`` calls),
-    in the order they appear in it."""
-    calls = sorted((node.lineno, node.col_offset, node.args[0].value)
-                   for node in ast.walk(ast.parse(service_code(service)))
-                   if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point"
-                   and node.args and isinstance(node.args[0], ast.Constant))
-    return list(dict.fromkeys(name for _, _, name in calls if name in CRASH_POINTS))
+    """The named crash points the service's code passes, in the order they appear in it."""
+    return learner.crash_points_in(service, CRASH_POINTS)
 
 
 def validate(service: Callable, accounting_reads: str) -> None:

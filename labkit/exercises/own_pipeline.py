@@ -1,24 +1,26 @@
 """12 · your own pipeline: the harness settings the notebook uses, and the exercise check.
 
-The learner's app is a file outside the repository (``workdir()``); the harness runs it
-with the kernel's Python (which has confluent-kafka), kills it at the same seeded times in
-the notebook and in the check, and judges it only by what its output topic shows.
+The learner's app is a function in a notebook cell. ``save`` writes the cell's text to a
+file outside the repository (``workdir()``), and the harness runs it as a program of its own
+(``labkit.torture.apps.function_command``: the kernel's Python, which has confluent-kafka,
+calling the function with the run's names), kills it at the same seeded times in the
+notebook and in the check, and judges it only by what its output topic shows.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
-import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from labkit import proc
 
-from labkit.pipelines import contract
-from labkit.torture import harness
 from labkit.checking.record import RunRecord
-from labkit.exercises import Verdict, check, exercise, unanswered
+from labkit.pipelines import contract, learner
+from labkit.torture import apps, harness
+from labkit.exercises import Verdict, check, exercise
 
 # The same torture for the notebook's runs and for the check. 600 records at the apps'
 # 10 ms of work each take ~7 s per pass. Each of the 3 kills comes 0.5-1.5 s after the
@@ -28,7 +30,6 @@ from labkit.exercises import Verdict, check, exercise, unanswered
 # and before the app is done (measured: docs/measurements-harness.md).
 TORTURE = {"input": 600, "kills": 3, "seed": 12, "kill_after_s": (0.5, 1.5),
            "kill_clock": "commit", "timeout_s": 120}
-APP_FILE = "my_fixed_app.py"
 PREFIX = "own-pipeline-"
 
 
@@ -46,12 +47,21 @@ def workdir() -> Path:
     return directory
 
 
-def torture_app(path: str | Path, **overrides) -> RunRecord:
-    """Run the app file ``path`` under the harness with the notebook's settings. The
-    learner's app reads no connection settings: on a cluster with TLS and credentials
-    (LABKIT_KAFKA_CONFIG) the harness's proxy stands in front of it (``plaintext``)."""
-    return harness.torture([sys.executable, str(path)],
-                           **{**TORTURE, "plaintext": True, **overrides})
+def save(app: Callable, directory: str | Path) -> Path:
+    """The text of the cell that defines ``app``, in ``directory/<name>.py``: the file the
+    harness's ``python -m labkit.torture.apps function FILE NAME`` runs."""
+    path = Path(directory) / f"{app.__name__}.py"
+    path.write_text(learner.code_of(app))
+    return path
+
+
+def torture_function(app: Callable, directory: str | Path, **overrides) -> RunRecord:
+    """Run the learner's function ``app`` as an app of its own under the harness, with the
+    notebook's settings. The app reads no connection settings: on a cluster with TLS and
+    credentials (LABKIT_KAFKA_CONFIG) the harness's proxy stands in front of it
+    (``plaintext``)."""
+    command = apps.function_command(save(app, directory), app.__name__)
+    return harness.torture(command, **{**TORTURE, "plaintext": True, **overrides})
 
 
 def verdict_lines(result: RunRecord) -> str:
@@ -71,20 +81,20 @@ def verdict_lines(result: RunRecord) -> str:
 
 
 @exercise("12_your_own_pipeline")
-def check_own_pipeline(source: str | None, directory: str | Path) -> Verdict:
-    """12 · make the app exactly once: write ``source`` to a file in ``directory``, torture
-    it with the notebook's kills and judge its output."""
-    if unanswered(source) or not str(source).strip():
-        return check(False, "", "put your app's source in my_app (a string), then run this "
-                                "cell again.")
-    path = Path(directory) / APP_FILE
-    path.write_text(str(source))
+def check_own_pipeline(app: Callable | None, directory: str | Path) -> Verdict:
+    """12 · make the app exactly once: ``app``, the learner's function, tortured as an app of
+    its own with the notebook's kills; its output judged."""
+    if not callable(app):
+        return check(False, "", "my_fixed_app must be your app's function: def my_fixed_app("
+                                "bootstrap, input_topic, output_topic, group_id, "
+                                "transactional_id): ...")
     try:
-        result = torture_app(path)
-    except contract.HarnessError as exc:
+        result = torture_function(app, directory)
+    except (contract.HarnessError, learner.LearnerCodeError) as exc:
         first = str(exc).splitlines()[0]
         return check(False, "", f"the harness could not judge your app: {first} (run "
-                                "own_pipeline.torture_app(path) to see the whole message).")
+                                "own_pipeline.torture_function(my_fixed_app, app_dir) to see the "
+                                "whole message).")
     r = result.report
     if result.kills < TORTURE["kills"]:
         return check(False, "", "your app exited before every kill landed: a streaming app "
@@ -116,4 +126,4 @@ def check_own_pipeline(source: str | None, directory: str | Path) -> Verdict:
                  f"exactly once under {result.kills} kills: nothing lost, nothing duplicated "
                  "(aborted transactions stay in the log, invisible to read_committed).",
                  f"the audit says {result.verdict!r}: read its findings with "
-                 "own_pipeline.torture_app(path).summary().")
+                 "own_pipeline.torture_function(my_fixed_app, app_dir).summary().")

@@ -20,12 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Producer
+
 from labkit.checking import history
 from labkit.checking.group_progress import GroupProgress
 from labkit.faults.broker_faults import KillBroker
 from labkit.faults.pool import WorkerPool
 from labkit.faults.process_faults import Kill
 from labkit.faults.schedule import Schedule
+from labkit.kafka import topics
+from labkit.kafka.clientlog import client_config
 from labkit.pipelines.contract import ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT, HarnessError
 from labkit.progress import status
 
@@ -63,7 +67,11 @@ class AppClients:
     given, runs in a thread of its own while they run (input arriving as they work): the run
     is done only once it has returned. ``restart_exited``: an instance that exits (code 0)
     before its input is consumed is started again, as a supervisor with restart policy
-    "always" would."""
+    "always" would. ``progress(run)``: how its progress shows (default: its group's
+    committed offsets and the output topic, ``GroupProgress``; an app writing to a database:
+    ``labkit.checking.table_progress.TableProgress``). Its instances' starts and exits are
+    the run's events (``instance-started``, ``instance-exited``), which faults may wait for.
+    ``quiet_s``: how long its output stays the same, its input consumed, before it is done."""
 
     def __init__(self, command: list[str] | None, env: Callable[[], dict[str, str]], *,
                  worker: Callable | str | None = None, members: list[dict] | None = None,
@@ -71,8 +79,11 @@ class AppClients:
                  label: str = "", feed: Callable[[Any], None] | None = None,
                  restart_exited: bool = False,
                  on_done: Callable[[Any], None] | None = None,
-                 own_crashes: int = OWN_CRASHES):
+                 own_crashes: int = OWN_CRASHES,
+                 progress: Callable[[Any], GroupProgress] | None = None,
+                 quiet_s: float = QUIET_S):
         self.command, self.env, self.worker = command, env, worker
+        self.progress, self.quiet_s = progress, quiet_s
         self.members = members or [{} for _ in range(instances)]
         self.instances = len(self.members)
         self.feed, self.restart_after_exit, self.on_done = feed, restart_exited, on_done
@@ -94,8 +105,9 @@ class AppClients:
 
     def attach(self, run: Any) -> None:
         self.run = run
-        self.watch = GroupProgress(run.bootstrap, run.topics["input"], run.topics["output"],
-                                   run.group_id, history_file=run.history_file)
+        self.watch = self.progress(run) if self.progress is not None else GroupProgress(
+            run.bootstrap, run.topics["input"], run.topics["output"], run.group_id,
+            history_file=run.history_file)
         run.progress = self.watch
         self.pool = WorkerPool(self.worker, self.members, command=self.command,
                                logs_dir=run.workdir, history_file=str(run.history_file),
@@ -103,7 +115,8 @@ class AppClients:
                                timeout_s=self.timeout_s + 60,
                                restart_failed=self._crashed_by_itself, on_tick=self._tick,
                                restart_exited=self._not_done if self.restart_after_exit
-                               else None)
+                               else None,
+                               on_event=lambda kind, fields: run.event(kind, **fields))
         run.workers = self.pool
 
     # ------------------------------------------------------------------ the run
@@ -187,11 +200,11 @@ class AppClients:
             consumed, end, written = self.watch.sample(fresh=True)
         pending = self.schedule is not None and self.schedule.pending
         if pending and self.schedule.waiting_for_commit and consumed >= end \
-                and self.quiet.still(written, QUIET_S):
+                and self.quiet.still(written, self.quiet_s):
             self._unlanded("had consumed its input", "before it committed again")
             self._finish()
         elif not pending:
-            if consumed >= end and self.quiet.still(written, QUIET_S):
+            if consumed >= end and self.quiet.still(written, self.quiet_s):
                 self._finish()
             elif written and consumed == 0 and self.quiet.still(written, IDLE_S):
                 self.notes.append(f"the input was not consumed by group {self.watch.group} "
@@ -210,7 +223,7 @@ class AppClients:
                                f"{self._tail()}")
         if self.schedule is not None and self.schedule.pending:
             self._unlanded("finished", "")
-        if self.quiet.still(written, QUIET_S):
+        if self.quiet.still(written, self.quiet_s):
             self.done = True
             if self.on_done is not None:
                 self.on_done(self.run)
@@ -340,3 +353,31 @@ class _Progress:
             self.epoch, self.since = epoch, now
         self.seen = (consumed, end, written)
         return now - self.since if 0 < consumed < end else 0.0
+
+
+# ---------------------------------------------------------------------- feeding the app
+
+GROUP_FORMED_S = 30.0  # how long input waits at most for the group to have its members
+
+
+def group_formed(run: Any, members: int, timeout_s: float = GROUP_FORMED_S) -> bool:
+    """Until the app's group (``run.progress``) has settled with ``members`` members, every
+    partition assigned, ``timeout_s`` at most; whether it has. Input written once a group
+    has formed reaches every instance, so each crash point armed in one is reached."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if run.progress.formed(members):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def write_input(run: Any, records: list[dict], role: str = "input") -> None:
+    """``records`` into the run's ``role`` topic, keyed by their key, by an idempotent
+    producer (a retry never makes the input the cause of a duplicate)."""
+    producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
+                                       "enable.idempotence": True, "linger.ms": 5}))
+    for r in records:
+        producer.produce(run.topics[role], key=str(r["key"]).encode(), value=topics.encode(r))
+    if producer.flush(30):
+        raise RuntimeError(f"the lab could not write the run's {role}")

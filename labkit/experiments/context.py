@@ -64,6 +64,7 @@ class RunContext:
         self.keep_topics = bool(self.options.get("keep_topics", False))
         self.keep_workdir = bool(self.options.get("keep_workdir", False))
         self._made: list[str] = []
+        self._undo: list[Callable[[], None]] = []
         self._workdir: Path | None = None
         self._started = time.monotonic()
         self._say: Callable[[str], None] = lambda line: None
@@ -111,6 +112,11 @@ class RunContext:
         """Topics made by others for this run (an app's own), deleted with the run's."""
         self._made.extend(n for n in names if n not in self._made)
 
+    def on_close(self, undo: Callable[[], None]) -> None:
+        """Something the run made besides its topics and its directory (a database, a
+        replication slot), undone when the run ends, also after a failure; last made first."""
+        self._undo.append(undo)
+
     @property
     def workdir(self) -> Path:
         """The run's directory under the lab's home, removed when it ends (unless kept)."""
@@ -124,8 +130,20 @@ class RunContext:
         return self.workdir / "history.jsonl"
 
     def close(self, failed: bool = False) -> None:
-        """The run's end, whatever happened: its topics and directory go unless kept; a
-        failed run keeps no topics (nothing in them is worth reading)."""
+        """The run's end, whatever happened: what it made is undone (``on_close``), its
+        topics and directory go unless kept; a failed run keeps no topics (nothing in them
+        is worth reading). The first error of an undo is raised once all is done."""
+        error: BaseException | None = None
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except BaseException as exc:  # the rest is cleaned up all the same
+                error = error or exc
+        self._close_files_and_topics(failed)
+        if error is not None:
+            raise error
+
+    def _close_files_and_topics(self, failed: bool) -> None:
         if self._workdir is not None and self._workdir.exists():
             self.history = history.read(self.history_file) or self.history
             if not self.keep_workdir:
@@ -154,22 +172,25 @@ class RunContext:
     def elapsed(self) -> float:
         return round(time.monotonic() - self._started, 1)
 
-    def step(self, what: str, waiting_for: str = "its next step", detail: str = "") -> None:
-        """A line of the timeline: recorded, told to the watchdog, on the progress line."""
+    def step(self, what: str, waiting_for: str | None = "its next step",
+             detail: str = "") -> None:
+        """A line of the timeline: recorded, told to the watchdog, on the progress line
+        (``waiting_for`` None: the run still waits for what its last step said)."""
         progress.check()  # a run its watchdog stopped breaks nothing more
         self.steps.append(Step(self.elapsed(), what, detail))
         progress.step(what, waiting_for)
         self._say(what)
 
-    def event(self, kind: str, **fields: Any) -> None:
+    def event(self, kind: str, **fields: Any) -> bool:
         """Something the clients did that a fault may be waiting for (synchronously: the
-        fault fires before this returns)."""
-        self.nemesis.notify(self, Event(kind, fields))
+        fault fires before this returns); whether one fired (and told the timeline)."""
+        return self.nemesis.notify(self, Event(kind, fields))
 
     def fired(self, fault: Fault, what: str) -> None:
-        """What a fault did: a step of the timeline, and a fault the verdict can name."""
+        """What a fault did: a step of the timeline, and a fault the verdict can name (the
+        run still waits for what its clients' last step said)."""
         self.fired_faults.append(FiredFault(self.elapsed(), fault.name, what))
-        self.step(what)
+        self.step(what, None)
 
     def saying(self, say: Callable[[str], None]) -> None:
         """Where steps are shown (the experiment's progress line)."""

@@ -273,9 +273,17 @@ def _election(before: ReplicaState, after: ReplicaState) -> str:
     return "unclean (an out-of-sync replica)"
 
 
+def producer_settings(bootstrap: str, acks: str) -> dict:
+    """The producer under test, as notebook 03b shows it: its settings for ``acks``."""
+    return {"bootstrap.servers": bootstrap, "acks": acks,
+            "enable.idempotence": acks == "all",  # idempotence requires acks=all
+            "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}
+
+
 register(Experiment(
     SCENARIO, "the partition's leader SIGKILLed after acknowledging records its followers "
     "never copied: what acks and min.insync.replicas keep",
+    pipeline="the producer's settings (as producer_settings(bootstrap, acks))",
     where=FAILURE_LAB, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
         Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2", "3"), kind=int,
@@ -293,7 +301,7 @@ register(Experiment(
         "unclean.leader.election.enable": str(o.unclean).lower()}),),
         data.generate(o.records, prefix="f")),
     clients=lambda run: AcknowledgingProducer(fail_the_leader, acks=run.o.acks,
-                                              delivery_timeout_ms=DELIVERY_TIMEOUT_MS),
+                                              settings=run.pipeline or producer_settings),
     nemesis=lambda o: Nemesis(
         WholeLab(),  # the previous run's old leader may still be starting
         *(FreezeBroker(b, on("copied"), name=f"follower {b} frozen") for b in FOLLOWERS),

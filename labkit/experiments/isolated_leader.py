@@ -178,9 +178,17 @@ def _wait_for_rejoin(lab: LocalCluster, topic: str, leader: int) -> None:
                REJOIN_WAIT_S)
 
 
+def producer_settings(bootstrap: str, acks: str) -> dict:
+    """The producer under test, as notebook 03c shows it: its settings for ``acks``."""
+    return {"bootstrap.servers": bootstrap, "acks": acks,
+            "enable.idempotence": acks == "all",  # idempotence requires acks=all
+            "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS}
+
+
 register(Experiment(
     SCENARIO, "the partition's leader cut off by a network partition keeps "
     "acknowledging while the controller elects another: what acks=1 loses when it heals",
+    pipeline="the producer's settings (as producer_settings(bootstrap, acks))",
     where=FAILURE_LAB, stall_s=STALL_S, partitions=True, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
         Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2"), kind=int),
@@ -190,8 +198,8 @@ register(Experiment(
     workload=lambda o: Workload("isolated", (Topic(
         "output", replica_assignment=[[LEADER, *OTHERS]],
         config={"min.insync.replicas": str(o.min_insync)}),), data.generate(o.records, prefix="i")),
-    clients=lambda run: AcknowledgingProducer(split, acks=run.o.acks, track_leader=True,
-                                              delivery_timeout_ms=DELIVERY_TIMEOUT_MS),
+    clients=lambda run: AcknowledgingProducer(split, acks=run.o.acks, track_broker=True,
+                                              settings=run.pipeline or producer_settings),
     nemesis=lambda o: Nemesis(WholeLab(), Isolate(LEADER, on("copied")), Heal(on("viewed"))),
     checkers=lambda o: [AcknowledgedWrites(
         SCENARIO, f"acks={o.acks}", lambda run: run.clients.acked,

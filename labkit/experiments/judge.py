@@ -43,7 +43,7 @@ from labkit.checking.record import Presentation
 from labkit.experiments.app_run import AppClients
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
-from labkit.faults.crashpoints import CRASH_POINTS
+from labkit.faults.crashpoints import named, per_instance
 from labkit.faults.nemesis import Nemesis
 from labkit.faults.process_faults import (CrashAt, Freeze, Join, Kill, Leave, Replace,
                                           any_running)
@@ -172,26 +172,16 @@ def _nemesis(o) -> Nemesis:
     # a restart): it lands while the loop works, not while it starts
     return Nemesis(ProxyFault(), Schedule(
         production_faults(o.phase, o.seed), BETWEEN_S, seed=o.seed, clock="commit",
-        committed=lambda run: run.progress.sample(fresh=True)[0], name=PHASES[o.phase]))
+        offsets_committed=lambda run: run.progress.sample(fresh=True)[0], name=PHASES[o.phase]))
 
 
 def points(crash_at: str | list | tuple | None) -> list[str]:
     """The crash points of a point run: one, or one per instance ("a,b" or a list)."""
-    if not crash_at:
-        return []
-    found = crash_at.split(",") if isinstance(crash_at, str) else list(crash_at)
-    return [p.strip() for p in found]
+    return named(crash_at)
 
 
 def _check(phase, crash_at, instances, **_) -> None:
-    armed = points(crash_at)
-    unknown = [p for p in armed if p not in CRASH_POINTS]
-    if unknown:
-        raise ValueError(f"unknown crash point {unknown[0]!r}. Valid crash points: "
-                         f"{', '.join(CRASH_POINTS)}")
-    if len(armed) > instances:
-        raise ValueError(f"{len(armed)} crash points for {instances} instance(s): one point "
-                         "per instance at most")
+    armed = per_instance(crash_at, instances)
     if armed and phase != "point":
         raise ValueError(f"crash_at is for phase point; phase {phase} has faults of its own")
 

@@ -9,7 +9,7 @@ keeps heartbeating, it only takes too long over one batch between two polls. Whe
 the group rebalances; A does not poll, so it does not rejoin within ``max.poll.interval.ms``
 and the group goes on without it (librdkafka also leaves the group for A once that interval
 has passed without a poll). The group gives the partition to instance B, which runs the fee loop of notebook
-05b (``coordinator_failover.copy_fees``) over the whole input, A's batch included. Then A
+05b (``labkit.pipelines.fee_loop.copy_fees``) over the whole input, A's batch included. Then A
 finishes its batch and sends its offsets to its transaction:
 
 - ``fencing="group"``: with ``consumer_group_metadata()`` (KIP-447): the group coordinator
@@ -34,7 +34,7 @@ from labkit.kafka import names, topics
 from labkit.pipelines import data
 from labkit.checking.audit import AuditReport
 from labkit.kafka.clientlog import client_config
-from labkit.experiments.coordinator_failover import BATCH, classified, copy_fees
+from labkit.pipelines.fee_loop import BATCH, classified, copy_fees
 from labkit.pipelines.ctp import transform
 from labkit.pipelines.group import bare_group_metadata
 from labkit.experiments.registry import Experiment, Option, RunBasics, register

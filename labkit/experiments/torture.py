@@ -105,7 +105,7 @@ def _nemesis(o) -> Nemesis:
     schedule = Schedule([*(Kill(0) for _ in range(o.kills)),
                          *(KillBroker(None, restart=True) for _ in range(o.broker_kills))],
                         kill_window(o.kill_after), seed=o.seed, clock=o.kill_clock,
-                        committed=lambda run: run.progress.sample(fresh=True)[0])
+                        offsets_committed=lambda run: run.progress.sample(fresh=True)[0])
     # Plaintext apps on a cluster that wants TLS or credentials talk through the proxy, whose
     # own side is plaintext.
     proxy = ProxyFault(o.fault) if o.fault else ProxyFault(

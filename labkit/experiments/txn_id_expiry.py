@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException, Producer
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
 from labkit.experiments.acknowledged import halves
-from labkit.experiments.coordinator_failover import classified
+from labkit.pipelines.fee_loop import classified
 from labkit.experiments.parts import Topic, Workload, in_thread
 from labkit.experiments.poll_zombie import fee_service
 from labkit.experiments.registry import OWN_BROKER, Experiment, Option, register

@@ -40,6 +40,10 @@ CRASH_POINTS: dict[str, CrashPoint] = {p.name: p for p in [
     CrashPoint("after-send-offsets-before-commit", "send_offsets_to_transaction done, commit_transaction not called"),
     CrashPoint("after-commit", "right after commit_transaction (or the offset commit) returned"),
     CrashPoint("after-state-update-before-commit", "local state store updated, changelog/output/offsets not committed"),
+    # A service that writes its database and Kafka, one after the other (the dual write).
+    CrashPoint("after-db-commit-before-produce", "dual write: the database transaction committed, its events not yet sent to Kafka"),
+    CrashPoint("after-produce-before-db-commit", "dual write: the events sent to Kafka (flushed), the database transaction not yet committed"),
+    CrashPoint("after-payment-before-event", "outbox: the payment rows written, their events (outbox rows) not yet"),
     # Share groups (KIP-932), per record: the record is acquired (locked) for this consumer.
     CrashPoint("after-acquire-before-process", "share group: record acquired (locked), not processed yet"),
     CrashPoint("after-process-before-ack", "share group: record processed (output written), its acknowledgement not yet committed"),
@@ -63,6 +67,26 @@ def validate(name: str | None) -> str | None:
     if name is not None and name not in CRASH_POINTS:
         raise UnknownCrashPoint(name)
     return name
+
+
+def named(crash_at: str | list | tuple | None) -> list[str]:
+    """The crash points ``crash_at`` names: none, one, or several ("a,b" or a list)."""
+    if not crash_at:
+        return []
+    found = crash_at.split(",") if isinstance(crash_at, str) else list(crash_at)
+    return [p.strip() for p in found]
+
+
+def per_instance(crash_at: str | list | tuple | None, instances: int) -> list[str]:
+    """The crash points of a group's run: one, or one per instance ("a,b" or a list: instance
+    0 at a, instance 1 at b); a ValueError for an unknown one or more than one per instance."""
+    armed = named(crash_at)
+    for name in armed:
+        validate(name)
+    if len(armed) > instances:
+        raise ValueError(f"{len(armed)} crash points for {instances} instance(s): one point "
+                         "per instance at most")
+    return armed
 
 
 def arm(name: str | None, hit: int = 1, stall: bool = False) -> dict[str, str]:

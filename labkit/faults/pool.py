@@ -41,6 +41,9 @@ from labkit.faults import crashpoints
 from labkit.faults.children import Children, HistoryTail, logs_dir, tail_of
 from labkit.progress import beat, check, status, step
 
+# What the supervisors write to the run's history themselves: not a worker's progress.
+OWN_EVENTS = frozenset({"started", "exited", "killed", "stopped", "stalled", "progress",
+                        "broker-killed", "broker-restarted"})
 LEAVE_GRACE_S = 10.0  # a leaving member's SIGTERM, then SIGKILL (a batch to finish, a close)
 STOP_GRACE_S = 5.0  # the run's end: SIGTERM, then SIGKILL
 
@@ -195,9 +198,10 @@ class WorkerPool:
         with self._lock:
             self.instances.append(_Instance(dict(kwargs)))
             i = len(self.instances) - 1
-            if self._children is not None:
-                self._start(i)
-            return i
+            started = self._start(i) if self._children is not None else None
+        if started is not None:
+            self._tell("instance-started", started)
+        return i
 
     def leave(self, instance: int) -> None:
         """The instance leaves for good: SIGTERM (its loop may close its consumer and leave
@@ -213,7 +217,8 @@ class WorkerPool:
         instance is not started again once it ends (fenced, it should stop by itself)."""
         with self._lock:
             self.instances[instance].gone = True
-            return self.add({**self.instances[instance].kwargs, **changes})
+            kwargs = {**self.instances[instance].kwargs, **changes}
+        return self.add(kwargs)
 
     def finish(self, grace_s: float = STOP_GRACE_S) -> None:
         """The run is over: every instance stopped (SIGTERM, SIGKILL after ``grace_s``),
@@ -247,8 +252,9 @@ class WorkerPool:
             self._progress = progress
             with self._lock:
                 self._children = children
-                for i in range(len(self.instances)):
-                    self._start(i)
+                first = [self._start(i) for i in range(len(self.instances))]
+            for fields in first:  # told with no lock held (a fault may call back in)
+                self._tell("instance-started", fields)
             tail = HistoryTail(self.history_file)
             try:
                 while children.running:
@@ -256,10 +262,10 @@ class WorkerPool:
                         raise WorkerFailed(f"{self.label}: did not finish within "
                                            f"{self.timeout_s:.0f} s\n{children.tails()}")
                     events = tail.new()
-                    if events:
+                    if any(e["kind"] not in OWN_EVENTS for e in events):
                         beat("the workers' next batch")  # progress, for the watchdog
-                        for event in events:
-                            self._tell(event.pop("kind"), event)
+                    for event in events:
+                        self._tell(event.pop("kind"), event)
                     for i, code, seconds, log in children.reap():
                         self._ended(i, code, seconds, log)
                     if self.on_tick is not None and children.running:
@@ -271,7 +277,10 @@ class WorkerPool:
         self.result.total_s = round(time.monotonic() - started, 3)
         return self.result
 
-    def _start(self, i: int) -> None:
+    def _start(self, i: int) -> dict:
+        """Start instance ``i`` (the lock held); the fields of its ``instance-started``,
+        which the caller tells once it has let the lock go: a fault fired by it may call
+        the pool back from another thread (the nemesis's, which polls the pool)."""
         check()  # a run its watchdog stopped restarts nothing
         inst = self.instances[i]
         inst.attempts += 1
@@ -293,7 +302,7 @@ class WorkerPool:
                            attempt=inst.attempts, pid=pid)
         step(f"{self.label}: instance {i} started (attempt {inst.attempts})",
              f"instance {i} to process its input")
-        self._tell("instance-started", {"instance": i, "attempt": inst.attempts})
+        return {"instance": i, "attempt": inst.attempts}
 
     def _ended(self, i: int, code: int, seconds: float, log: Path) -> None:
         inst = self.instances[i]
@@ -313,33 +322,40 @@ class WorkerPool:
                     and self.restart_exited(i):
                 self._progress(f"{self.label}: instance {i} exited, its input not consumed: "
                                f"started again (attempt {inst.attempts + 1})")
-                self._start(i)
-                return
-            if code == 0 or inst.gone:
+                started = self._start(i)
+            elif code == 0 or inst.gone:
                 inst.finished = code == 0
                 return
-            if code != crashpoints.CRASH_EXIT_CODE:
-                if not self.restart_failed:
-                    raise WorkerFailed(f"{self.label}: instance {i} attempt {inst.attempts} "
-                                       f"exited with code {code}\n{tail_of(log)}")
-                self.result.failures.append({"instance": i, "attempt": inst.attempts,
-                                             "code": code, "log": tail_of(log)})
-                if callable(self.restart_failed):  # may raise: a judge's own limit
-                    self.restart_failed(i, code, tail_of(log))
-            if crashed_here:
-                where, inst.armed_point = f"killed at {inst.armed_point}", None
-                if self.on_crash is not None:  # while it is down, before the restart
-                    self.on_crash()
-            elif code == crashpoints.CRASH_EXIT_CODE:
-                where = "killed at a random time"
             else:
-                where = f"failed with exit code {code}"
-            if inst.attempts >= self.max_attempts:
-                raise WorkerFailed(f"{self.label}: instance {i} ended {inst.attempts} times, "
-                                   f"giving up\n{tail_of(log)}")
-            who = f" instance {i}" if len(self.instances) > 1 else ""
-            self._progress(f"{self.label}:{who} {where}, restarting (attempt {inst.attempts + 1})")
-            self._start(i)
+                started = self._restart_after(i, code, log, crashed_here)
+        self._tell("instance-started", started)
+
+    def _restart_after(self, i: int, code: int, log: Path, crashed_here: bool) -> dict:
+        """Instance ``i`` died (killed, or failed): restarted, as a supervisor would, unless
+        the pool gives up; the fields of its new start. With the lock held."""
+        inst = self.instances[i]
+        if code != crashpoints.CRASH_EXIT_CODE:
+            if not self.restart_failed:
+                raise WorkerFailed(f"{self.label}: instance {i} attempt {inst.attempts} "
+                                   f"exited with code {code}\n{tail_of(log)}")
+            self.result.failures.append({"instance": i, "attempt": inst.attempts,
+                                         "code": code, "log": tail_of(log)})
+            if callable(self.restart_failed):  # may raise: a judge's own limit
+                self.restart_failed(i, code, tail_of(log))
+        if crashed_here:
+            where, inst.armed_point = f"killed at {inst.armed_point}", None
+            if self.on_crash is not None:  # while it is down, before the restart
+                self.on_crash()
+        elif code == crashpoints.CRASH_EXIT_CODE:
+            where = "killed at a random time"
+        else:
+            where = f"failed with exit code {code}"
+        if inst.attempts >= self.max_attempts:
+            raise WorkerFailed(f"{self.label}: instance {i} ended {inst.attempts} times, "
+                               f"giving up\n{tail_of(log)}")
+        who = f" instance {i}" if len(self.instances) > 1 else ""
+        self._progress(f"{self.label}:{who} {where}, restarting (attempt {inst.attempts + 1})")
+        return self._start(i)
 
     def _tell(self, kind: str, fields: dict) -> None:
         if self.on_event is not None:

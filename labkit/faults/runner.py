@@ -45,7 +45,8 @@ class PoolRun:
     def clients(self) -> WorkerPool:
         return self.workers
 
-    def step(self, what: str, waiting_for: str = "its next step", detail: str = "") -> None:
+    def step(self, what: str, waiting_for: str | None = "its next step",
+             detail: str = "") -> None:
         step(what, waiting_for)
 
     def fired(self, fault: Fault, what: str) -> None:

@@ -2,7 +2,7 @@
 delay after the previous one ended, as ``labkit torture`` and the judge inject them.
 
     Schedule([Kill(0), Kill(0), KillBroker(1, restart=True)], between=(1, 4), seed=7)
-    Schedule(..., clock="commit", committed=lambda run: run.progress.sample(fresh=True)[0])
+    Schedule(..., clock="commit", offsets_committed=lambda run: run.progress.sample(fresh=True)[0])
 
 ``clock="start"``: each delay counts from the previous fault (or the clients' start).
 ``clock="commit"``: from the app's first offset commit after that, so with a delay shorter
@@ -23,7 +23,7 @@ CLOCKS = ("start", "commit")
 
 class Schedule(Fault):
     def __init__(self, faults: Sequence[Fault], between: tuple[float, float], seed: int = 0,
-                 clock: str = "start", committed: Callable[[Run], int] | None = None,
+                 clock: str = "start", offsets_committed: Callable[[Run], int] | None = None,
                  shuffle: bool = True, name: str = "a seeded schedule of faults"):
         low, high = between
         if not 0 < low <= high:
@@ -33,13 +33,13 @@ class Schedule(Fault):
             raise ValueError(f"unknown clock {clock!r}: use 'start' (delays count from the "
                              "previous fault) or 'commit' (from the app's first offset commit "
                              "after it)")
-        if clock == "commit" and committed is None:
-            raise ValueError("clock='commit' needs committed(run): the group's committed offsets")
+        if clock == "commit" and offsets_committed is None:
+            raise ValueError("clock='commit' needs offsets_committed(run): the group's committed offsets")
         self.rng = random.Random(seed)
         self.remaining = list(faults)
         if shuffle:
             self.rng.shuffle(self.remaining)  # the seed decides the interleaving too
-        self.between, self.clock, self.committed = between, clock, committed
+        self.between, self.clock, self.offsets_committed = between, clock, offsets_committed
         self.name = name
         self.done: list[Fault] = []
         self._delay = 0.0
@@ -82,7 +82,7 @@ class Schedule(Fault):
         if self.clock == "start":
             self._due = time.monotonic() + self._delay
         else:
-            self._due, self._since_commit = None, self.committed(run)
+            self._due, self._since_commit = None, self.offsets_committed(run)
 
     def poll(self, run: Run, now_s: float) -> None:
         self.poll_held(run, now_s)
@@ -91,7 +91,7 @@ class Schedule(Fault):
         if not self._armed:
             self._arm(run)
         if self._due is None:  # clock "commit": waiting for the app's next commit
-            if self.committed(run) > self._since_commit:
+            if self.offsets_committed(run) > self._since_commit:
                 self._due = time.monotonic() + self._delay
             return
         if time.monotonic() < self._due or not self.ready(run):

@@ -7,6 +7,8 @@ fires (a lost ack, a reset, a delay, a request answered with an error).
     Nemesis(ProxyFault(trace=exchanges.append))                # every exchange recorded
     Nemesis(ProxyFault(("drop-ack:produce:1", "delay:4000:produce")))   # two at once
 
+    Nemesis(HoldRequests("EndTxn", on("before-commit", batch=2), until=aborted))
+
 While it is set up the run's ``client_bootstrap`` is the proxy's, so every client the
 experiment starts afterwards talks through it; the lab's own reads (the audit) go to the
 cluster directly. Its counters end up in the run's facts as ``fault_stats``.
@@ -14,11 +16,15 @@ cluster directly. Its counters end up in the run's facts as ``fault_stats``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from labkit.faults.faultspec import parse_fault_spec
-from labkit.faults.nemesis import Fault, Run, Trigger
+from labkit.faults.faultspec import api_key_of, parse_fault_spec
+from labkit.faults.nemesis import Fault, Run, Says, Trigger, Until
 from labkit.faults.proxy import FaultProxy
+
+CHECK_EVERY_S = 0.1  # how often a hold's ``until`` is asked (it may read the cluster)
 
 
 class Arm(Fault):
@@ -103,3 +109,61 @@ class ProxyFault(Fault):
         if self._out is not None:
             self._out.close()
             self._out = None
+
+
+class HoldRequests(ProxyFault):
+    """A client cut off from the cluster without a reset: from the first ``api`` request
+    after ``trigger`` fires, every request through the proxy (new connections' too) is held
+    before the brokers, sent and never arriving, until ``until`` holds (asked from the
+    nemesis's thread: the client may be blocked in the held call), ``release()``, or
+    teardown. Just before it lets them go it reports the event ``releasing`` (``api``):
+    what fires on it sees the system as the hold left it. ``held_s``: how long it held;
+    ``until`` not holding within its timeout releases them and fails the run."""
+
+    def __init__(self, api: str, trigger: Trigger, until: Until | None = None,
+                 says: Says | None = None, released: Says | None = None):
+        api_key_of(api)  # an unknown API is refused here, listing the valid ones
+        super().__init__(None, trigger)
+        self.api, self.until, self.says, self.released = api, until, says, released
+        self.name = f"{api} requests held"
+        self.held_s: float | None = None
+        self._since: float | None = None
+        self._asked = 0.0
+
+    @property
+    def holding(self) -> bool:
+        return self._since is not None
+
+    def invoke(self, run: Run) -> None:
+        self.proxy.hold(self.api)
+        self._since = time.monotonic()
+        run.fired(self, self.told(run, f"{self.api} and every request after it held "
+                                       f"({self.trigger})", api=self.api))
+
+    def poll(self, run: Run, now_s: float) -> None:
+        if self._since is None or self.until is None or now_s - self._asked < CHECK_EVERY_S:
+            return
+        self._asked = now_s
+        if self.until.holds(run):
+            self.held_s = time.monotonic() - self._since
+            self.release(run)
+        elif time.monotonic() - self._since > self.until.timeout_s:
+            self.release(run)
+            raise TimeoutError(f"waited {self.until.timeout_s:.0f} s for {self.until.what}")
+
+    def release(self, run: Any, told: bool = True) -> None:
+        """Let the held requests go, in order per connection (the cut heals); ``told``:
+        report ``releasing`` first and say so on the timeline."""
+        if self._since is None:
+            return
+        if told:
+            run.event("releasing", api=self.api)
+        self._since = None
+        self.proxy.release_held()
+        if told and self.released is not None:
+            run.fired(self, self.told(run, template=self.released, api=self.api))
+
+    def teardown(self, run: Run) -> None:
+        if self.proxy is not None:
+            self.release(run, told=False)  # the run is over: nothing more to observe
+        super().teardown(run)

@@ -148,6 +148,7 @@ class ConnectWorker:
         self._child: subprocess.Popen | None = None
         self._owner = os.getpid()
         self._at_exit = False
+        self._spawned = 0.0
         self.starts: list[float] = []  # seconds from spawn to ready, one per start
 
     # -- where ----------------------------------------------------------------------
@@ -186,8 +187,10 @@ class ConnectWorker:
                                  commit_interval_ms=self.commit_interval_ms, extra=self.extra)
 
     # -- lifecycle ----------------------------------------------------------------------
-    def start(self) -> "ConnectWorker":
-        """Start the worker and wait until it serves REST as a member of its group."""
+    def start(self, wait: bool = True) -> "ConnectWorker":
+        """Start the worker and wait until it serves REST as a member of its group
+        (``wait=False``: only start its JVM; ``ready()`` waits, meanwhile the caller can do
+        something else)."""
         if self.alive:
             return self
         java = jvm.check_java()
@@ -207,19 +210,23 @@ class ConnectWorker:
                "-Dlog4j2.shutdownHookEnabled=false",
                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                "-cp", classpath, MAIN, str(self.dir / "worker.properties")]
-        started = time.monotonic()
+        self._spawned = time.monotonic()
         with open(self.out_file, "ab") as out:
             self._child = proc.spawn(cmd, stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, group=True)
-        try:
-            self.wait_ready(started)
-        except BaseException:  # a failed start, Ctrl-C: no JVM left behind
-            self.kill()
-            raise
-        self.starts.append(round(time.monotonic() - started, 1))
         if not self._at_exit:  # a worker started from a thread does not die with its owner
             atexit.register(self._kill_at_exit)
             self._at_exit = True
+        return self.ready() if wait else self
+
+    def ready(self) -> "ConnectWorker":
+        """Wait until the worker just started is ready (``start(wait=False)``)."""
+        try:
+            self.wait_ready(self._spawned)
+        except BaseException:  # a failed start, Ctrl-C: no JVM left behind
+            self.kill()
+            raise
+        self.starts.append(round(time.monotonic() - self._spawned, 1))
         return self
 
     def _kill_at_exit(self) -> None:

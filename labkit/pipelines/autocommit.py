@@ -1,17 +1,21 @@
-"""What auto-commit really commits, poll by poll, measured on the real client.
+"""What auto-commit really commits, measured on the real client.
 
 With ``enable.auto.commit=true`` a background timer commits the *stored* offsets every
-``auto.commit.interval.ms``. Which offsets are stored decides the guarantee:
+``auto.commit.interval.ms``. Which offsets are stored, and when the timer fires relative to
+the work, decide what a crash does:
 
-- ``store="on-poll"`` (librdkafka's default, ``enable.auto.offset.store=true``): an offset
-  is stored when poll() hands the record to the application, before it is processed. A
-  crash after the next timer tick skips records that were never processed.
-- ``store="after-process"`` (``enable.auto.offset.store=false`` and ``store_offsets()``
-  after processing): the timer commits only processed records. Seen after poll k, the
-  committed offset is the end of poll k-1: the previous poll's records, which is what the
-  Java client's auto-commit does (it commits inside the next poll()).
+- librdkafka's default (``enable.auto.offset.store=true``): an offset is stored when poll()
+  hands the record to the application, before it is processed. A crash after a tick and
+  before the work skips records that were never processed; a crash after the work and
+  before the next tick repeats them. Neither at-most-once nor at-least-once.
+- ``enable.auto.offset.store=false`` and ``store_offsets()`` after the work: the timer
+  commits only processed records; a crash never skips, it may repeat (at-least-once). Seen
+  after poll k, the committed offset is the end of poll k-1, which is what the Java
+  client's auto-commit commits (inside the next poll()).
 
-``trace(...)`` returns one row per poll so a notebook can print exactly what was committed.
+``Moments`` is the probe a lesson's loop calls at the moments it wants to show: each call
+reads where a restarted consumer would resume (the group's committed offset) and how far
+the loop has got. ``trace(...)`` is the same measure as a fixed loop, one row per poll.
 """
 from __future__ import annotations
 
@@ -83,3 +87,49 @@ def trace(bootstrap: str, topic: str, polls: int = 5, batch_size: int = 10,
 def as_rows(steps: list[PollStep]) -> list[dict]:
     """Plain rows (for ``pandas.DataFrame(as_rows(steps))``)."""
     return [{**asdict(s), "unprocessed_committed": s.unprocessed_committed} for s in steps]
+
+
+@dataclass(frozen=True)
+class Moment:
+    poll: int  # the how-many-th time the loop reached this moment
+    moment: str  # the loop's name for it
+    committed: int | None  # the group's committed offset then (None: nothing committed yet)
+    done_through: int  # the last offset the loop had processed (-1: none)
+
+    @property
+    def restart_at(self) -> int:
+        """Where a consumer restarted now resumes: the committed offset, or (none yet) the
+        start of the log (``auto.offset.reset=earliest`` on a topic that starts at 0)."""
+        return 0 if self.committed is None else self.committed
+
+    @property
+    def repeats(self) -> int:
+        """Processed records a restart now would process again."""
+        return max(0, self.done_through + 1 - self.restart_at)
+
+    @property
+    def skips(self) -> int:
+        """Records a restart now would never process: committed, not processed."""
+        return max(0, self.restart_at - self.done_through - 1)
+
+
+class Moments:
+    """A probe for a consumer loop on screen (one assigned partition): the loop calls
+    ``moment(name, consumer, done)`` where it wants to look, ``done`` being the records it
+    has processed so far, in order. Each call reads the group's committed offset (a round trip
+    to the group coordinator) and changes nothing in the loop or its offsets."""
+
+    def __init__(self) -> None:
+        self.seen: list[Moment] = []
+
+    def __call__(self, name: str, consumer: Consumer, done: list) -> None:
+        (assigned,) = consumer.assignment()
+        tp = TopicPartition(assigned.topic, assigned.partition)
+        committed = consumer.committed([tp], timeout=10)[0].offset
+        poll = 1 + sum(m.moment == name for m in self.seen)
+        self.seen.append(Moment(poll, name, committed if committed >= 0 else None,
+                                done[-1].offset() if done else -1))
+
+    def rows(self) -> list[dict]:
+        """Plain rows (for ``pandas.DataFrame(moments.rows())``)."""
+        return [{**asdict(m), "repeats": m.repeats, "skips": m.skips} for m in self.seen]

@@ -6,13 +6,14 @@ that output. ``HarnessError``: a run that cannot be judged, with what to do."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from labkit import paths, settings
+from labkit import settings
 
 from labkit.checking import audit, history
 from labkit.checking.audit import AuditReport
@@ -23,6 +24,7 @@ ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = settings.BOOTSTRAP, settings.INPUT_TOPIC,
 ENV_GROUP, ENV_TRANSACTIONAL_ID = settings.GROUP_ID, settings.TRANSACTIONAL_ID
 CHECKS = ("records", "counts")
 SCENARIO = "torture"
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[^\s:'\"=]+")  # in an argument: up to a space, : or quote
 # The harness does not know what the app claims; the verdict says what it showed.
 GUARANTEE = "unknown"
 
@@ -66,20 +68,11 @@ def checked_command(command: Sequence[str]) -> list[str]:
 
 
 def shown(command: Sequence[str]) -> str:
-    """The command as its progress line shows it: no path of this machine (a notebook stores
-    that line). A path inside the lab's folder or its cache is shown from there, any other
-    absolute path (the interpreter, java) by its last part."""
-    places = [(paths.project_root(), ""), (paths.cache_dir(), "<cache>/")]
-
-    def short(arg: str) -> str:
-        if not arg.startswith("/"):
-            return arg
-        for root, label in places:
-            if arg.startswith(f"{root}/"):
-                return label + arg[len(str(root)) + 1:]
-        return Path(arg).name
-
-    return shlex.join(short(a) for a in command)
+    """The command as its progress line shows it: each absolute path by its last part (the
+    parts of a classpath too), so a notebook's stored output names no directory of this
+    machine (the run's facts keep the whole command)."""
+    return shlex.join(ABSOLUTE_PATH.sub(lambda m: Path(m.group(0)).name or m.group(0), arg)
+                      for arg in command)
 
 
 def audit_output(bootstrap: str, output: str, inputs: list[dict], check: str) -> AuditReport:

@@ -5,6 +5,8 @@ only import module-level functions. ``run_code`` is that function for a learner'
 child gets the *text* of the cell that defines the learner's function (its imports
 included), executes it, and calls the function with the settings its signature asks for.
 So the code on the learner's screen is the code the lab SIGKILLs at its crash points.
+A lesson whose point is a producer's settings shows them as a function of the run's
+``bootstrap`` and ``acks``; ``producer_from`` makes the producer the experiment runs from it.
 """
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ import difflib
 import hashlib
 import inspect
 import linecache
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import Producer
+
+from labkit.kafka.clientlog import client_config
 
 
 class LearnerCodeError(ValueError):
@@ -112,26 +118,39 @@ def _define(code: str, function: str, filename: str) -> Callable:
     return target
 
 
-def crash_points_in(function: Callable) -> set[str]:
-    """The names of the ``crash_point("...")`` calls in the cell that defines ``function``: an
-    exercise's check refuses, before running it, a loop that lost the points it is judged at."""
-    return {node.args[0].value for node in ast.walk(ast.parse(code_of(function)))
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point"
-            and node.args and isinstance(node.args[0], ast.Constant)}
-
-
-def fingerprint(function: Callable) -> str | None:
-    """A hash of ``function``'s parameters and body as parsed (comments, blank lines and its
-    name do not count); None when its source cannot be read."""
+def definition(function: Callable) -> ast.FunctionDef | None:
+    """The ``def`` of ``function`` in its cell: the last one of its name (a cell may define it
+    twice, e.g. the code shown and a fix below it: the last one runs); None when its source
+    cannot be read."""
     try:
         tree = ast.parse(code_of(function))
     except (LearnerCodeError, SyntaxError):
         return None
     found = [n for n in ast.walk(tree)
              if isinstance(n, ast.FunctionDef) and n.name == function.__name__]
-    if not found:
+    return found[-1] if found else None
+
+
+def crash_points_in(function: Callable, known: Iterable[str] | None = None) -> list[str]:
+    """The ``crash_point("...")`` calls of ``function``'s own definition (those of ``known``,
+    if given), in the order they appear in it: an exercise's check refuses, before running
+    it, a loop that lost the points it is judged at."""
+    found = definition(function)
+    calls = sorted((node.lineno, node.col_offset, node.args[0].value)
+                   for node in ast.walk(found or ast.Module(body=[], type_ignores=[]))
+                   if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "crash_point"
+                   and node.args and isinstance(node.args[0], ast.Constant))
+    names = dict.fromkeys(name for _, _, name in calls)
+    return [n for n in names if known is None or n in set(known)]
+
+
+def fingerprint(function: Callable) -> str | None:
+    """A hash of ``function``'s parameters and body as parsed (comments, blank lines and its
+    name do not count); None when its source cannot be read."""
+    found = definition(function)
+    if found is None:
         return None
-    shape = ast.dump(ast.Module(body=found[-1].body, type_ignores=[])) + ast.dump(found[-1].args)
+    shape = ast.dump(ast.Module(body=found.body, type_ignores=[])) + ast.dump(found.args)
     return hashlib.sha256(shape.encode()).hexdigest()[:16]
 
 
@@ -143,3 +162,19 @@ def diff(before: Callable, after: Callable) -> str:
                                            1).splitlines()
     return "\n".join(difflib.unified_diff(old, new, before.__name__, after.__name__, n=1,
                                           lineterm=""))
+
+
+def producer_from(settings: Callable[..., dict], bootstrap: str, acks: str,
+                  **watching: object) -> Producer:
+    """The producer ``settings`` (the learner's function or a reference one) describes for
+    ``bootstrap`` and ``acks``, plus what the lab adds to watch it (``watching``: its log
+    level, a statistics callback), which must not be settings of the learner's."""
+    config = call(settings, bootstrap=bootstrap, acks=acks)
+    if not isinstance(config, dict):
+        raise ValueError(f"{getattr(settings, '__name__', settings)}() must return the "
+                         f"producer's settings as a dict, not {type(config).__name__}")
+    taken = sorted(set(config) & set(watching))
+    if taken:
+        raise ValueError(f"{', '.join(taken)}: the lab sets these to watch the producer; "
+                         "leave them out of the settings")
+    return Producer(client_config({**config, **watching}))

@@ -135,8 +135,9 @@ class Database:
         self.commit()
 
     # -- statements -----------------------------------------------------------------
-    def execute(self, sql: str, params: Sequence = ()) -> None:
-        self._conn.execute(self._sql(sql), tuple(params))
+    def execute(self, sql: str, params: Sequence = ()) -> int:
+        """Run one statement; the number of rows it changed (-1 where that means nothing)."""
+        return self._conn.execute(self._sql(sql), tuple(params)).rowcount
 
     def executemany(self, sql: str, rows: Sequence[Sequence]) -> None:
         rows = [tuple(r) for r in rows]

@@ -31,11 +31,11 @@ segment after its position, forever.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
 from labkit.kafka import names
+from labkit.storage import postgres
 from labkit.storage.db import Database, dsn_parts, identifier, in_use
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
@@ -59,9 +59,7 @@ def connect(dsn: str) -> Database:
     return Database(dsn, timeout_s=10)
 
 
-def pg_name(text: str) -> str:
-    """``text`` as a slot or publication name: PostgreSQL allows [a-z0-9_], 63 characters."""
-    return re.sub(r"[^a-z0-9_]", "_", text.lower())[:63]
+pg_name = postgres.name_for  # a slot's or publication's name: [a-z0-9_], 63 characters
 
 
 def create_outbox(dsn: str, table: str = OUTBOX_TABLE) -> None:
@@ -80,6 +78,7 @@ class OutboxSource:
     slot: str          # the replication slot (this connector's alone)
     publication: str
     table: str = OUTBOX_TABLE
+    schema: str = "public"  # the outbox table's (``dsn``'s search_path finds it there)
 
     @classmethod
     def named(cls, name: str, dsn: str, topic: str, table: str = OUTBOX_TABLE) -> "OutboxSource":
@@ -110,7 +109,7 @@ class OutboxSource:
             "slot.name": self.slot,
             "publication.name": self.publication,
             "publication.autocreate.mode": "disabled",  # ``prepare`` made it
-            "table.include.list": f"public.{self.table}",
+            "table.include.list": f"{self.schema}.{self.table}",
             "snapshot.mode": "no_data",  # the slot's start is the start: rows after prepare()
             "transforms": "outbox",
             "transforms.outbox.type": EVENT_ROUTER,

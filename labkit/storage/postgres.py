@@ -35,13 +35,14 @@ import atexit
 import contextlib
 import importlib.util
 import os
+import re
 import secrets
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from labkit import proc, settings
 from labkit.kafka.ports import free_port
@@ -92,15 +93,18 @@ def version() -> str:
 
 
 class LabPostgres:
-    """One PostgreSQL server in ``home/postgres``: ``start`` or ``attach``, ``dsn``, ``stop``."""
+    """One PostgreSQL server in ``home/postgres``: ``start`` or ``attach``, ``dsn``, ``stop``.
+    ``server_settings``: more ``-c`` settings, over ``SERVER_SETTINGS`` (a test's server
+    without logical WAL)."""
 
     def __init__(self, home: Path | None = None, detached: bool = False,
-                 runner: RunAs | None = None):
+                 runner: RunAs | None = None, server_settings: dict[str, str] | None = None):
         self.home = Path(home) if home else lab_home()
         self.dir = self.home / SERVER_DIR
         self.detached = detached
         self.owner_pid = os.getpid()
         self.runner = runner
+        self.server_settings = dict(server_settings or {})
         self.port = 0
         self.password = ""
         self.pid: int | None = None
@@ -173,7 +177,7 @@ class LabPostgres:
                                 f"{(out.stderr.strip() or out.stdout.strip())[-500:]}")
 
     def _spawn(self, bin_dir: Path, runner: RunAs) -> None:
-        settings_ = {**SERVER_SETTINGS, "port": str(self.port)}
+        settings_ = {**SERVER_SETTINGS, **self.server_settings, "port": str(self.port)}
         cmd = [bin_dir / "postgres", "-D", self.data_dir,
                *[arg for k, v in settings_.items() for arg in ("-c", f"{k}={v}")]]
         with open(self.log_file, "ab") as log:
@@ -298,12 +302,45 @@ def with_database(dsn: str, database: str) -> str:
     return urlsplit(dsn)._replace(path=f"/{identifier(database)}").geturl()
 
 
+def name_for(text: str) -> str:
+    """``text`` (a run's name, a connector's) as a PostgreSQL name: [a-z0-9_], 63 at most."""
+    return re.sub(r"[^a-z0-9_]", "_", text.lower())[:63]
+
+
+def drop_database(name: str, dsn: str | None = None) -> None:
+    """Database ``name`` gone from ``dsn``'s server (by default ``ensure()``'s; ``dsn`` names
+    another of its databases), its connections closed first; none of that name is fine."""
+    with Database(dsn or ensure()) as db:
+        db.execute(f"DROP DATABASE IF EXISTS {identifier(name)} WITH (FORCE)")
+
+
+def fresh_schema(name: str, dsn: str | None = None) -> str:
+    """A new, empty schema ``name`` in ``dsn``'s database (by default ``ensure()``'s), one of
+    that name dropped first; returns a DSN whose connections find their tables there
+    (``search_path``), so SQL that names ``payments`` means this schema's. Milliseconds,
+    where a new database is a copy of its template (0.6-1.3 s on a loaded 2-core machine)."""
+    base = dsn or ensure()
+    with Database(base) as db:
+        db.execute(f"DROP SCHEMA IF EXISTS {identifier(name)} CASCADE")
+        db.execute(f"CREATE SCHEMA {identifier(name)}")
+    url = urlsplit(base)
+    query = [(k, v) for k, v in parse_qsl(url.query) if k != "options"]
+    query.append(("options", f"-c search_path={name}"))
+    return url._replace(query=urlencode(query, quote_via=quote)).geturl()
+
+
+def drop_schema(name: str, dsn: str | None = None) -> None:
+    """Schema ``name`` and everything in it gone from ``dsn``'s database; none is fine."""
+    with Database(dsn or ensure()) as db:
+        db.execute(f"DROP SCHEMA IF EXISTS {identifier(name)} CASCADE")
+
+
 def fresh_database(name: str, dsn: str | None = None) -> str:
     """A new, empty database ``name`` on ``dsn``'s server (by default ``ensure()``'s): one of
     that name is dropped first, its connections closed. Returns its DSN. On a server of
     your own (LABKIT_PG_DSN) the user needs the CREATEDB right."""
     base = dsn or ensure()
+    drop_database(name, base)
     with Database(base) as db:
-        db.execute(f"DROP DATABASE IF EXISTS {identifier(name)} WITH (FORCE)")
         db.execute(f"CREATE DATABASE {identifier(name)}")
     return with_database(base, name)
