@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from labkit.flink import supervised, timeouts
+from labkit import experiments
+from labkit.flink.clients import GUARANTEES
 from labkit.kafka import cluster
 
 
@@ -54,8 +55,8 @@ def latency(bootstrap: str, intervals: list[int], stream_s: float, rate: float) 
     print("|---|---|---|---|---|")
     for interval in intervals:
         began = time.monotonic()
-        run = supervised.run(bootstrap, kills=[], checkpoint_interval_ms=interval,
-                             stream_s=stream_s, rate=rate)
+        run = experiments.run("flink-latency", cluster=bootstrap, keep_topics=False,
+                              checkpoint_interval_ms=interval, stream_s=stream_s, rate=rate)
         q = run.latency
         print(f"| {interval} ms | {q['records']} | {q['p50_ms']:.0f} / {q['p99_ms']:.0f} | "
               f"{run.starts[0].first_checkpoint_s} s | {time.monotonic() - began:.0f} s |",
@@ -66,10 +67,11 @@ def crashes(bootstrap: str, repeats: int) -> None:
     print("| guarantee | kill point | payments | lost | duplicated | aborted in log "
           "| checkpoints looked at | restore to first checkpoint | what the kill hit |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for guarantee in supervised.GUARANTEES:
+    for guarantee in GUARANTEES:
         for point in ("mid-checkpoint", "before-commit", "random"):
             for _ in range(repeats):
-                run = supervised.run(bootstrap, guarantee=guarantee, kills=[point])
+                run = experiments.run("flink-crash", cluster=bootstrap, guarantee=guarantee,
+                                      kill_at=point, keep_topics=False)
                 r, (kill,) = run.report, run.kills
                 print(f"| {guarantee} | {point} | {r.produced} | {r.lost} | {r.duplicated} | "
                       f"{r.aborted_in_log} | {kill.tries} | {run.restore_s[0]} s | "
@@ -81,15 +83,15 @@ def timeout_trap(bootstrap: str, down_s: float) -> None:
           "| the sink's transaction | Flink said |")
     print("|---|---|---|---|---|---|---|")
     for timeout_ms in (4000, 60_000):
-        run = supervised.run(bootstrap, kills=["before-commit"], down_s=down_s,
-                             transaction_timeout_ms=timeout_ms)
+        run = experiments.run("flink-timeout-trap", cluster=bootstrap, down_s=down_s,
+                              transaction_timeout_ms=timeout_ms, keep_topics=False)
         (kill,) = run.kills
         end = next((state for state, ids in run.transactions.items()
                     if kill.transaction in ids), "?")
         said = run.flink_said[0].split(" - ", 1)[-1][:160] if run.flink_said else ""
         print(f"| {timeout_ms} | {down_s:g} s | {run.report.produced} | {run.report.lost} | "
               f"{run.report.duplicated} | {kill.transaction}: {end} | {said} |", flush=True)
-    refusal = timeouts.refused_start(bootstrap)
+    refusal = experiments.run("flink-refused-start", cluster=bootstrap, keep_topics=False)
     print(f"\n{refusal.summary()}")
 
 

@@ -11,28 +11,34 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit.flink import supervised, timeouts
+from labkit.paths import lab_home
+
+from labkit import experiments
+from labkit.checking.record import RunRecord
+from labkit.flink import report
 from labkit.kafka import topics
 from labkit.kafka.inspect.client import Inspector
 
 pytestmark = pytest.mark.flink
 
 DOWN_S = 6.0  # the job's downtime after each kill, in the two timeout tests alike
+LONG_TIMEOUT_MS = 300_000
 SHORT_TIMEOUT_MS = 5000  # below DOWN_S: the broker aborts what the job left open (and above
 # how long a transaction of the running job lives, a checkpoint interval and its commit,
 # with room for a loaded machine)
 
 
-def left_behind(run: supervised.FlinkRun) -> list[str]:
+def left_behind(run: RunRecord) -> list[str]:
     """Processes of this run still alive (the job's Python and JVM carry the run's folder,
-    labkit-flink-<id>, in their command lines) and files a local Flink cluster leaves in the
-    system's temporary folder when it is SIGKILLed (24 MB of jars a start): the run keeps
-    them in its own folder, removed with it."""
+    named with its run id, in their command lines), files a local Flink cluster leaves in
+    the system's temporary folder when it is SIGKILLed (24 MB of jars a start): the run
+    keeps them in its own folder, removed with it; and that folder."""
     found = [str(p) for p in Path(tempfile.gettempdir()).glob("minicluster_*")]
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if f"labkit-flink-{run.run_id}" in cmd:
+        if run.run_id in cmd:
             found.append(f"{p.pid}: {cmd[:150]}")
+    found += [str(d) for d in (lab_home() / "runs").glob(f"*{run.run_id}*")]
     return found
 
 
@@ -53,10 +59,12 @@ def ids_in(bootstrap: str, topic: str) -> list[str]:
 
 
 def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_commit(bootstrap):
-    # down as long as in the timeout test below after the kill before the commit: what the
-    # default transaction.timeout.ms (60 s) survives
-    run = supervised.run(bootstrap, kills=["mid-checkpoint", "before-commit"],
-                         down_s=[0, DOWN_S], keep_topics=True)
+    # down as long as in the timeout test below after the kill before the commit, with a
+    # transaction.timeout.ms that outlasts that and the restore even on a machine at load 30
+    # (a restore took up to 60 s there: the default 60 s would be the trap of the test below)
+    run = experiments.run("flink-crash", cluster=bootstrap, guarantee="exactly_once",
+                          kill_at=["mid-checkpoint", "before-commit"], down_s=[0, DOWN_S],
+                          transaction_timeout_ms=LONG_TIMEOUT_MS)
     try:
         mid, before = run.kills
         # each SIGKILL hit its window, as the broker showed it while the job stood frozen and
@@ -70,25 +78,44 @@ def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_com
         # read back here: each payment exactly once for a read_committed reader
         written = ids_in(bootstrap, run.topics["input"])
         out = ids_in(bootstrap, run.topics["output"])
+        assert run.report.lost == run.report.duplicated == 0 and run.report.exactly_once, \
+            f"{run.summary()}\n{run.timeline()}\n{run.flink_said}"
         assert sorted(out) == sorted(written) and len(written) == run.report.produced > 0
-        assert run.report.lost == run.report.duplicated == 0 and run.report.exactly_once
         # the pre-committed transaction was aborted (its records stay in the log, unread);
         # the complete one was committed by the restored job, DOWN_S s later, within the
-        # producer's transaction.timeout.ms (60 s)
+        # producer's transaction.timeout.ms
         assert run.report.aborted_in_log > 0
         assert before.transaction in run.transactions["CompleteCommit"]
         records, markers = transaction_in_log(bootstrap, run.topics["output"],
                                               before.producer_id)
         assert markers == ["COMMIT"] and records and records <= set(out)
         assert run.transaction_timeout_ms / 1000 > DOWN_S
+        # the inspector's view of the sink's transactions says the same, id by id
+        view = report.sink_view(run, bootstrap)
+        pre, done = (view.loc[k.transaction[len(run.prefix) + 1:]] for k in run.kills)
+        assert pre["when killed"] == done["when killed"] == "Ongoing"
+        assert pre["records aborted"] > 0  # and every aborted record is one of the sink's:
+        assert view["records aborted"].sum() == run.report.aborted_in_log
+        assert (done["state now"], done["records aborted"]) == ("CompleteCommit", 0)
+        assert done["records committed"] == len(records)
+        # transaction version 2 (the Java client against Kafka 4.4): each transaction a running
+        # job ended has its marker one epoch above its records; the one the restored job
+        # committed for the completed checkpoint (a resumed producer) keeps its epoch
+        markers = report.marker_epochs(run, bootstrap)
+        suffix = before.transaction[len(run.prefix) + 1:]
+        resumed = [(m, e, me) for t, m, e, me in markers if t == suffix]
+        assert len(resumed) == 1 and resumed[0][0] == "COMMIT", markers
+        assert resumed[0][1] == resumed[0][2], markers
+        others = [(m, e, me) for t, m, e, me in markers if t != suffix]
+        assert others and all(me == e + 1 for _, e, me in others), markers
     finally:
         run.cleanup()
     assert left_behind(run) == []
 
 
 def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootstrap):
-    run = supervised.run(bootstrap, guarantee="at_least_once", kills=["mid-checkpoint"],
-                         keep_topics=True)
+    run = experiments.run("flink-crash", cluster=bootstrap, guarantee="at_least_once",
+                          kill_at="mid-checkpoint")
     try:
         written = ids_in(bootstrap, run.topics["input"])
         out = ids_in(bootstrap, run.topics["output"])
@@ -103,8 +130,8 @@ def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootst
 
 
 def test_a_restore_after_the_transaction_timeout_loses_the_precommitted_records(bootstrap):
-    run = supervised.run(bootstrap, kills=["before-commit"], down_s=DOWN_S,
-                         transaction_timeout_ms=SHORT_TIMEOUT_MS, keep_topics=True)
+    run = experiments.run("flink-timeout-trap", cluster=bootstrap, down_s=DOWN_S,
+                          transaction_timeout_ms=SHORT_TIMEOUT_MS)
     try:
         (before,) = run.kills
         assert before.state == before.state_after_kill == "Ongoing", run.timeline()
@@ -128,7 +155,15 @@ def test_a_restore_after_the_transaction_timeout_loses_the_precommitted_records(
 
 
 def test_the_broker_refuses_a_transaction_timeout_above_its_maximum(bootstrap):
-    refusal = timeouts.refused_start(bootstrap, transaction_timeout_ms=3_600_000)
-    assert refusal.broker_max_ms < refusal.transaction_timeout_ms
-    assert "transaction.max.timeout.ms" in refusal.flink_error, refusal.flink_error
-    assert "larger than the maximum value allowed by the broker" in refusal.flink_error
+    refusal = experiments.run("flink-refused-start", cluster=bootstrap,
+                              transaction_timeout_ms=3_600_000)
+    try:
+        assert refusal.broker_max_ms < refusal.transaction_timeout_ms
+        assert "transaction.max.timeout.ms" in refusal.flink_error, refusal.flink_error
+        assert "larger than the maximum value allowed by the broker" in refusal.flink_error
+        # the payments waiting for it were never delivered: the audit counts them lost
+        assert refusal.report.lost == refusal.report.produced > 0
+        assert ids_in(bootstrap, refusal.topics["output"]) == []
+    finally:
+        refusal.cleanup()
+    assert left_behind(refusal) == []

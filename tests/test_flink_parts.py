@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from labkit.flink import aim, checkpoints, environment, supervised, visibility
+from labkit import experiments
+from labkit.flink import aim, checkpoints, environment, visibility
 from labkit.flink.process import JOBMAIN, REFERENCE_JOB
-from labkit.flink.runsetup import JOB_PROVIDES, RunSetup
+from labkit.flink.runsetup import JOB_PROVIDES, RunSetup, check_job
+from labkit.pipelines import learner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,15 +60,18 @@ def test_latency_quantiles_count_only_what_was_visible_before_the_first_kill():
 
 @pytest.mark.parametrize("options, message", [
     (dict(guarantee="exactly-once"), "guarantee must be one of exactly_once, at_least_once"),
-    (dict(kills=["after-commit"]), "unknown kill point 'after-commit'"),
+    (dict(kill_at=["after-commit"]), "unknown kill point 'after-commit'"),
+    (dict(kill_at="mid-checkpoint,after-commit"), "unknown kill point 'after-commit'"),
     (dict(checkpoint_interval_ms=50), "checkpoint_interval_ms must be 100 to 60000"),
     (dict(transaction_timeout_ms=500), "the broker refuses less than 1 s"),
     (dict(down_s=-1), "down_s must be 0 or more"),
-    (dict(kills=["random"], down_s=[1, 2]), "one per kill"),
+    (dict(kill_at=["random"], down_s=[1, 2]), "one per kill"),
+    (dict(rate=0), "rate must be 1 to 5000"),
 ])
 def test_a_run_refuses_what_it_cannot_do_before_starting_anything(options, message):
-    with pytest.raises(ValueError, match=message):
-        supervised.run("127.0.0.1:1", **options)  # no broker there: refused before any use
+    with pytest.raises(ValueError, match=message):  # no broker there: refused before any use
+        experiments.run("flink-crash", cluster="127.0.0.1:1",
+                        **{"guarantee": "exactly_once", **options})
 
 
 def job_settings(tmp_path: Path, code: str, params: dict) -> Path:
@@ -110,12 +115,11 @@ def test_the_reference_job_names_only_what_the_lab_provides(tmp_path):
     job = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fee_job")
     assert [a.arg for a in job.args.args] == list(JOB_PROVIDES)
     # and what a run passes is that, no more, no less
-    setup = RunSetup("127.0.0.1:1", "exactly_once", 1000, 60_000)
-    try:
-        assert set(setup.params) == set(JOB_PROVIDES)
-        assert all(Path(j.removeprefix("file://")).is_file() for j in setup.params["connector_jars"])
-    finally:
-        setup.remove()
+    setup = RunSetup("127.0.0.1:1", source="in", sink="out", group="g", prefix="p",
+                     folder=tmp_path, guarantee="exactly_once", interval_ms=1000,
+                     timeout_ms=60_000)
+    assert set(setup.params) == set(JOB_PROVIDES)
+    assert all(Path(j.removeprefix("file://")).is_file() for j in setup.params["connector_jars"])
 
 
 def test_pyflink_and_its_kafka_connector_are_one_flink_release():
@@ -139,6 +143,61 @@ def test_pyflink_and_its_kafka_connector_are_one_flink_release():
     ("def job(bootstrap, parallelism, sink=None):\n    pass\n",
      "job asks for parallelism, which the lab does not provide"),
 ])
-def test_a_learners_job_is_refused_before_anything_starts(code, message):
+def test_a_learners_job_is_checked_without_pyflink(code, message):
     with pytest.raises(ValueError, match=message):
-        supervised.run("127.0.0.1:1", function="job", job_code=code)
+        check_job(code, "job")
+
+
+@pytest.mark.parametrize("name", ["flink-crash", "flink-refused-start"])
+def test_a_learners_job_is_refused_before_anything_starts(name):
+    job = learner.from_text("def job(bootstrap, parallelism, sink=None):\n    pass\n", "job",
+                            "<cell 1>")
+    options = {"guarantee": "exactly_once"} if name == "flink-crash" else {}
+    with pytest.raises(ValueError, match="job asks for parallelism, which the lab does not "
+                                         "provide"):
+        experiments.run(name, cluster="127.0.0.1:1", pipeline=job, **options)
+
+
+def test_the_job_runs_its_cells_definitions_not_the_check_the_cell_ends_with(tmp_path):
+    code = ("import json\n"
+            "def my_job(output_topic):\n"
+            "    open('called.json', 'w').write(json.dumps(output_topic))\n"
+            "from labkit.exercises.no_such_check import check  # the kernel's, not the job's\n"
+            "raise_if_run(my_job)  # the notebook's check, for the kernel only\n")
+    settings = job_settings(tmp_path, code, {"output_topic": "out"})
+    done = subprocess.run([sys.executable, str(JOBMAIN), str(settings)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "called.json").read_text()) == "out"
+
+
+def test_latency_splits_into_the_write_and_the_wait_for_the_commit():
+    # produced at 0, in the log 30 ms later, visible when its checkpoint's commit lands
+    found = {f"p{i}": (0, 30 + 10 * i, 30) for i in range(50)}
+    assert visibility.quantiles(found, of="written")["p50_ms"] == 30
+    committing = visibility.quantiles(found, of="committing")
+    assert committing["p50_ms"] == visibility.quantiles(found)["p50_ms"] - 30
+    with pytest.raises(KeyError):
+        visibility.quantiles(found, of="read")
+
+
+def test_runs_side_by_side_raise_what_a_run_refused_once_all_have_ended():
+    with pytest.raises(ValueError, match="guarantee must be one of"):
+        experiments.run_together(
+            dict(name="flink-crash", cluster="127.0.0.1:1", guarantee="exactly-once"),
+            dict(name="flink-crash", cluster="127.0.0.1:1", guarantee="at_least_once",
+                 checkpoint_interval_ms=50))
+    with pytest.raises(ValueError, match="each with the experiment's name"):
+        experiments.run_together(dict(guarantee="exactly_once"))
+    later = experiments.start("flink-crash", cluster="127.0.0.1:1", guarantee="exactly_once",
+                              kill_at="after-commit")
+    with pytest.raises(ValueError, match="unknown kill point 'after-commit'"):
+        later.result()
+    assert later.done()
+
+
+def test_the_exercise_check_wants_the_job_itself_before_anything_runs():
+    from labkit.exercises.flink import check_flink_job
+
+    verdict = check_flink_job("my_job", "127.0.0.1:1")  # no broker there: nothing ran
+    assert not verdict.passed and "pass your function itself (my_job)" in verdict.message

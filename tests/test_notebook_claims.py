@@ -209,6 +209,22 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("after a dedupe by id", "RealTimeTrigger(5000), after a dedupe by id: exactly once (lost=0 duplicated=0)"),
         ("after a dedupe by id", "ProcessingTimeTrigger(0), after a dedupe by id: exactly once (lost=0 duplicated=0)"),
     ],
+    "08f_flink_two_phase_commit": [
+        ("killed during checkpoint N, restored N-1", "exactly_once: lost 0, written twice: none; "
+                                                     "killed during checkpoint N, restored N-1: True"),
+        ("killed during checkpoint N, restored N-1", "at_least_once: lost 0, written twice: some; "
+                                                     "killed during checkpoint N, restored N-1: True"),
+        ("report.marker_epochs(exactly", "the job frozen before the kill: Ongoing"),
+        ("report.marker_epochs(exactly", "its records aborted: True"),
+        ("report.marker_epochs(exactly", "one epoch above its records' (transaction version 2): True"),
+        ("the payment was produced (median)", "after the payment was produced (median): True"),
+        ("the payment was produced (median)", "and later than in the log (median): True"),
+        ("trap.flink_said[0]", "after 6 s down and the restore: CompleteAbort, True"),
+        ("trap.flink_said[0]", "lost: True; exactly that transaction's records: True; "
+                               "written twice: 0"),
+        ("trap.flink_said[0]", "In both cases this most likely signals data loss"),
+        ("check_flink_job(my_job", "🔁 Not yet"),
+    ],
     "09_cost": [
         ('summary["all_delivered"]', "every run delivered every record exactly once: True"),
         ('grid_table["all_delivered"]', "every run delivered every record exactly once: True"),

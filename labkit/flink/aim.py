@@ -19,6 +19,10 @@ checkpoint folder, SIGSTOPs the whole job the moment the folder changes, asks th
 (ListTransactions, DescribeTransactions) while the job stands still, and SIGKILLs it only if
 the broker shows the window; otherwise the job goes on (SIGCONT) and the next checkpoint is
 tried. A stopped process does nothing, so what the broker said is what the kill hit.
+
+``AimedKill`` is that kill as a fault of an experiment's nemesis: fired by an event the
+clients report (``on("checkpointed", start=1)``), it aims at the run's job
+(``labkit.flink.clients.FlinkJob.kill_at``) and keeps it down ``down_s`` seconds.
 """
 from __future__ import annotations
 
@@ -28,12 +32,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import progress
+from labkit.faults.nemesis import Fault, Run, Trigger
 from labkit.flink import checkpoints
 from labkit.flink.process import JobProcess
 from labkit.kafka.inspect.client import Inspector
 
 KILL_POINTS = ("mid-checkpoint", "before-commit", "random")
 POLL_S = 0.0005  # the checkpoint folder is a local directory: cheap to look at this often
+# A commit the frozen job sent just before it froze reaches the coordinator within this,
+# most of the time; the kill is made only if the transaction is still Ongoing then (and a run
+# whose kill came after the commit anyway is made again: ``missed``).
+SETTLE_S = 0.2
 
 
 class MissedWindow(RuntimeError):
@@ -49,9 +59,12 @@ class Kill:
     # ... and once the job was dead: still Ongoing shows no commit was on its way
     state_after_kill: str | None
     producer_id: int | None  # the transaction's producer id: its records in the log carry it
+    timeout_ms: int | None  # the transaction's timeout as the coordinator knows it
     since_checkpoint_ms: float | None  # since the last completed checkpoint's _metadata
     tries: int  # checkpoints looked at (the last one hit)
     at: float  # time.time() of the SIGKILL
+    # the aimed checkpoint complete (its _metadata written) once the job was dead
+    completed_after_kill: bool | None = None
 
     def describe(self) -> str:
         where = {"mid-checkpoint": f"checkpoint {self.checkpoint} triggered, not complete",
@@ -78,6 +91,7 @@ class _Aim:
         self.inspector = Inspector(bootstrap)
         self.tries = 0
         self.producer_ids: dict[str, int] = {}
+        self.timeouts: dict[str, int] = {}
 
     def check_alive(self) -> None:
         if not self.job.alive:
@@ -90,6 +104,7 @@ class _Aim:
         found = self.inspector.describe_transactions([transactional_id])
         if found:
             self.producer_ids[transactional_id] = found[0].producer_id
+            self.timeouts[transactional_id] = found[0].timeout_ms
         return found[0].state if found else None
 
     def next_pending(self, after: int) -> checkpoints.Checkpoint:
@@ -124,8 +139,10 @@ class _Aim:
         if last is not None and last.completed_at is not None:
             since = (at - last.completed_at) * 1000
         after = self.state(txn) if txn else None
-        return Kill(point, cp, txn, state, after, self.producer_ids.get(txn or ""), since,
-                    self.tries, at)
+        done = None if cp is None else checkpoints.is_completed(
+            (last.path.parent if last else self.root) / f"chk-{cp}")
+        return Kill(point, cp, txn, state, after, self.producer_ids.get(txn or ""),
+                    self.timeouts.get(txn or ""), since, self.tries, at, done)
 
     def known_up_to(self) -> int:
         """The highest checkpoint id among the sink's transactional ids the broker knows."""
@@ -193,7 +210,12 @@ class _Aim:
                     return self.kill("before-commit", cp.id, None, None)
                 txn = transaction_of(self.prefix, cp.id)
                 state = self.state(txn)
-                if state == "Ongoing":  # complete, not committed: the window
+                if state == "Ongoing":  # complete, not committed: the window, unless the
+                    # sink sent its commit just before the freeze and the coordinator has
+                    # yet to read it: asked again a moment later, the answer is the commit's
+                    time.sleep(SETTLE_S)
+                    state = self.state(txn)
+                if state == "Ongoing":
                     return self.kill("before-commit", cp.id, txn, state)
             after = cp.id
 
@@ -220,12 +242,18 @@ def kill_at(job: JobProcess, point: str, *, checkpoint_root: Path, bootstrap: st
             prefix: str, output_topic: str, exactly_once: bool, interval_ms: int,
             rng: random.Random, timeout_s: float) -> Kill:
     """SIGKILL ``job`` (its whole process group) at ``point`` of a checkpoint taken after
-    this call; what the kill hit, as the broker and the checkpoint folder showed it."""
+    this call; what the kill hit, as the broker and the checkpoint folder showed it.
+    ``exactly_once``: the job was asked for EXACTLY_ONCE; a learner's job may set its sink's
+    guarantee itself, so the broker decides: a sink that has completed a checkpoint and
+    registered no transactional id (``<prefix>-0-N``) writes without transactions, and the
+    kill is aimed as for AT_LEAST_ONCE."""
     if point not in KILL_POINTS:
         raise ValueError(f"unknown kill point {point!r}: choose one of {', '.join(KILL_POINTS)}")
     aim = _Aim(job, checkpoint_root, bootstrap, prefix, output_topic, exactly_once,
                time.monotonic() + timeout_s)
     try:
+        if exactly_once and checkpoints.latest(checkpoint_root) is not None:
+            aim.exactly_once = aim.known_up_to() > 0
         if point == "mid-checkpoint":
             return aim.mid_checkpoint()
         if point == "before-commit":
@@ -233,3 +261,46 @@ def kill_at(job: JobProcess, point: str, *, checkpoint_root: Path, bootstrap: st
         return aim.at_random(interval_ms, rng)
     finally:
         aim.inspector.close()
+
+
+def missed(kill: Kill) -> str | None:
+    """Why ``kill`` missed its window, or None: a transaction that was Ongoing while the job
+    stood frozen and is something else once the job is dead had its commit on the way (a
+    starved machine's coordinator read it late), so the kill hit after the commit; a
+    mid-checkpoint kill whose checkpoint is complete once the job is dead came after it."""
+    if kill.transaction and kill.state_after_kill != kill.state:
+        return (f"the SIGKILL at {kill.point} came after the sink had sent its commit of "
+                f"{kill.transaction} (the broker: {kill.state_after_kill} once the job was "
+                "dead)")
+    if kill.point == "mid-checkpoint" and kill.completed_after_kill:
+        return (f"checkpoint {kill.checkpoint} completed before the SIGKILL at mid-checkpoint "
+                "took the job")
+    return None
+
+
+class AimedKill(Fault):
+    """SIGKILL the run's Flink job (its Python and its JVM) at ``point`` of one of its next
+    checkpoints when ``trigger`` fires, then keep it down ``down_s`` seconds (the clients
+    restart it once this returns; ``transaction.timeout.ms`` is the broker's patience with
+    what the job left open meanwhile). ``kill``: what it hit, None until it has."""
+
+    def __init__(self, point: str, trigger: Trigger, down_s: float = 0.0, seed: int = 0):
+        if point not in KILL_POINTS:
+            raise ValueError(f"unknown kill point {point!r}: choose from {', '.join(KILL_POINTS)}")
+        if down_s < 0:
+            raise ValueError(f"a job stays down 0 seconds or more, not {down_s}")
+        self.point, self.trigger, self.down_s = point, trigger, down_s
+        self.rng = random.Random(seed)
+        self.kill: Kill | None = None
+        self.name = f"SIGKILL at {point}"
+
+    def invoke(self, run: Run) -> None:
+        job = run.workers  # labkit.flink.clients.FlinkJob
+        self.kill = job.kill_at(self.point, self.rng)
+        run.fired(self, f"{job.job.name}: {self.kill.describe()}")
+        if self.down_s:
+            run.step(f"the job stays down {self.down_s:g} s", "the job's restart")
+            until = time.monotonic() + self.down_s
+            while (left := until - time.monotonic()) > 0:
+                time.sleep(min(left, 1.0))
+                progress.beat("the job's restart")  # down on purpose: not a stall

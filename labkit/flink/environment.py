@@ -52,6 +52,14 @@ def python() -> Path:
     return app_env(ENV_NAME, REQUIREMENTS)
 
 
+def ready() -> Path:
+    """PyFlink's environment and the connector's jars, each made now if new (a progress line
+    each, once: minutes on first use) rather than in a job's start, whose time a run counts.
+    Returns the environment's python."""
+    connector_jars()
+    return python()
+
+
 def is_installed() -> bool:
     return is_ready(ENV_NAME, REQUIREMENTS)
 

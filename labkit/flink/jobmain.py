@@ -10,9 +10,9 @@ root last (a refused transaction timeout is an InvalidTxnTimeoutException there)
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import json
-import runpy
 import sys
 import traceback
 
@@ -27,12 +27,36 @@ def java_causes(exc: BaseException) -> list[str]:
     return causes
 
 
+def _kernel_only(node: ast.stmt) -> bool:
+    """A bare expression (a cell ending with the lab's check on its job: ``check(my_job,
+    ...)``), or an import of the lab's own modules, which PyFlink's environment does not
+    have: both are for the notebook's kernel, not for the job's process."""
+    if isinstance(node, ast.Expr):
+        return not isinstance(node.value, ast.Constant)  # a docstring stays
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == "labkit"
+    if isinstance(node, ast.Import):
+        return all(alias.name.split(".")[0] == "labkit" for alias in node.names)
+    return False
+
+
+def definitions(code_file: str) -> dict:
+    """What the job's file (a learner's cell) defines, what is for the notebook's kernel
+    left out (``_kernel_only``): its imports, functions and assignments run."""
+    with open(code_file) as fh:
+        tree = ast.parse(fh.read(), code_file)
+    tree.body = [node for node in tree.body if not _kernel_only(node)]
+    namespace: dict = {"__name__": "flink_job", "__file__": code_file}
+    exec(compile(tree, code_file, "exec"), namespace)
+    return namespace
+
+
 def main(settings_file: str) -> int:
     with open(settings_file) as fh:
         settings = json.load(fh)
     outcome: dict = {"ok": False}
     try:
-        code = runpy.run_path(settings["code_file"], run_name="flink_job")
+        code = definitions(settings["code_file"])
         job = code.get(settings["function"])
         if not callable(job):
             raise NameError(f"{settings['code_file']} defines no function "

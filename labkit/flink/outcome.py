@@ -42,7 +42,7 @@ def commit_failures(run_dir: Path) -> list[str]:
     for log in sorted(run_dir.glob("*-flink/log/*.log")):
         for line in log.read_text(errors="replace").splitlines():
             if COMMIT_FAILED.search(line):
-                found.append(line.strip()[:600])
+                found.append(line.strip()[:1200])
     return found
 
 
@@ -54,11 +54,12 @@ def sink_transactions(inspector: Inspector, prefix: str) -> dict[str, list[str]]
     for state in END_STATES:
         ids = [t for t in inspector.transactional_ids((state,)) if t.startswith(prefix + "-")]
         if ids:
-            found[state] = sorted(ids, key=_checkpoint_of)
+            found[state] = sorted(ids, key=checkpoint_of)
     return found
 
 
-def _checkpoint_of(transactional_id: str) -> int:
+def checkpoint_of(transactional_id: str) -> int:
+    """The checkpoint a sink's transactional id (``<prefix>-<subtask>-<N>``) was opened for."""
     try:
         return int(transactional_id.rsplit("-", 1)[1])
     except (IndexError, ValueError):

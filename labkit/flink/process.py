@@ -11,6 +11,7 @@ outlives its job, on any path.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -22,7 +23,48 @@ from labkit import proc
 from labkit.flink import environment
 
 JOBMAIN = Path(__file__).with_name("jobmain.py")
+FREEZE_WAIT_S = 2.0  # the most a freeze waits for every thread to show stopped
 REFERENCE_JOB = Path(__file__).with_name("fee_job.py")
+
+
+def _group(pgid: int) -> list[int]:
+    """The pids of process group ``pgid`` (the job's Python and its JVM)."""
+    found = []
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.getpgid(int(pid_dir.name)) == pgid:
+                found.append(int(pid_dir.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def _all_stopped(pids: list[int]) -> bool:
+    """Is every thread of ``pids`` stopped (state T in /proc/<pid>/task/<tid>/stat), or
+    gone?"""
+    for pid in pids:
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state not in ("T", "t", "Z", "X"):
+                    return False
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+    return True
+
+
+def job_command(code_file: Path, function: str, params: dict, run_dir: Path,
+                name: str) -> tuple[list[str], dict[str, str]]:
+    """How one start of a job is run: the command (PyFlink's python running jobmain with
+    this start's settings file, written now) and its environment (``environment.child_env``:
+    its Flink log and temporary files in ``run_dir/<name>-flink``)."""
+    settings_file = run_dir / f"{name}.settings.json"
+    settings_file.write_text(json.dumps({
+        "code_file": str(code_file), "function": function, "params": params,
+        "outcome_file": str(run_dir / f"{name}.outcome.json")}, indent=1))
+    python = environment.python()
+    env = environment.child_env(run_dir / f"{name}-flink", python)
+    return [str(python), str(JOBMAIN), str(settings_file)], env
 
 
 class JobProcess:
@@ -32,19 +74,13 @@ class JobProcess:
         self.run_dir = run_dir
         self.log_file = run_dir / f"{name}.log"
         self.outcome_file = run_dir / f"{name}.outcome.json"
-        settings_file = run_dir / f"{name}.settings.json"
-        settings_file.write_text(json.dumps({
-            "code_file": str(code_file), "function": function, "params": params,
-            "outcome_file": str(self.outcome_file)}, indent=1))
-        python = environment.python()
-        env = environment.child_env(run_dir / f"{name}-flink", python)
+        command, env = job_command(code_file, function, params, run_dir, name)
         self.started = time.monotonic()
         with open(self.log_file, "w") as log:
             # group=True: the job leads a process group with its JVM (PyFlink's gateway is
             # started without a session of its own), so one signal reaches both.
-            self.popen = proc.spawn([str(python), str(JOBMAIN), str(settings_file)], group=True,
-                                    stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=str(run_dir))
+            self.popen = proc.spawn(command, group=True, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, cwd=str(run_dir))
         self.killed_at: float | None = None
 
     @property
@@ -56,8 +92,15 @@ class JobProcess:
         return self.popen.pid
 
     def freeze(self) -> None:
-        """SIGSTOP the whole group: Python, JVM, every thread stands still where it is."""
+        """SIGSTOP the whole group: Python, JVM, every thread stands still where it is. The
+        signal reaches each thread when the kernel next schedules it, so this returns once
+        every thread of the group shows stopped (a file write a thread was in the middle of
+        is finished by then, and nothing after it starts)."""
         proc.signal_group(self.popen.pid, signal.SIGSTOP)
+        pids = _group(self.popen.pid)
+        deadline = time.monotonic() + FREEZE_WAIT_S
+        while not _all_stopped(pids) and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def thaw(self) -> None:
         proc.signal_group(self.popen.pid, signal.SIGCONT)

@@ -1,14 +1,12 @@
-"""One run of a Flink job: its names (topics, group, transactional id prefix, in the
-learner's namespace), its folder (checkpoints, each start's settings, output and Flink log),
-the parameters its job function is called with, its clock and its steps, and each start of
-the job (fresh, or restoring the latest completed checkpoint)."""
+"""One run of a Flink job: the names the run gave it (topics, group, transactional id
+prefix), its folder (the run's: checkpoints, each start's settings, output and Flink log),
+the parameters its job function is called with, and each start of the job (fresh, or
+restoring the latest completed checkpoint)."""
 from __future__ import annotations
 
 import ast
-import shutil
-import tempfile
 import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from labkit.flink import checkpoints
 from labkit.flink import environment
 from labkit.flink.outcome import FlinkJobError
 from labkit.flink.process import REFERENCE_JOB, JobProcess
-from labkit.kafka import javaconfig, names
+from labkit.kafka import javaconfig
 
 # What a job function may ask for by name (the lab's fee_job asks for all of it).
 JOB_PROVIDES = ("bootstrap", "input_topic", "output_topic", "group_id",
@@ -56,22 +54,23 @@ def check_job(code: str, function: str) -> None:
 
 
 class RunSetup:
-    """One run's names, folders, clock and steps."""
+    """One run's job: its code (checked before anything starts), the parameters it is called
+    with (the run's names and folder), its starts and the steps it reports (``step``, the
+    run's timeline; ``clock``, seconds since the run began)."""
 
-    def __init__(self, bootstrap: str, guarantee: str, interval_ms: int, timeout_ms: int,
+    def __init__(self, bootstrap: str, *, source: str, sink: str, group: str, prefix: str,
+                 folder: Path, guarantee: str, interval_ms: int, timeout_ms: int,
                  function: str = "fee_job", job_file: Path | None = None,
-                 job_code: str | None = None):
+                 job_code: str | None = None,
+                 step: Callable[[str], None] = progress.step,
+                 clock: Callable[[], float] = lambda: 0.0):
         code = job_code if job_code is not None else Path(job_file or REFERENCE_JOB).read_text()
         check_job(code, function)  # before anything starts
         environment.python()  # PyFlink's environment: created now if new, not in a start
         jars = [p.as_uri() for p in environment.connector_jars()]
-        self.id = uuid.uuid4().hex[:8]
-        self.bootstrap = bootstrap
-        self.source = names.topic(f"flink-{self.id}-in")
-        self.sink = names.topic(f"flink-{self.id}-out")
-        self.group = names.group(f"flink-{self.id}")
-        self.prefix = names.transactional_id(f"flink-{self.id}")
-        self.dir = Path(tempfile.mkdtemp(prefix=f"labkit-flink-{self.id}-"))
+        self.bootstrap, self.source, self.sink, self.group, self.prefix = (
+            bootstrap, source, sink, group, prefix)
+        self.dir = folder
         self.checkpoints = self.dir / "checkpoints"
         self.function = function
         self.job_file = Path(job_file or REFERENCE_JOB)
@@ -79,23 +78,15 @@ class RunSetup:
             self.job_file = self.dir / "job.py"
             self.job_file.write_text(job_code)
         self.params = {
-            "bootstrap": bootstrap, "input_topic": self.source, "output_topic": self.sink,
-            "group_id": self.group, "transactional_id_prefix": self.prefix,
+            "bootstrap": bootstrap, "input_topic": source, "output_topic": sink,
+            "group_id": group, "transactional_id_prefix": prefix,
             "delivery_guarantee": guarantee, "checkpoint_dir": self.checkpoints.as_uri(),
             "checkpoint_interval_ms": interval_ms, "transaction_timeout_ms": timeout_ms,
             "restore_from": None,
             "connector_jars": jars,
             "kafka_properties": javaconfig.for_client(bootstrap)}
-        self.began = time.monotonic()
-        self.steps: list[tuple[float, str]] = []
+        self.step, self.now = step, clock
         self.starts: list[Start] = []
-
-    def now(self) -> float:
-        return round(time.monotonic() - self.began, 1)
-
-    def step(self, what: str) -> None:
-        self.steps.append((self.now(), what))
-        progress.step(what)
 
     def start(self) -> tuple[JobProcess, str | None]:
         last = checkpoints.latest(self.checkpoints)
@@ -120,6 +111,3 @@ class RunSetup:
                 raise FlinkJobError(job, f"no checkpoint {START_S:.0f} s after the start")
             time.sleep(0.05)
 
-    def remove(self) -> None:
-        """Delete the run's folder (checkpoints, logs)."""
-        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,9 +1,10 @@
 """Apps the lab did not write, as commands for ``labkit torture``: Kafka's own
 TransactionalMessageCopier (Java), a Kafka Streams running count (Java, single-file), a
-quixstreams app (Python, in an environment of its own), and a learner's consume-transform-
-produce function from a notebook cell. ``python -m labkit.torture.apps copier`` / ``...
-streams GUARANTEE`` / ``... function FILE NAME`` runs one from the LABKIT_* environment the
-harness sets."""
+quixstreams app (Python, in an environment of its own), a PyFlink job (its own environment,
+restored from its latest checkpoint at each start: ``labkit.flink.app``), and a learner's
+consume-transform-produce function from a notebook cell. ``python -m labkit.torture.apps
+copier`` / ``... streams GUARANTEE`` / ``... flink GUARANTEE [...]`` / ``... function FILE
+NAME`` runs one from the LABKIT_* environment the harness sets."""
 from __future__ import annotations
 
 import os
@@ -17,6 +18,8 @@ from labkit import proc, settings
 from labkit.appenv import app_env  # noqa: F401 - where tests and docs have found it
 
 from labkit.faults.proxy import FaultProxy
+from labkit.flink import app as flink_app
+from labkit.flink import environment as flink_environment
 from labkit.kafka import connection, jvm, topics
 from labkit.kafka import names as namespace
 from labkit.pipelines import data, learner
@@ -117,6 +120,29 @@ def quix_command(guarantee: str = "exactly-once", commit_interval_s: float | Non
     return command
 
 
+FLINK_GUARANTEES = flink_app.GUARANTEES
+
+
+def flink_command(guarantee: str = "exactly_once", *, interval_ms: int = 500,
+                  work_ms: float = 0.0, job: str | Path | None = None,
+                  function: str = "fee_job") -> list[str]:
+    """A PyFlink job as a torture command (``labkit.flink.app``): the lab's fee job (with
+    ``work_ms`` of work per payment), or ``function`` in the file ``job``, its sink's
+    delivery guarantee ``guarantee``, a checkpoint every ``interval_ms``. PyFlink's
+    environment and the connector's jars are made now, once, not in the first start."""
+    if guarantee not in FLINK_GUARANTEES:
+        raise HarnessError(f"unknown delivery guarantee {guarantee!r}: use one of "
+                           f"{', '.join(FLINK_GUARANTEES)}")
+    flink_environment.ready()
+    command = [sys.executable, "-m", "labkit.torture.apps", "flink", guarantee,
+               "--interval-ms", str(interval_ms), "--function", function]
+    if job is not None:
+        command += ["--job", str(Path(job).resolve())]
+    if work_ms:
+        command += ["--work-ms", str(work_ms)]
+    return command
+
+
 # What a learner's function may ask for (by parameter name), as the lab's consume-transform-
 # produce worker provides it; the instance id is the one instance's static group member id.
 FUNCTION_PROVIDES = ("bootstrap", "input_topic", "output_topic", "group_id", "transactional_id",
@@ -164,6 +190,8 @@ if __name__ == "__main__":
             sys.exit(_behind_proxy(cmd))
     elif len(sys.argv) == 3 and sys.argv[1] == "streams" and sys.argv[2] in STREAMS_GUARANTEES:
         cmd = streams_command(sys.argv[2])
+    elif sys.argv[1:2] == ["flink"]:
+        flink_app.main(sys.argv[2:])  # replaces this process with the job's
     elif len(sys.argv) == 4 and sys.argv[1] == "function":
         _run_function(sys.argv[2], sys.argv[3])  # the learner's loop, in this process
         sys.exit(0)
@@ -171,7 +199,9 @@ if __name__ == "__main__":
         sys.exit("usage: python -m labkit.torture.apps copier   (Kafka's TransactionalMessageCopier)\n"
                  f"       python -m labkit.torture.apps streams {'|'.join(STREAMS_GUARANTEES)}   "
                  "(a Kafka Streams running count, for --check counts)\n"
+                 "       python -m labkit.torture.apps flink exactly_once|at_least_once [--help]   "
+                 "(a PyFlink job, restored from its latest checkpoint at each start)\n"
                  "       python -m labkit.torture.apps function FILE NAME   (the function NAME "
                  "defined in FILE, a notebook cell's text)\n"
-                 "both configured from the LABKIT_* environment that `labkit torture` sets")
+                 "each configured from the LABKIT_* environment that `labkit torture` sets")
     os.execvp(cmd[0], cmd)

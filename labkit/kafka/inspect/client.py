@@ -281,19 +281,26 @@ class Inspector:
     def transactional_ids(self, states: Iterable[str] = ()) -> list[str]:
         """The transactional ids the coordinators know (in ``states``; default: any, finished
         ones too, until they expire), those of the learner's namespace (labkit.kafka.names)."""
+        return sorted(self.listed_transactions(states))
+
+    def listed_transactions(self, states: Iterable[str] = ()) -> dict[str, tuple[str, int]]:
+        """transactional id -> (its state, its producer id) as ListTransactions gives them (in
+        ``states``; default: any, finished ones too), those of the learner's namespace. The
+        producer id is what the id's records in a log carry."""
         states = tuple(states)
         if not self._brokers:
             self.brokers()
-        ids: set[str] = set()
+        found: dict[str, tuple[str, int]] = {}
         request = list_txns.ListTransactionsRequest(state_filters=states)
         for address in self._brokers.values():
             response = self._send(address, request)
             if response.error_code in _NOT_READY:
                 continue  # this broker's transaction log is still loading: nothing to list yet
             _check(response.error_code, "ListTransactions")
-            ids.update(names.only_mine(str(t.transactional_id)
-                                       for t in response.transaction_states))
-        return sorted(ids)
+            listed = {str(t.transactional_id): (str(t.transaction_state), int(t.producer_id))
+                      for t in response.transaction_states}
+            found.update({t: listed[t] for t in names.only_mine(listed)})
+        return found
 
     def _coordinators(self, key_type: int, keys: list[str]) -> dict[str, list[str]]:
         """coordinator address -> the keys (group or transactional ids) it coordinates.
