@@ -37,7 +37,13 @@ DUMP = """import json as _json
 print("TABLES-JSON" + _json.dumps({
     "summary": summary.reset_index().to_json(orient="records"),
     "grid": grid_table.reset_index().to_json(orient="records"),
+    "wire": wire.to_json(orient="records"),
+    "shape": published.shape(grid, summary)["this run"].to_dict(),
     "versus_amo": versus_at_most_once.reset_index().to_json(orient="records")}))"""
+# What the spread table compares across runs: each cell's median against at_least_once
+RATIOS = {"throughput": "throughput_vs_baseline_pct", "client CPU": "client_cpu_vs_baseline_pct",
+          "broker CPU": "broker_cpu_vs_baseline_pct"}
+WITHIN_POINTS = 5.0  # the aim: each cell's ratio within +-5 percentage points across runs
 
 
 def _text(cell) -> str:
@@ -94,10 +100,25 @@ def check_run(nb) -> tuple[dict, list[str]]:
             a, b = (re.sub(r"127\.0\.0\.1:\d+", "BOOTSTRAP", compared_text(c)) for c in (ref, new))
             if a != b:
                 problems.append(f"compared cell differs: {ref.source.splitlines()[0]!r}: {b!r}")
+    wire = pd.read_json(io.StringIO(tables["wire"]))
+    txn = wire[wire["transactions"] > 0]
+    one_each = bool(len(txn)) and bool(
+        ((txn["requests_EndTxn"] == txn["transactions"]) & (txn["requests_AddPartitionsToTxn"]
+         - txn["add_partitions_refused"] == txn["transactions"])).all())
+    wire_line = _text(_cell(nb, "cost_units.one_of_each_per_commit(wire)"))
+    if not wire_line.strip().endswith("yes" if one_each else "no"):
+        problems.append(f"wire statement {wire_line.strip()!r}, table says {one_each}")
+    ratios = {}
+    for name, row in summary.iterrows():
+        ratios[name] = {k: row.get(c) for k, c in RATIOS.items()}
+    for _, row in grid.iterrows():
+        ratios[f"{row['value_bytes']} B {row['config']}"] = {k: row.get(c) for k, c in RATIOS.items()}
     x = summary.loc["transactional"]
     others = summary.drop(index="transactional")["latency_p50_ms"]
     cell = grid[(grid["value_bytes"] == 1024) & (grid["config"] == "transactional@100ms")].iloc[0]
-    return {"fastest": fastest, "verdicts": verdicts, "slowest_to_read": slowest,
+    return {"fastest": fastest, "verdicts": verdicts, "ratios": ratios, "shape": tables["shape"],
+            "refused_per_commit": round(float(txn["add_partitions_refused"].sum()
+                                              / txn["transactions"].sum()), 2), "slowest_to_read": slowest,
             "commit_wait_falls": falls,
             "p50": f"{x['latency_p50_ms']:.0f} / {others.min():.0f}-{others.max():.0f}",
             "grid_1k_100ms": f"{cell['throughput_vs_baseline_pct']:+.1f} % "
@@ -124,7 +145,7 @@ def main(runs: int) -> int:
           "| p50 ms: transactional / others | commit wait falls | grid 1 KB @100 ms vs "
           "at_least_once (middle half) | ms per commit there = flush + commit | agrees |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    failed = 0
+    failed, every = 0, []
     for i in range(1, runs + 1):
         nb = nbformat.read(NOTEBOOK, as_version=4)
         nb.cells.append(nbformat.v4.new_code_cell(DUMP))
@@ -135,6 +156,7 @@ def main(runs: int) -> int:
         wall = time.monotonic() - t
         out, problems = check_run(nb)
         failed += bool(problems)
+        every.append(out)
         v = out["verdicts"]
         print(f"| {i} | {load:.1f} | {wall:.0f} | {cell_seconds(nb):.0f} | "
               f"{out['fastest']} | {out['txn_vs_alo']} | {v['at_most_once']} / {v['idempotent']} / "
@@ -142,7 +164,32 @@ def main(runs: int) -> int:
               f"{'yes' if out['commit_wait_falls'] else 'no'} | {out['grid_1k_100ms']} | "
               f"{out['commit_split']} | "
               f"{'yes' if not problems else 'NO: ' + '; '.join(problems)} |", flush=True)
+    print_spread(every)
     return 1 if failed else 0
+
+
+def print_spread(every: list[dict]) -> None:
+    """Each cell's median change against at_least_once, run by run, and how far apart the
+    runs were (max - min, in percentage points) for throughput and CPU."""
+    print("\nAddPartitionsToTxn refused per commit, run by run:",
+          ", ".join(str(out["refused_per_commit"]) for out in every))
+    print("\n| published claim | this run, run by run |\n|---|---|")
+    for claim in every[0]["shape"]:
+        print(f"| {claim} | " + " / ".join(out["shape"][claim] for out in every) + " |")
+    print("\n| cell | " + " | ".join(f"{k} vs at_least_once %, run by run | spread (points)"
+                                     for k in RATIOS) + " |")
+    print("|---|" + "---|---|" * len(RATIOS))
+    for cell in every[0]["ratios"]:
+        if cell.endswith("at_least_once"):
+            continue
+        parts = []
+        for k in RATIOS:
+            values = [out["ratios"][cell][k] for out in every]
+            values = [v for v in values if v is not None and v == v]
+            spread = max(values) - min(values) if values else float("nan")
+            mark = "" if spread <= 2 * WITHIN_POINTS else " (over +-5)"
+            parts.append(" / ".join(f"{v:+.0f}" for v in values) + f" | {spread:.0f}{mark}")
+        print(f"| {cell} | " + " | ".join(parts) + " |")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ in rounds.
     table = findings.summarize(df)           # medians, spread, paired ratio vs at_least_once
     findings.conclude(table).lines()         # what this run's numbers say, derived from them
     grid = bench.commit_grid(bootstrap, value_sizes=(100, 1024), intervals_ms=(10, 100))
+    wire = bench.wire_grid(bootstrap, value_sizes=(100, 1024), intervals_ms=(10, 100))
     bench.commit_sweep(bootstrap, sizes=(1, 10, 100, 1000))               # records per txn
 
 Each run is one ``Measurement`` on a ``Lane`` (``labkit.experiments.lane``: one guarantee's
@@ -15,19 +16,24 @@ runs go side by side, taking turns record by record); each guarantee
 is then compared with the baseline *within* a round (a paired ratio,
 ``labkit.experiments.findings``), and the spread of those ratios over the rounds says
 whether a difference is larger than the noise. ``labkit.experiments.published`` sets the
-published figures beside them.
+published figures beside them. Every throughput run also records the CPU milliseconds the
+client process and the broker spent on it (``cost_units.CpuClock``), and ``wire_grid``
+counts through the fault proxy the requests and bytes each configuration exchanged: units a
+shared machine's load does not blur the way it blurs wall time.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 
 import pandas as pd
 
+from labkit.experiments.cost_units import CpuClock, wire_delta
 from labkit.experiments.lane import (DEFAULT_COMMIT_INTERVAL_MS, GUARANTEES, Lane,
                                     run_side_by_side)
 from labkit.experiments.loop_run import LoopLane
+from labkit.faults.proxy import FaultProxy
 
 
 def _turns(keys: list, repeat: int) -> list:
@@ -43,6 +49,15 @@ def _lane(bootstrap: str, guarantee: str, value_bytes: int, loop: Callable | Non
     return Lane(bootstrap, guarantee, value_bytes)
 
 
+def _timed(clock: CpuClock, lane: Lane, records: int, interval: float | None) -> dict:
+    """One throughput run on ``lane`` as a row, with the CPU ms the client process and the
+    broker spent on it (producing, then the reader catching up)."""
+    start = clock.read()
+    m = lane.run(records, commit_interval_ms=interval)
+    client_ms, broker_ms = clock.since(start)
+    return {**asdict(m), "client_cpu_ms": client_ms, "broker_cpu_ms": broker_ms}
+
+
 def compare_guarantees(bootstrap: str, guarantees: tuple[str, ...] = tuple(GUARANTEES),
                        records: int = 20_000, value_bytes: int = 1024, repeats: int = 3,
                        commit_interval_ms: float = DEFAULT_COMMIT_INTERVAL_MS,
@@ -56,7 +71,7 @@ def compare_guarantees(bootstrap: str, guarantees: tuple[str, ...] = tuple(GUARA
     side by side, record by record (``lane.run_side_by_side``). ``transactional_loop``: the
     learner's loop runs the transactional lane (``labkit.experiments.loop_run``)."""
     latency_repeats = repeats if latency_repeats is None else latency_repeats
-    rows = []
+    rows, clock = [], CpuClock.for_bootstrap(bootstrap)
     with ExitStack() as stack:
         lanes = {g: stack.enter_context(_lane(bootstrap, g, value_bytes, transactional_loop))
                  for g in guarantees}
@@ -66,8 +81,8 @@ def compare_guarantees(bootstrap: str, guarantees: tuple[str, ...] = tuple(GUARA
 
         for repeat in range(repeats):
             for g in _turns(list(guarantees), repeat):
-                m = lanes[g].run(records, commit_interval_ms=interval(g))
-                rows.append({"mode": "throughput", "repeat": repeat, **asdict(m)})
+                rows.append({"mode": "throughput", "repeat": repeat,
+                             **_timed(clock, lanes[g], records, interval(g))})
         for repeat in range(latency_repeats):
             # Side by side, record by record: a pause of the machine delays every guarantee's
             # records alike, so it cannot make one of them look slow (one after another, a
@@ -86,18 +101,50 @@ def commit_grid(bootstrap: str, value_sizes: tuple[int, ...] = (100, 1024),
     each beside an ``at_least_once`` run of the same size in the same round (the paired
     baseline). ``records`` may be given per value size. Rows as ``compare_guarantees``
     (mode "throughput"), plus ``config``: "at_least_once" or "transactional@<interval>ms"."""
-    rows = []
+    rows, clock = [], CpuClock.for_bootstrap(bootstrap)
     for size in value_sizes:  # one size's topics are gone before the next size's are made
         n = records[size] if isinstance(records, dict) else records
-        with Lane(bootstrap, "at_least_once", size) as alo, \
-                _lane(bootstrap, "transactional", size, transactional_loop) as txn:
-            configs = [("at_least_once", alo, None)] + [
-                (f"transactional@{interval:g}ms", txn, interval) for interval in intervals_ms]
+        with _grid_lanes(bootstrap, size, intervals_ms, transactional_loop) as configs:
             for repeat in range(repeats):
                 for config, lane, interval in _turns(configs, repeat):
-                    m = lane.run(n, commit_interval_ms=interval)
                     rows.append({"mode": "throughput", "repeat": repeat, "config": config,
-                                 **asdict(m)})
+                                 **_timed(clock, lane, n, interval)})
+    return pd.DataFrame(rows)
+
+
+@contextmanager
+def _grid_lanes(bootstrap: str, size: int, intervals_ms: tuple[float, ...],
+                loop: Callable | None) -> Iterator[list[tuple[str, Lane, float | None]]]:
+    """(config, lane, interval) of one record size: at_least_once, then one transactional
+    lane run at each commit interval."""
+    with Lane(bootstrap, "at_least_once", size) as alo, \
+            _lane(bootstrap, "transactional", size, loop) as txn:
+        yield [("at_least_once", alo, None)] + [
+            (f"transactional@{interval:g}ms", txn, interval) for interval in intervals_ms]
+
+
+def wire_grid(bootstrap: str, value_sizes: tuple[int, ...] = (100, 1024),
+              intervals_ms: tuple[float, ...] = (10.0, 100.0),
+              records: int | dict[int, int] = 10_000,
+              transactional_loop: Callable | None = None) -> pd.DataFrame:
+    """``commit_grid``'s configurations, one run each with every client connection through
+    the fault proxy (no fault set): what each run exchanged with the broker, per API
+    (``cost_units.wire_delta``), and ``add_partitions_refused``: the AddPartitionsToTxn
+    requests the coordinator answered with an error (the client retries those). Not timed:
+    the proxy shares this process's CPU, so these runs count, they do not race."""
+    rows = []
+    for size in value_sizes:
+        n = records[size] if isinstance(records, dict) else records
+        answers: list[dict] = []
+        with FaultProxy(bootstrap, trace=answers.append,
+                        trace_apis={"AddPartitionsToTxn"}) as proxy, \
+                _grid_lanes(proxy.bootstrap, size, intervals_ms, transactional_loop) as configs:
+            for config, lane, interval in configs:
+                before, seen = proxy.stats(), len(answers)
+                m = lane.run(n, commit_interval_ms=interval)
+                rows.append({"config": config, **asdict(m), **wire_delta(before, proxy.stats()),
+                             "add_partitions_refused": sum(
+                                 1 for a in answers[seen:] if a["error"] is not None)})
     return pd.DataFrame(rows)
 
 

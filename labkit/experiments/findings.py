@@ -10,12 +10,29 @@ import pandas as pd
 PAIR_KEYS = ["repeat", "value_bytes"]  # a run's baseline: same round, same record size
 
 
-def _vs_baseline_pct(fast: pd.DataFrame, by: str, baseline: str | int) -> pd.Series:
-    """Each throughput run against its baseline's run of the same round and size, in %:
-    pairing cancels what the rest of the machine did to that round."""
-    base = fast[fast[by] == baseline].set_index(PAIR_KEYS)["records_per_s"]
-    paired = base.reindex(pd.MultiIndex.from_frame(fast[PAIR_KEYS])).to_numpy()
-    return pd.Series((fast["records_per_s"].to_numpy() / paired - 1) * 100, index=fast.index)
+def _vs_baseline_pct(fast: pd.DataFrame, by: str, baseline: str | int,
+                     column: str = "records_per_s") -> pd.Series:
+    """Each throughput run's ``column`` against its baseline's run of the same round and
+    size, in %: pairing cancels what the rest of the machine did to that round."""
+    base = fast[fast[by] == baseline].set_index(PAIR_KEYS)[column]
+    # a baseline that used no measurable CPU (under one 10 ms tick) gives no ratio, not inf
+    paired = base.where(base > 0).reindex(pd.MultiIndex.from_frame(fast[PAIR_KEYS])).to_numpy()
+    return pd.Series((fast[column].to_numpy() / paired - 1) * 100, index=fast.index)
+
+
+def _cpu(out: pd.DataFrame, fast: pd.DataFrame, by: str, baseline: str | int | None) -> None:
+    """CPU ms per 1,000 records of the client process and of the broker (medians of the
+    rounds) and, with a baseline, each paired with the baseline's run of the same round."""
+    fast = fast.assign(**{f"{who}_cpu_ms_per_1k": fast[f"{who}_cpu_ms"] / fast["records"] * 1000
+                          for who in ("client", "broker")})
+    for who in ("client", "broker"):
+        column = f"{who}_cpu_ms_per_1k"
+        out[column] = fast.groupby(by, sort=False)[column].median().round(1)
+        if baseline is not None and baseline in out.index:
+            pct = _vs_baseline_pct(fast, by, baseline, column).groupby(fast[by], sort=False)
+            out[f"{who}_cpu_vs_baseline_pct"] = pct.median().round(1)
+            out[f"{who}_cpu_vs_baseline_pct_q1"] = pct.quantile(0.25).round(1)
+            out[f"{who}_cpu_vs_baseline_pct_q3"] = pct.quantile(0.75).round(1)
 
 
 def summarize(runs: pd.DataFrame, by: str = "guarantee",
@@ -55,6 +72,8 @@ def summarize(runs: pd.DataFrame, by: str = "guarantee",
         out["commit_wait_pct"] = share.median().round(1)
         out["ms_per_commit"] = per_commit.median().round(1)
         out["flush_ms_per_commit"] = flushing.median().round(1)
+    if "client_cpu_ms" in fast:
+        _cpu(out, fast, by, baseline)
     return out
 
 
@@ -224,3 +243,25 @@ def grid_view(grid_table: pd.DataFrame) -> pd.DataFrame:
                                              _shown(grid_table["flush_ms_per_commit"], ".1f"),
                                              ".1f"),
     })
+
+
+
+def _ms_and_pct(table: pd.DataFrame, who: str, baseline: str) -> pd.Series:
+    """"ms (median %: middle half)" of the client's or the broker's CPU per 1,000 records;
+    the baseline's own rows (and a table without a baseline) the ms alone."""
+    ms = table[f"{who}_cpu_ms_per_1k"]
+    if f"{who}_cpu_vs_baseline_pct" not in table:
+        return _shown(ms, ".1f")
+    pct = table[f"{who}_cpu_vs_baseline_pct"]
+    middle = _span(table[f"{who}_cpu_vs_baseline_pct_q1"], table[f"{who}_cpu_vs_baseline_pct_q3"], "+.0f")
+    names = [key[-1] if isinstance(key, tuple) else key for key in table.index]
+    return pd.Series([f"{m:.1f}" if name == baseline or pd.isna(p) else f"{m:.1f} ({p:+.0f} %: {h})"
+                      for name, m, p, h in zip(names, ms, pct, middle)], index=table.index)
+
+
+def cpu_view(table: pd.DataFrame, baseline: str = "at_least_once") -> pd.DataFrame:
+    """CPU per 1,000 records of a ``summarize`` or ``summarize_grid`` table: the client
+    process (producer, reader, the notebook's Python) and the broker; in brackets the median
+    change against the baseline's run of the same round, and the middle half of the rounds."""
+    return pd.DataFrame({"client CPU ms / 1,000 records": _ms_and_pct(table, "client", baseline),
+                         "broker CPU ms / 1,000 records": _ms_and_pct(table, "broker", baseline)})

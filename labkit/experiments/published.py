@@ -137,3 +137,69 @@ def explain(grid_table: pd.DataFrame, summary: pd.DataFrame,
                             "there was no such gap for transactions to lose." if verdict != "faster"
                             else "."))
     return lines
+
+
+CLOSE_POINTS = 5.0  # "close to" a published figure: the middle half reaches within this
+
+
+def _paired_pct(grid: pd.DataFrame, value_bytes: int, config: str, baseline: str,
+                column: str) -> pd.Series:
+    """``config``'s runs against ``baseline``'s run of the same round (same size), in %."""
+    runs = grid[(grid["mode"] == "throughput") & (grid["value_bytes"] == value_bytes)]
+    a = runs[runs["config"] == config].set_index("repeat")[column]
+    b = runs[runs["config"] == baseline].set_index("repeat")[column]
+    return ((a / b.reindex(a.index) - 1) * 100).dropna()
+
+
+def _quartiles(pct: pd.Series) -> tuple[float, float, float]:
+    return float(pct.median()), float(pct.quantile(0.25)), float(pct.quantile(0.75))
+
+
+def _evidence(median: float, q1: float, q3: float, what: str) -> str:
+    return f"{what} {median:+.1f} % (middle half {q1:+.1f} to {q3:+.1f})"
+
+
+def shape(grid: pd.DataFrame, summary: pd.DataFrame | None = None,
+          short_ms: float = 10.0, long_ms: float = 100.0, small: int = 100,
+          large: int = 1024) -> pd.DataFrame:
+    """The published shape, claim by claim, against this run (``commit_grid``'s runs and
+    ``summarize(runs)``): 1 KB committed every 100 ms close to at-least-once (the middle
+    half of the paired rounds reaches within 5 points of the published -3 %); a shorter
+    interval costlier (each round's two intervals paired: throughput and CPU per record);
+    smaller records costlier (their cost against at-least-once, middle halves compared); a
+    read_committed reader later in latency. Each with what was measured and "reproduced",
+    "contradicted" or "not shown beyond the spread"."""
+    long_cfg, short_cfg = f"transactional@{long_ms:g}ms", f"transactional@{short_ms:g}ms"
+    grid = grid.assign(cpu_ms_per_record=(grid["client_cpu_ms"] + grid["broker_cpu_ms"])
+                       / grid["records"])
+    rows = []
+    m, q1, q3 = _quartiles(_paired_pct(grid, large, long_cfg, "at_least_once", "records_per_s"))
+    near = q1 <= -3.0 + CLOSE_POINTS and q3 >= -3.0 - CLOSE_POINTS  # reaches -3 % +- 5 points
+    rows.append(("1 KB records, commit every 100 ms: close to at-least-once (-3 %)",
+                 _evidence(m, q1, q3, "throughput"), "reproduced" if near else "contradicted"))
+    for size in (small, large):
+        tput = _quartiles(_paired_pct(grid, size, short_cfg, long_cfg, "records_per_s"))
+        cpu = _quartiles(_paired_pct(grid, size, short_cfg, long_cfg, "cpu_ms_per_record"))
+        verdict = {"slower": "reproduced", "faster": "contradicted"}.get(
+            difference(tput[1], tput[2]), "not shown beyond the spread")
+        rows.append((f"{size} B records: every {short_ms:g} ms costlier than every {long_ms:g} ms",
+                     _evidence(*tput, "throughput") + "; " + _evidence(*cpu, "CPU per record"),
+                     verdict))
+    for interval, cfg in ((short_ms, short_cfg), (long_ms, long_cfg)):
+        s = _quartiles(_paired_pct(grid, small, cfg, "at_least_once", "records_per_s"))
+        big = _quartiles(_paired_pct(grid, large, cfg, "at_least_once", "records_per_s"))
+        verdict = ("reproduced" if s[2] < big[1] else "contradicted" if s[1] > big[2]
+                   else "not shown beyond the spread")
+        rows.append((f"commit every {interval:g} ms: {small} B records costlier than {large} B",
+                     _evidence(*s, f"{small} B vs at_least_once") + "; "
+                     + _evidence(*big, f"{large} B"), verdict))
+    if summary is not None and "transactional" in summary.index:
+        x = summary.loc["transactional"]
+        others = summary.drop(index="transactional")
+        later = bool(x["latency_p50_ms_min"] > others["latency_p50_ms_max"].max())
+        rows.append(("a read_committed reader gets transactional records later",
+                     f"median p50 {x['latency_p50_ms']:.0f} ms, the others "
+                     f"{others['latency_p50_ms'].min():.0f}-{others['latency_p50_ms'].max():.0f} ms",
+                     "reproduced" if later else "not shown beyond the spread"))
+    return pd.DataFrame(rows, columns=["published claim", "measured here (paired rounds)",
+                                       "this run"]).set_index("published claim")

@@ -69,6 +69,8 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._rules: list[Rule] = []
         self._requests: collections.Counter[str] = collections.Counter()
+        self._bytes: dict[str, collections.Counter[str]] = {  # frame bytes per API, each way
+            "request_bytes": collections.Counter(), "response_bytes": collections.Counter()}
         self._counts: collections.Counter[str] = collections.Counter()
         self._rewritten: collections.Counter[str] = collections.Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -209,6 +211,7 @@ class FaultProxy:
         with self._lock:
             return {
                 "requests": dict(self._requests),
+                **{way: dict(counts) for way, counts in self._bytes.items()},
                 "responses_rewritten": dict(self._rewritten),  # broker addresses replaced
                 "responses_dropped": self._counts["responses_dropped"],
                 "responses_errored": self._counts["responses_errored"],  # error:<api>:N:<ERROR>
@@ -225,11 +228,13 @@ class FaultProxy:
         with self._lock:
             self._rules.append(rule)
 
-    def _decide(self, api_key: int) -> tuple[str | None, float]:
-        """(action, delay in s) for a request arriving now; one-shot rules fire on their Nth."""
+    def _decide(self, api_key: int, size: int = 0) -> tuple[str | None, float]:
+        """(action, delay in s) for a request of ``size`` bytes arriving now; one-shot rules
+        fire on their Nth."""
         action, delay_ms = None, 0
         with self._lock:
             self._requests[api_name(api_key)] += 1
+            self._bytes["request_bytes"][api_name(api_key)] += size
             for rule in list(self._rules):
                 if not rule.matches(api_key):
                     continue
@@ -314,7 +319,7 @@ class FaultProxy:
         while True:
             payload = await read_frame(reader)
             info = protocol.peek_request(payload)
-            action, delay_s = self._decide(info.api_key)
+            action, delay_s = self._decide(info.api_key, len(payload) + 4)  # + the size field
             if action in ("reset", "kill"):
                 self._count("connections_reset" if action == "reset" else "senders_killed")
                 # Forward what arrived before this request, then cut (in _send_requests).
@@ -373,6 +378,8 @@ class FaultProxy:
             if not link.pending:
                 raise protocol.ProtocolError(f"unrequested response (correlation id {correlation_id})")
             info, action, request, sent = link.pending.popleft()
+            with self._lock:
+                self._bytes["response_bytes"][api_name(info.api_key)] += len(payload) + 4
             if request is not None:
                 self._record(request, payload, sent, dropped=action == "drop")
             if info.correlation_id != correlation_id:
