@@ -2,7 +2,7 @@
 and do the statements the notebook tests compare come out the same every time?
 
     LABKIT_HOME=/tmp/cost-lab .venv/bin/labkit up
-    LABKIT_HOME=/tmp/cost-lab .venv/bin/python benchmarks/cost_notebook.py 5
+    LABKIT_HOME=/tmp/cost-lab .venv/bin/python benchmarks/cost_notebook.py 5 [--save]
 
 Each run executes a copy of notebooks/09_cost.ipynb (a fresh kernel, the lab broker) with
 one cell added at the end that hands this script the run's tables as JSON. The script then
@@ -12,7 +12,10 @@ longest median latency, the commit-wait ordering of the grid, where each publish
 lies) and checks every printed statement against it, and checks that each compared cell's
 output equals the committed notebook's. One line per run, in Markdown, for
 docs/measurements.md: load average at the start, wall time, the cells' time, the printed
-verdicts and a few of the numbers behind them, agreement.
+verdicts and a few of the numbers behind them, agreement; then, run by run, the published
+shape's verdicts and each cell's median change against at_least_once in throughput and in
+CPU (client, broker), with how far apart the runs were. ``--save`` stores the last run's
+outputs as the notebook's (when every run agreed), so its tables are a recorded run's.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ print("TABLES-JSON" + _json.dumps({
     "summary": summary.reset_index().to_json(orient="records"),
     "grid": grid_table.reset_index().to_json(orient="records"),
     "wire": wire.to_json(orient="records"),
-    "shape": published.shape(grid, summary)["this run"].to_dict(),
+    "shape": published.shape(grid, summary)[["throughput says", "CPU says"]].agg(" / ".join, axis=1).to_dict(),
     "versus_amo": versus_at_most_once.reset_index().to_json(orient="records")}))"""
 # What the spread table compares across runs: each cell's median against at_least_once
 RATIOS = {"throughput": "throughput_vs_baseline_pct", "client CPU": "client_cpu_vs_baseline_pct",
@@ -139,7 +142,16 @@ def cell_seconds(nb) -> float:
     return total
 
 
-def main(runs: int) -> int:
+def save(nb) -> None:
+    """The run's notebook as notebooks/09_cost.ipynb, without the dump cell and the cells'
+    timing: the stored tables are then those of a recorded run."""
+    nb.cells = [c for c in nb.cells if "TABLES-JSON" not in c.source]
+    for c in nb.cells:
+        c.metadata.pop("execution", None)
+    nbformat.write(nb, NOTEBOOK)
+
+
+def main(runs: int, keep_last: bool = False) -> int:
     print("| run | load avg (1 min) at start | wall s | cells s | fastest | transactional vs "
           "at_least_once (middle half) | verdicts (amo / idem / txn) | slowest to read "
           "| p50 ms: transactional / others | commit wait falls | grid 1 KB @100 ms vs "
@@ -165,6 +177,9 @@ def main(runs: int) -> int:
               f"{out['commit_split']} | "
               f"{'yes' if not problems else 'NO: ' + '; '.join(problems)} |", flush=True)
     print_spread(every)
+    if keep_last and not failed:
+        save(nb)
+        print(f"\nrun {runs}'s outputs stored in {NOTEBOOK.relative_to(ROOT)}")
     return 1 if failed else 0
 
 
@@ -173,9 +188,9 @@ def print_spread(every: list[dict]) -> None:
     runs were (max - min, in percentage points) for throughput and CPU."""
     print("\nAddPartitionsToTxn refused per commit, run by run:",
           ", ".join(str(out["refused_per_commit"]) for out in every))
-    print("\n| published claim | this run, run by run |\n|---|---|")
+    print("\n| published claim | throughput says / CPU says, run by run |\n|---|---|")
     for claim in every[0]["shape"]:
-        print(f"| {claim} | " + " / ".join(out["shape"][claim] for out in every) + " |")
+        print(f"| {claim} | " + " ; ".join(out["shape"][claim] for out in every) + " |")
     print("\n| cell | " + " | ".join(f"{k} vs at_least_once %, run by run | spread (points)"
                                      for k in RATIOS) + " |")
     print("|---|" + "---|---|" * len(RATIOS))
@@ -193,4 +208,5 @@ def print_spread(every: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 5))
+    args = [a for a in sys.argv[1:] if a != "--save"]
+    sys.exit(main(int(args[0]) if args else 5, keep_last="--save" in sys.argv))

@@ -167,32 +167,38 @@ def shape(grid: pd.DataFrame, summary: pd.DataFrame | None = None,
     half of the paired rounds reaches within 5 points of the published -3 %); a shorter
     interval costlier (each round's two intervals paired: throughput and CPU per record);
     smaller records costlier (their cost against at-least-once, middle halves compared); a
-    read_committed reader later in latency. Each with what was measured and "reproduced",
+    read_committed reader later in latency. Each with what was measured and, from the
+    throughput and from the CPU per record (client and broker) apart, "reproduced",
     "contradicted" or "not shown beyond the spread"."""
     long_cfg, short_cfg = f"transactional@{long_ms:g}ms", f"transactional@{short_ms:g}ms"
     grid = grid.assign(cpu_ms_per_record=(grid["client_cpu_ms"] + grid["broker_cpu_ms"])
                        / grid["records"])
     rows = []
     m, q1, q3 = _quartiles(_paired_pct(grid, large, long_cfg, "at_least_once", "records_per_s"))
+    cpu = _quartiles(_paired_pct(grid, large, long_cfg, "at_least_once", "cpu_ms_per_record"))
     near = q1 <= -3.0 + CLOSE_POINTS and q3 >= -3.0 - CLOSE_POINTS  # reaches -3 % +- 5 points
     rows.append(("1 KB records, commit every 100 ms: close to at-least-once (-3 %)",
-                 _evidence(m, q1, q3, "throughput"), "reproduced" if near else "contradicted"))
+                 _evidence(m, q1, q3, "throughput") + "; " + _evidence(*cpu, "CPU per record"),
+                 "reproduced" if near else "contradicted", "(no published CPU figure)"))
     for size in (small, large):
         tput = _quartiles(_paired_pct(grid, size, short_cfg, long_cfg, "records_per_s"))
         cpu = _quartiles(_paired_pct(grid, size, short_cfg, long_cfg, "cpu_ms_per_record"))
-        verdict = {"slower": "reproduced", "faster": "contradicted"}.get(
-            difference(tput[1], tput[2]), "not shown beyond the spread")
         rows.append((f"{size} B records: every {short_ms:g} ms costlier than every {long_ms:g} ms",
                      _evidence(*tput, "throughput") + "; " + _evidence(*cpu, "CPU per record"),
-                     verdict))
+                     _costlier(tput, lower_is_costlier=True), _costlier(cpu, lower_is_costlier=False)))
     for interval, cfg in ((short_ms, short_cfg), (long_ms, long_cfg)):
-        s = _quartiles(_paired_pct(grid, small, cfg, "at_least_once", "records_per_s"))
-        big = _quartiles(_paired_pct(grid, large, cfg, "at_least_once", "records_per_s"))
-        verdict = ("reproduced" if s[2] < big[1] else "contradicted" if s[1] > big[2]
-                   else "not shown beyond the spread")
+        says, evidence = [], []
+        for column, what, lower in (("records_per_s", "throughput", True),
+                                    ("cpu_ms_per_record", "CPU per record", False)):
+            s_, big = (_quartiles(_paired_pct(grid, size, cfg, "at_least_once", column))
+                       for size in (small, large))
+            costlier, cheaper = (s_[2] < big[1], s_[1] > big[2]) if lower else (s_[1] > big[2], s_[2] < big[1])
+            says.append("reproduced" if costlier else "contradicted" if cheaper
+                        else "not shown beyond the spread")
+            evidence.append(f"{what} vs at_least_once: " + _evidence(*s_, f"{small} B")
+                            + ", " + _evidence(*big, f"{large} B"))
         rows.append((f"commit every {interval:g} ms: {small} B records costlier than {large} B",
-                     _evidence(*s, f"{small} B vs at_least_once") + "; "
-                     + _evidence(*big, f"{large} B"), verdict))
+                     "; ".join(evidence), *says))
     if summary is not None and "transactional" in summary.index:
         x = summary.loc["transactional"]
         others = summary.drop(index="transactional")
@@ -200,6 +206,14 @@ def shape(grid: pd.DataFrame, summary: pd.DataFrame | None = None,
         rows.append(("a read_committed reader gets transactional records later",
                      f"median p50 {x['latency_p50_ms']:.0f} ms, the others "
                      f"{others['latency_p50_ms'].min():.0f}-{others['latency_p50_ms'].max():.0f} ms",
-                     "reproduced" if later else "not shown beyond the spread"))
+                     "reproduced" if later else "not shown beyond the spread", ""))
     return pd.DataFrame(rows, columns=["published claim", "measured here (paired rounds)",
-                                       "this run"]).set_index("published claim")
+                                       "throughput says", "CPU says"]).set_index("published claim")
+
+
+def _costlier(quartiles: tuple[float, float, float], lower_is_costlier: bool) -> str:
+    """A paired change's verdict on "costlier": its middle half wholly on the costly side
+    (less throughput, more CPU) "reproduced", wholly on the other "contradicted"."""
+    verdict = difference(quartiles[1], quartiles[2])
+    costly, cheap = ("slower", "faster") if lower_is_costlier else ("faster", "slower")
+    return {costly: "reproduced", cheap: "contradicted"}.get(verdict, "not shown beyond the spread")
