@@ -231,6 +231,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("longest median wait for a read_committed reader",
          "longest median wait for a read_committed reader: transactional"),
         ("findings.commit_wait_falls_with_interval(grid_table)", "at every record size: yes"),
+        ("cost_units.one_of_each_per_commit(wire)",
+         "every commit: exactly one EndTxn and one accepted AddPartitionsToTxn: yes"),
     ],
     "10_capstone": [
         ("for points in capstone.experiments(ledger_service)", "crash at after-commit"),
