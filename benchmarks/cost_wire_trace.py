@@ -14,7 +14,7 @@ import os
 import statistics
 import sys
 
-from labkit.experiments.lane import Lane
+from labkit.cost.lane import Lane
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka import cluster
 

@@ -19,7 +19,7 @@ import random
 import threading
 import time
 
-from labkit.experiments import bench, findings
+from labkit.cost import bench, findings
 from labkit.kafka import cluster
 
 

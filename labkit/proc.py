@@ -159,6 +159,33 @@ def is_stopped(pid: int) -> bool:
         return False
 
 
+def group_members(pgid: int) -> list[int]:
+    """The pids of process group ``pgid`` now (a Flink job's Python and its JVM)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                found.append(p.pid)
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def all_threads_stopped(pids: Iterable[int]) -> bool:
+    """Is every thread of ``pids`` stopped (a SIGSTOP reaches a JVM's threads one by one,
+    over milliseconds), or gone?"""
+    for pid in pids:
+        try:
+            for thread in psutil.Process(pid).threads():
+                if psutil.Process(thread.id).status() not in (
+                        psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP,
+                        psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                    return False
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):  # gone meanwhile
+            continue
+    return True
+
+
 def rss_mb(pid: int) -> float:
     """Resident memory now, in MiB (NaN when it has gone)."""
     try:

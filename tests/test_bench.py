@@ -1,4 +1,4 @@
-"""labkit.experiments.bench, run tiny against the real broker: the shape and sanity of what it measures;
+"""labkit.cost.bench, run tiny against the real broker: the shape and sanity of what it measures;
 and the tables and the conclusion derived from them, on numbers made up to test them.
 
 No timing thresholds (the machine is shared and noisy): only facts that hold at any speed.
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from confluent_kafka import KafkaError
 
-from labkit.experiments import bench, findings, published
-from labkit.experiments.lane import GUARANTEES, Lane, measure, producer_config
+from labkit.cost import bench, findings, published
+from labkit.cost.lane import GUARANTEES, Lane, measure, producer_config
 from labkit.kafka.clientlog import COORDINATOR_STALL_WORKAROUND_MS
 from labkit.kafka.inspect import Inspector
 

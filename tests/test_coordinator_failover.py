@@ -20,6 +20,7 @@ from labkit.experiments.context import RunContext
 from labkit.kafka import coordinators, names, topics
 
 from labkit.pipelines import data
+from labkit.kafka import clientlog
 from labkit.kafka.clientlog import client_config
 from labkit.exercises.coordinator import check_next_coordinator, judge
 from labkit.faults.broker_faults import FreezeBroker
@@ -97,7 +98,7 @@ def test_send_offsets_returns_after_its_group_coordinator_left_the_cluster(failu
     coordinator is frozen past broker.session.timeout.ms, so the controller fences it and it
     leaves the metadata the producer reads (librdkafka drops its handle), then it comes back.
     librdkafka 2.16.1 alone then waits in send_offsets_to_transaction() past its own timeout
-    (over 180 s measured, issues 5511 and 5456); with the lab's client settings
+    (over 180 s measured, issues 5511 and 5456); with connections.max.idle.ms set
     (clientlog.COORDINATOR_STALL_WORKAROUND_MS) it returns within seconds."""
     failure_lab.restart()
     group_broker, leader = 2, 1
@@ -107,7 +108,9 @@ def test_send_offsets_returns_after_its_group_coordinator_left_the_cluster(failu
     data.load_into_topic(failure_lab.bootstrap, source, data.generate(30, prefix="s"))
     group = coordinators.group_coordinated_by(failure_lab, group_broker, base)
     producer = Producer(client_config({"bootstrap.servers": failure_lab.bootstrap,
-                                       "transactional.id": base, "log_level": 2}))
+                                       "transactional.id": base, "log_level": 2,
+                                       "connections.max.idle.ms":
+                                           clientlog.COORDINATOR_STALL_WORKAROUND_MS}))
     consumer = Consumer(client_config({
         "bootstrap.servers": failure_lab.bootstrap, "group.id": group, "log_level": 2,
         "enable.auto.commit": False, "auto.offset.reset": "earliest"}))

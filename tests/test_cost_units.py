@@ -9,8 +9,8 @@ import time
 import pandas as pd
 import pytest
 
-from labkit.experiments import bench, cost_units, findings, published
-from labkit.experiments.lane import Lane
+from labkit.cost import bench, cost_units, findings, published
+from labkit.cost.lane import Lane
 from labkit.faults.proxy import FaultProxy
 
 

@@ -187,7 +187,9 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("after a dedupe by id", "lost=0 duplicated=0 exactly once: True"),
         ("print(trap.report.summary())", "aborted_visible=20"),
         ("print(exact.report.summary())", "lost=0 duplicated=0 reordered=0 aborted_visible=0"),
-        ("stored = stored_offsets(exact.job.sink)", "next offset in the database"),
+        ("calls of ledger_sink per batch id", "calls of ledger_sink per batch id: {0: 1, 1: 2,"),
+        ("calls of ledger_sink per batch id", "batch ids in spark_batches:        [0, 1, 2, 3, 4]"),
+        ("planned = ckpt.batches(exact.job.checkpoint)", "start_offset  end_offset  offsets  rows"),
         ('groups or "none"', "input topic: none"),
     ],
     "08c_spark_delta_idempotent_writes": [
@@ -237,7 +239,7 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
     "10_capstone": [
         ("for points in capstone.experiments(ledger_service)", "crash at after-commit"),
         ("capstone.found(results)", "crash at after-produce-before-flush and after-process-before-commit"),
-        ("capstone.found(results)", "lost produce ack, refused record"),
+        ("capstone.found(results)", "lost produce ack, refused record, crash at a commit"),
         ("capstone.check_capstone(ledger_service, accounting_reads, results)", "🔁 Not yet"),
         ("capstone.check_capstone(ledger_service, accounting_reads, results)", "commit together, atomically"),
     ],

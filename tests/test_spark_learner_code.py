@@ -14,6 +14,8 @@ import pytest
 from tests.notebook_cells import as_cell as load, compared_text, edited, read
 from labkit import experiments
 from labkit.pipelines.learner import LearnerCodeError
+from labkit.spark import check
+from labkit.spark.sinks import recorded_batches
 
 pytestmark = pytest.mark.spark
 
@@ -156,6 +158,50 @@ def test_08b_the_query_on_screen_decides_the_isolation(bootstrap, tmp_path):
         experiments.run("spark-txn-input", cluster=bootstrap, guarantee="exactly_once",
                         records=60, query=load(sink_cell(notebook, "ledger_query"), "ledger_query"),
                         source_options={"kafka.isolation.level": "read_committed"})
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["as-shipped", "without-its-check"])
+def test_08b_the_batch_id_sink_on_screen_writes_a_replay_once_and_without_its_check_twice(
+        bootstrap, tmp_path, guarded):
+    """08b's ledger_sink, the driver killed between its write of batch 1 and Spark's
+    commits/1: Spark hands batch 1 to it again, with the same id and rows. Counted from the
+    database: every committed payment once, each batch id recorded once. The same cell
+    without its check on the batch id writes the replay again (its table has no unique key:
+    only that check stops it)."""
+    notebook = "08b_spark_kafka_in_and_out"
+    assert "lost=0 duplicated=0" in shown_audit(notebook, "print(exact.report.summary())")
+    source = sink_cell(notebook, "ledger_sink")
+    if not guarded:
+        source = edited(source, "            if last is not None and batch_id <= last:\n"
+                        "                return  # a replay of a batch already written: nothing "
+                        "to do\n", "")
+    exp = experiments.run("spark-txn-input", cluster=bootstrap, guarantee="exactly_once",
+                          crash_at=CRASH_AT, records=60, workdir=tmp_path / "run",
+                          keep_topics=False, pipeline=load(source, "ledger_sink"),
+                          spare=guarded)  # the unguarded run is the last crash here
+    replays = exp.run.timeline.query("replay")
+    assert exp.run.crashed and list(replays["batch_id"]) == [1], exp.run.timeline
+    rows = check.table_records(exp.job.sink.db_url, exp.job.sink.table)
+    batches = recorded_batches(exp.job.sink)
+    assert set(rows["id"]) == {r["id"] for r in exp.inputs}  # nothing lost, nothing aborted
+    if guarded:
+        assert rows["id"].is_unique and batches == sorted(set(batches)), batches
+        assert exp.report.exactly_once, exp.report.summary()
+    else:  # batch 1's rows and its id a second time
+        again = int(replays["rows"].iloc[0])
+        assert len(rows) - rows["id"].nunique() == exp.report.duplicated == again > 0
+        assert batches.count(1) == 2 and len(batches) == len(set(batches)) + 1, batches
+
+
+def test_a_sink_asking_for_what_a_foreach_batch_function_is_not_given_is_refused(bootstrap):
+    """Spark's offset ranges are in its checkpoint, not given to a foreachBatch function:
+    a sink that names them is refused before Spark starts, with what the lab passes."""
+    def ledger_sink(batch_df, batch_id, ranges):
+        return None
+
+    with pytest.raises(LearnerCodeError, match=r"asks for \['ranges'\].*provides: app_id"):
+        experiments.run("spark-txn-input", cluster=bootstrap, guarantee="exactly_once",
+                        records=60, pipeline=ledger_sink)
 
 
 def test_08d_the_transform_on_screen_decides_what_the_replay_writes(bootstrap, tmp_path):

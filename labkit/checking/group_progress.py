@@ -124,18 +124,21 @@ class GroupProgress:
         """Why the group hands out no work now, if the coordinator says it is waiting: a
         rebalance in progress, members the app no longer runs (dead ones whose session has
         not timed out yet), or fewer members than the app runs (an instance just started has
-        not joined yet: on a loaded machine a start takes seconds). None: nothing to wait for
-        (or the coordinator cannot say)."""
+        not joined yet: on a loaded machine a start takes seconds), or the coordinator of a
+        group that has had members did not answer (a judge that cannot tell a wait from a
+        stall does not call it a stall: the run's own timeout still ends an app that never
+        moves). None: nothing to wait for."""
         group = self.describe()
-        if group is None:
-            return None
+        if group is None:  # (a group never seen with members may just not exist: no wait)
+            return ("the group's coordinator did not answer in time (a broker restarting, a "
+                    "loaded machine): no stall called on a guess") if self.grouped else None
+        self.grouped = self.grouped or bool(group.members)
         if group.state in REBALANCING:
             return f"the group is rebalancing ({group.state.name.lower()})"
         extra = len(group.members) - instances_alive
         if extra > 0:
             return (f"the group still has {extra} member(s) more than the app runs: a killed "
                     "instance's session has not timed out yet")
-        self.grouped = self.grouped or bool(group.members)
         if extra < 0 and self.grouped:  # an app that uses the group, not assign()
             return f"{-extra} instance(s) of the app not in the group yet (joining)"
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from labkit.experiments import lane
+from labkit.cost import lane
 from labkit.exercises import Verdict, check, exercise, unanswered
 from labkit.kafka.inspect import Inspector
 

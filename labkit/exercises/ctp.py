@@ -63,7 +63,7 @@ def _read(consumer, count: int | None = None) -> list:
 def rewound(bootstrap: str, rewind: Callable) -> tuple[dict[int, int | None], list[int]]:
     """Run ``rewind`` after an aborted transaction whose batch spans every partition; return
     where reading resumed on each partition (None: nothing more was read from it) and the
-    partitions of the batch in the order the consumer handed them over."""
+    partitions of the batch in the order the learner's rewind got them (partition order)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from labkit.kafka import names, topics
@@ -90,7 +90,9 @@ def rewound(bootstrap: str, rewind: Callable) -> tuple[dict[int, int | None], li
                         asynchronous=False)  # where the last committed transaction left it
         consumer.subscribe([source])
         expected = sum(RECORDS_PER_PARTITION - o for o in COMMITTED.values())
-        batch = _read(consumer, expected)
+        # in partition order: the fetches' order varies from run to run, and the hint that
+        # names it should not
+        batch = sorted(_read(consumer, expected), key=lambda m: (m.partition(), m.offset()))
         if len(batch) < expected:
             raise RuntimeError(f"the check read {len(batch)} of its {expected} records")
         producer = Producer(client_config({"bootstrap.servers": bootstrap,

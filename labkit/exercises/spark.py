@@ -10,10 +10,10 @@ Also 08a: the learner writes a foreachBatch function that survives the replay; t
 runs it (``pipeline=``) under the same crash into a table keyed
 by the payment id, and audits the table.
 
-08b: the learner predicts how many records of aborted transactions reach the transactional
-sink when a colleague sets ``isolation.level`` without Spark's ``kafka.`` prefix; the check
-runs the real query with that option on a freshly written input (some transactions aborted)
-and audits the table.
+08b: the learner predicts how many records of aborted transactions reach the batch-id sink
+(the lab's copy of the notebook's ``ledger_sink``) when a colleague sets ``isolation.level``
+without Spark's ``kafka.`` prefix; the check runs the real query with that option on a
+freshly written input (some transactions aborted) and audits the table.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ UNPREFIXED = {"isolation.level": "read_committed"}
 
 @exercise("08b_spark_kafka_in_and_out")
 def check_unprefixed_option(prediction: int | None, bootstrap: str) -> Verdict:
-    """08b · predict how many records of aborted transactions reach the transactional sink's
+    """08b · predict how many records of aborted transactions reach the batch-id sink's
     table when the source gets ``isolation.level`` without the ``kafka.`` prefix: measured by
     running the query with that option on a fresh input and auditing its table."""
     if unanswered(prediction):

@@ -37,7 +37,7 @@ from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, on
 from labkit.faults.process_faults import Pause
 from labkit.kafka import topics
-from labkit.kafka.clientlog import client_config
+from labkit.kafka.clientlog import COORDINATOR_STALL_WORKAROUND_MS, client_config
 from labkit.pipelines import data
 from labkit.pipelines.fee_loop import BATCH, classified, copy_fees
 from labkit.pipelines.ctp import transform
@@ -64,7 +64,8 @@ def member(bootstrap: str, group: str, name: str, eof: bool = False) -> Consumer
 
 def fee_service(bootstrap: str, transactional_id: str) -> Producer:
     producer = Producer(client_config({"bootstrap.servers": bootstrap,
-                                       "transactional.id": transactional_id}))
+                                       "transactional.id": transactional_id,
+                                       "connections.max.idle.ms": COORDINATOR_STALL_WORKAROUND_MS}))
     producer.init_transactions(60)
     return producer
 

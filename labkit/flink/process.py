@@ -11,7 +11,6 @@ outlives its job, on any path.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -25,32 +24,6 @@ from labkit.flink import environment
 JOBMAIN = Path(__file__).with_name("jobmain.py")
 FREEZE_WAIT_S = 2.0  # the most a freeze waits for every thread to show stopped
 REFERENCE_JOB = Path(__file__).with_name("fee_job.py")
-
-
-def _group(pgid: int) -> list[int]:
-    """The pids of process group ``pgid`` (the job's Python and its JVM)."""
-    found = []
-    for pid_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.getpgid(int(pid_dir.name)) == pgid:
-                found.append(int(pid_dir.name))
-        except OSError:  # gone meanwhile
-            continue
-    return found
-
-
-def _all_stopped(pids: list[int]) -> bool:
-    """Is every thread of ``pids`` stopped (state T in /proc/<pid>/task/<tid>/stat), or
-    gone?"""
-    for pid in pids:
-        try:
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state not in ("T", "t", "Z", "X"):
-                    return False
-        except (OSError, IndexError):  # gone meanwhile
-            continue
-    return True
 
 
 def job_command(code_file: Path, function: str, params: dict, run_dir: Path,
@@ -96,14 +69,14 @@ class JobProcess:
         signal reaches each thread when the kernel next schedules it, so this returns once
         every thread of the group shows stopped (a file write a thread was in the middle of
         is finished by then, and nothing after it starts)."""
-        proc.signal_group(self.popen.pid, signal.SIGSTOP)
-        pids = _group(self.popen.pid)
+        proc.signalproc.group_members(self.popen.pid, signal.SIGSTOP)
+        pids = proc.group_members(self.popen.pid)
         deadline = time.monotonic() + FREEZE_WAIT_S
-        while not _all_stopped(pids) and time.monotonic() < deadline:
+        while not proc.all_threads_stopped(pids) and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def thaw(self) -> None:
-        proc.signal_group(self.popen.pid, signal.SIGCONT)
+        proc.signalproc.group_members(self.popen.pid, signal.SIGCONT)
 
     @contextmanager
     def frozen(self) -> Iterator[None]:

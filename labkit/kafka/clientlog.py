@@ -74,14 +74,12 @@ def client_config(config: dict) -> dict:
     so learners sharing a cluster never join each other's groups or fence each other.
     The connection settings of ``LABKIT_KAFKA_CONFIG`` (``labkit.kafka.connection``) are merged in
     here too, so every client reaches an authenticated cluster the same way.
-    A transactional producer also gets ``connections.max.idle.ms`` (unless the caller set
-    it): see COORDINATOR_STALL_WORKAROUND_MS."""
+    Nothing else is added: a setting that decides whether a loop survives (the idle
+    connections' close, COORDINATOR_STALL_WORKAROUND_MS) is the caller's to write, in sight."""
     # The connection settings (LABKIT_KAFKA_CONFIG: credentials, TLS) come first, so a
     # setting the caller passes on purpose (the lab's own admin identity) wins.
     config = {**connection.for_client(config.get("bootstrap.servers")), **config,
               "logger": client_logger()}
-    if config.get("transactional.id"):
-        config.setdefault("connections.max.idle.ms", COORDINATOR_STALL_WORKAROUND_MS)
     for key, rule in (("group.id", names.group), ("transactional.id", names.transactional_id)):
         if config.get(key):
             config[key] = rule(config[key])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,20 +34,22 @@ class HarnessError(ValueError):
     the message says what happened and what to do."""
 
 
-def app_environment(bootstrap: str, names: dict[str, str], run_dir: Path) -> dict[str, str]:
-    """The app's environment: the lab's, the run's names, the history file, ``bootstrap``,
-    and the cluster's connection settings as an app reads them: ``LABKIT_KAFKA_CONFIG``
-    (librdkafka names, for a Python app) and ``LABKIT_KAFKA_JAVA_CONFIG`` (the same settings
-    in the Java client's names, ``labkit.kafka.javaconfig``, written to the run's directory). Neither
-    when ``bootstrap`` needs none (no LABKIT_KAFKA_CONFIG, or the fault proxy's plaintext side)."""
-    env = {**os.environ, **names, history.ENV_FILE: str(run_dir / "history.jsonl"),
-           ENV_BOOTSTRAP: bootstrap,
-           # The harness's namespace, set even when empty: an app that names things through
-           # the lab's helpers (client_config) would otherwise see LABKIT_BOOTSTRAP, take the
-           # login name as its namespace (an external cluster's default) and join another group.
-           settings.NAMESPACE: namespace.namespace()}
-    env.pop(settings.KAFKA_CONFIG, None)
-    env.pop(settings.KAFKA_JAVA_CONFIG, None)
+def app_environment(bootstrap: str, names: dict[str, str],
+                    run_dir: Path) -> dict[str, str | None]:
+    """What the contract puts in the app's environment, over the lab's own (None: left out
+    of it): the run's names, the history file, ``bootstrap``, and the cluster's connection
+    settings as an app reads them: ``LABKIT_KAFKA_CONFIG`` (librdkafka names, for a Python
+    app) and ``LABKIT_KAFKA_JAVA_CONFIG`` (the same settings in the Java client's names,
+    ``labkit.kafka.javaconfig``, written to the run's directory). Neither when ``bootstrap``
+    needs none (no LABKIT_KAFKA_CONFIG, or the fault proxy's plaintext side): then they are
+    None, so the lab's own LABKIT_KAFKA_CONFIG does not reach an app talking plaintext."""
+    env: dict[str, str | None] = {
+        **names, history.ENV_FILE: str(run_dir / "history.jsonl"), ENV_BOOTSTRAP: bootstrap,
+        # The harness's namespace, set even when empty: an app that names things through
+        # the lab's helpers (client_config) would otherwise see LABKIT_BOOTSTRAP, take the
+        # login name as its namespace (an external cluster's default) and join another group.
+        settings.NAMESPACE: namespace.namespace(),
+        settings.KAFKA_CONFIG: None, settings.KAFKA_JAVA_CONFIG: None}
     if connection.for_client(bootstrap):
         env[settings.KAFKA_CONFIG] = str(settings.current().kafka_config.resolve())
         env[settings.KAFKA_JAVA_CONFIG] = str(javaconfig.write(run_dir / "client-java.properties",

@@ -22,7 +22,7 @@ import pandas as pd
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from labkit.kafka import topics
-from labkit.kafka.clientlog import client_config
+from labkit.kafka.clientlog import COORDINATOR_STALL_WORKAROUND_MS, client_config
 from labkit.kafka.inspect import InspectError, Inspector
 from labkit.pipelines.ctp import transform
 from labkit.progress import beat, step
@@ -163,6 +163,10 @@ class FeeLoop:
         it is fenced)."""
         producer = Producer(client_config({"bootstrap.servers": run.client_bootstrap,
                                            "transactional.id": run.transactional_id(),
+                                           # send_offsets_to_transaction() can otherwise
+                                           # wait minutes after a coordinator moves
+                                           "connections.max.idle.ms":
+                                               COORDINATOR_STALL_WORKAROUND_MS,
                                            **self.producer_settings}))
         producer.init_transactions(60)
         run.facts["producers"] = run.facts.get("producers", 0) + 1

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from labkit.kafka.clientlog import client_config
+from labkit.kafka.clientlog import COORDINATOR_STALL_WORKAROUND_MS, client_config
 from labkit.faults.crashpoints import crash_point
 from labkit.pipelines.common import DeliveryTracker, commit
 from labkit.pipelines.txn import Transactions
@@ -137,7 +137,10 @@ class ExactlyOnce(Guarantee):
         if not transactional_id:
             raise ValueError("exactly_once needs a transactional_id")
         return {"transactional.id": transactional_id, "enable.idempotence": True, "acks": "all",
-                "transaction.timeout.ms": self.TRANSACTION_TIMEOUT_MS}
+                "transaction.timeout.ms": self.TRANSACTION_TIMEOUT_MS,
+                # librdkafka's send_offsets_to_transaction() can wait minutes after its group
+                # coordinator's broker left; closing idle connections ends the wait
+                "connections.max.idle.ms": COORDINATOR_STALL_WORKAROUND_MS}
 
     def open_output(self, bootstrap: str, transactional_id: str | None = None,
                     tuning: dict | None = None):

@@ -86,7 +86,9 @@ def _batch_ranges(job: dict, batch_id: int) -> dict[tuple[str, int], tuple[int, 
 def _learner_sink(job: dict, spec: SinkSpec):
     """The learner's foreachBatch function (job["sink_code"]) as the batch writer, called
     with what it names of: batch_df, batch_id, db_url, table, path, app_id, output_topic,
-    kafka_options, ranges. None when the job uses the lab's own sink."""
+    kafka_options. Spark gives a real foreachBatch function the first two; the others are
+    settings a real sink has too. Never the batch's offset ranges: they are in Spark's
+    checkpoint files, not given to a sink. None when the job uses the lab's own sink."""
     if not job.get("sink_code"):
         return None
     from labkit.pipelines import learner
@@ -96,9 +98,11 @@ def _learner_sink(job: dict, spec: SinkSpec):
                 "app_id": delta.app_id(spec.table), "output_topic": spec.output_topic,
                 "kafka_options": javaconfig.spark_options(job["bootstrap"])}
 
-    def write(df, batch_id: int, rows: int, ranges) -> dict:
+    def write(df, batch_id: int, rows: int) -> dict:
         before = delta.latest_version(spec.path) if spec.path else None
-        learner.call(target, batch_df=df, batch_id=batch_id, ranges=ranges, **settings)
+        provided = {"batch_df": df, "batch_id": batch_id, **settings}
+        assert provided.keys() == SINK_PROVIDES  # what scenarios.check_sink checks it for
+        learner.call(target, **provided)
         if spec.path:  # a Delta table: the notes of the lab's own Delta sink
             return delta.commit_notes(spec.path, before, batch_id, rows)
         return {"written": rows}
@@ -106,6 +110,9 @@ def _learner_sink(job: dict, spec: SinkSpec):
     return write
 
 
+# What a learner's foreachBatch sink may name: Spark's two arguments and the sink's settings.
+SINK_PROVIDES = frozenset({"batch_df", "batch_id", "db_url", "table", "path", "app_id",
+                           "output_topic", "kafka_options"})
 # The columns the lab's sinks and audit read from each micro-batch (a learner's query too)
 ROW_COLUMNS = ("id", "key", "value", "topic", "partition", "offset")
 # What a learner's functions may name, and so what this worker passes them: the query that
@@ -230,9 +237,9 @@ def run_stream(spark, job: dict, send) -> dict:
             rows = transform(rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
               "t": round(started - t0, 3)})
-        ranges = _batch_ranges(job, batch_id)
-        notes = (sink(df, batch_id, len(rows), ranges) if sink else
-                 write_batch(spec, df, rows, batch_id, job["bootstrap"], ranges=ranges))
+        notes = (sink(df, batch_id, len(rows)) if sink else  # the lab's sink reads the ranges
+                 write_batch(spec, df, rows, batch_id, job["bootstrap"],
+                             ranges=_batch_ranges(job, batch_id)))
         seen.append(batch_id)
         send({"event": "batch-end", "batch": batch_id, "rows": len(rows),
               "seconds": round(time.monotonic() - started, 3), **notes})

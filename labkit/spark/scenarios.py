@@ -26,7 +26,8 @@ spark-delta            exactly_once    a Delta table, one commit per batch with 
 spark-delta            at_least_once   the same table, plain appends: a replay is appended
 spark-txn-input        exactly_once    input written in transactions, some aborted; read
                                        with kafka.isolation.level=read_committed into the
-                                       transactional sink (Spark's offset ranges stored)
+                                       batch-id sink (rows + batch id in one transaction,
+                                       a recorded batch id skipped)
 spark-txn-input-       exactly_once    the same input and sink with Spark's default
 default                                isolation (read_uncommitted): aborted records read
 =====================  ==============  ===================================================
@@ -46,7 +47,7 @@ from labkit.kafka import topics
 from labkit.kafka.inspect import describe_topic
 from labkit.pipelines import learner
 from labkit.storage.db import default_url
-from labkit.spark.child import QUERY_PROVIDES
+from labkit.spark.child import QUERY_PROVIDES, SINK_PROVIDES
 from labkit.spark.runner import SPARK_CRASH_POINTS, StreamJob
 from labkit.spark.sinks import DELTA_KINDS, STATEFUL_KINDS, SinkSpec
 
@@ -57,8 +58,8 @@ PIPELINES: dict[str, dict[str, str]] = {  # scenario -> guarantee -> sink kind
     "spark-kafka-sink": {"at_least_once": "kafka", "exactly_once": "kafka"},
     "spark-running-count": {"exactly_once": "running-count", "at_least_once": "increment-count"},
     "spark-delta": {"exactly_once": "delta", "at_least_once": "delta-append"},
-    "spark-txn-input": {"exactly_once": "transactional"},
-    "spark-txn-input-default": {"exactly_once": "transactional"},
+    "spark-txn-input": {"exactly_once": "batch-id"},
+    "spark-txn-input-default": {"exactly_once": "batch-id"},
 }
 # Scenarios whose input is written by the lab's exactly-once producer (labkit.pipelines.txn)
 # in transactions of TXN_SIZE records, every ABORT_EVERY-th aborted; -> Kafka source options.
@@ -112,11 +113,13 @@ def check_options(name: str, guarantee: str, crash_at: str | None, records: int,
 
 def check_sink(sink: Callable, o: Any) -> None:
     """A learner's ``foreachBatch`` sink (``pipeline=``) replaces the lab's, whose Kafka
-    write is the one a task failure breaks; its cell's text must be readable."""
+    write is the one a task failure breaks; its cell's text must be readable, and it names
+    only what the worker passes (``SINK_PROVIDES``)."""
     if o.crash_at == TASK_FAILURE:
         raise ValueError(f"{TASK_FAILURE} fails a task of the lab's own Kafka sink: run it "
                          "without pipeline= (your sink)")
     learner.code_of(sink)
+    learner.check_parameters(sink, SINK_PROVIDES)
 
 
 def _code(function: Callable | None) -> dict[str, str] | None:
@@ -135,13 +138,14 @@ def stream_job(name: str, o: Any, run: Any, workdir: Path) -> StreamJob:
     A learner's ``foreachBatch`` sink, written in a notebook cell, runs in the Spark worker
     instead of the scenario's own (the crash points stay where the worker and the function
     put them; the tables, the replay and the audit are the scenario's). It names what it
-    needs among batch_df, batch_id, db_url, table, path, app_id, output_topic,
-    kafka_options and ranges. A learner's query builds and starts the Structured Streaming
-    query (``spark.readStream.format("kafka")`` ... ``.foreachBatch(sink).start()``) in
-    place of the lab's: it names what it needs among spark, kafka_options, input_topic,
-    checkpoint, starting_offsets and sink (the lab's foreachBatch: the crash points, the
-    events, and the learner's or the scenario's sink); its rows keep the columns id, key,
-    value, topic, partition, offset, which the sinks and the audit read."""
+    needs among batch_df, batch_id, db_url, table, path, app_id, output_topic and
+    kafka_options (what a real foreachBatch function has). A learner's query builds and
+    starts the Structured Streaming query (``spark.readStream.format("kafka")`` ...
+    ``.foreachBatch(sink).start()``) in place of the lab's: it names what it needs among
+    spark, kafka_options, input_topic, checkpoint, starting_offsets and sink (the lab's
+    foreachBatch: the crash points, the events, and the learner's or the scenario's sink);
+    its rows keep the columns id, key, value, topic, partition, offset, which the sinks and
+    the audit read."""
     kind = PIPELINES[name][o.guarantee]
     topic = run.topics["input"]
     if o.query is not None:  # the learner's query sets its own source options, on screen

@@ -12,6 +12,12 @@ an open transaction that the database rolls back).
   stored are Spark's own range ends (``offsets/N``), not the rows' last offset + 1: on a
   transactional input, markers and aborted records take offsets no row shows. The query
   resumes from the database's offsets (``stored_offsets``), not from the checkpoint.
+- ``batch-id``: what Spark's documentation recommends for ``foreachBatch``: rows and the
+  batch id in ONE transaction, a batch id the query already recorded skipped (a replay:
+  Spark re-runs a failed batch with the same id and, from the checkpoint's offsets, the same
+  rows). It needs nothing a real ``foreachBatch`` function is not given; the restart keeps
+  the checkpoint (a new one would number the batches from 0 again). No unique key on the
+  rows: only the batch id check stops a replay (``recorded_batches``: what it recorded).
 - ``kafka``: Spark's official Kafka sink (``df.write.format("kafka")``), at-least-once; the
   output key is the record id so a downstream reader can drop duplicates. The crash point
   ``spark-task-first-attempt`` makes one of its tasks fail once (``fail_first_attempt``).
@@ -31,11 +37,12 @@ from labkit.faults.crashpoints import crash_point, halves, reached
 from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
 from labkit.storage.db import Database
 
-SINK_KINDS = ("naive", "idempotent", "transactional", "kafka", "running-count", "increment-count",
-              "delta", "delta-append")
+SINK_KINDS = ("naive", "idempotent", "transactional", "batch-id", "kafka", "running-count",
+              "increment-count", "delta", "delta-append")
 DELTA_KINDS = ("delta", "delta-append")  # Delta Lake tables (labkit.spark.delta), not a database
 STATEFUL_KINDS = ("running-count",)  # the query aggregates in Spark before the sink
 OFFSETS_TABLE = "labkit_spark_offsets"
+BATCHES_TABLE = "spark_batches"  # the batch-id sink's: (query, batch_id) per batch written
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,8 @@ def create_tables(spec: SinkSpec) -> None:
         if spec.kind in ("running-count", "increment-count"):
             db.execute(f"CREATE TABLE IF NOT EXISTS {spec.table} (key TEXT PRIMARY KEY, total BIGINT NOT NULL)")
             return
-        unique = "" if spec.kind == "naive" else " NOT NULL UNIQUE"  # naive: nothing stops a duplicate
+        # naive and batch-id: no key stops a duplicate (batch-id's guard is its batch id)
+        unique = "" if spec.kind in ("naive", "batch-id") else " NOT NULL UNIQUE"
         db.execute(f"CREATE TABLE IF NOT EXISTS {spec.table} ({db.sequence_column(SEQUENCE_COLUMN)}, "
                    f"id TEXT{unique}, key TEXT, value TEXT, topic TEXT, kafka_partition INTEGER, "
                    "kafka_offset BIGINT, batch_id INTEGER)")
@@ -82,6 +90,9 @@ def create_tables(spec: SinkSpec) -> None:
             db.execute(f"CREATE TABLE IF NOT EXISTS {OFFSETS_TABLE} (sink TEXT, topic TEXT, "
                        "kafka_partition INTEGER, next_offset BIGINT NOT NULL, "
                        "PRIMARY KEY (sink, topic, kafka_partition))")
+        if spec.kind == "batch-id":
+            db.execute(f"CREATE TABLE IF NOT EXISTS {BATCHES_TABLE} (query TEXT NOT NULL, "
+                       "batch_id BIGINT NOT NULL)")
 
 
 def stored_offsets(spec: SinkSpec) -> dict[tuple[str, int], int]:
@@ -90,6 +101,22 @@ def stored_offsets(spec: SinkSpec) -> dict[tuple[str, int], int]:
         rows = db.query(f"SELECT topic, kafka_partition, next_offset FROM {OFFSETS_TABLE} "
                         "WHERE sink = ?", (spec.table,))
     return {(t, int(p)): int(o) for t, p, o in rows}
+
+
+def batch_query(spec: SinkSpec) -> str:
+    """The name the batch-id sink records its batches under: the query's ``app_id``, which
+    the lab passes a learner's sink too (one per table, the same after every restart)."""
+    from labkit.spark.delta import app_id  # Delta's txnAppId: the same name, the same idea
+
+    return app_id(spec.table)
+
+
+def recorded_batches(spec: SinkSpec) -> list[int]:
+    """The batch ids the batch-id sink recorded for its query, in order, repeats kept."""
+    with Database(spec.db_url) as db:
+        rows = db.query(f"SELECT batch_id FROM {BATCHES_TABLE} WHERE query = ? "
+                        "ORDER BY batch_id", (batch_query(spec),))
+    return [int(b) for (b,) in rows]
 
 
 def _write_inhalves(db: Database, sql: str, items: list) -> None:
@@ -134,6 +161,8 @@ def write_batch(spec: SinkSpec, df, rows: list, batch_id: int, bootstrap: str,
     with Database(spec.db_url) as db:
         if spec.kind == "transactional":
             return _write_transactional(spec, db, rows, batch_id, ranges)
+        if spec.kind == "batch-id":
+            return _write_batch_id(spec, db, rows, batch_id)
         if spec.kind in ("running-count", "increment-count"):
             return _write_counts(spec, db, rows)
         sql = (_INSERT if spec.kind == "naive" else _UPSERT).format(table=spec.table)
@@ -195,6 +224,24 @@ def _write_transactional(spec: SinkSpec, db: Database, rows: list, batch_id: int
                 db.execute(f"UPDATE {OFFSETS_TABLE} SET next_offset = ? WHERE sink = ? AND topic = ? "
                            "AND kafka_partition = ?", (end, spec.table, topic, part))
     return {"written": len(records), "applied": applied, "skipped": skipped}
+
+
+def _write_batch_id(spec: SinkSpec, db: Database, rows: list, batch_id: int) -> dict:
+    """The lab's copy of 08b's ``ledger_sink``: a batch id already recorded is a replay."""
+    query = batch_query(spec)
+    with db.transaction():  # the rows and the batch id commit together, or neither
+        last = db.query(f"SELECT MAX(batch_id) FROM {BATCHES_TABLE} WHERE query = ?",
+                        (query,))[0][0]
+        if last is not None and batch_id <= last:
+            return {"written": 0, "skipped": [f"batch {batch_id}"]}
+        first, second = halves(_record_tuples(rows, batch_id))
+        sql = _INSERT.format(table=spec.table)
+        db.executemany(sql, first)
+        crash_point("spark-mid-sink")  # a crash here: the open transaction is rolled back
+        db.executemany(sql, second)
+        db.execute(f"INSERT INTO {BATCHES_TABLE} (query, batch_id) VALUES (?, ?)",
+                   (query, batch_id))
+    return {"written": len(rows), "skipped": []}
 
 
 class TaskFailure(RuntimeError):

@@ -1,4 +1,4 @@
-"""Notebook 09's pictures, drawn from the cost benchmark's tables (``labkit.experiments.findings``): every round as a dot,
+"""Notebook 09's pictures, drawn from the cost benchmark's tables (``labkit.cost.findings``): every round as a dot,
 the median as a bar, the spread as a whisker; the published figures as marks beside the
 measured grid. Each returns a ``StaticPicture`` (its text form is stable for nbval)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from labkit.experiments.published import PUBLISHED, Published
+from labkit.cost.published import PUBLISHED, Published
 from labkit.widgets.static import StaticPicture, png_bytes
 
 BAR, DOT, MARK = "#9ecae1", "#08519c", "#d62728"

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from labkit.experiments.lane import HEADER, Lane, _Run
+from labkit.cost.lane import HEADER, Lane, _Run
 from labkit.pipelines import learner
 
 # What the loop may name (labkit.pipelines.learner.call passes only what it asks for)

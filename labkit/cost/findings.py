@@ -1,4 +1,4 @@
-"""What the cost benchmark's runs say (``labkit.experiments.bench``): medians, spread, each
+"""What the cost benchmark's runs say (``labkit.cost.bench``): medians, spread, each
 run paired with its baseline's run of the same round, and a conclusion whose every word is
 derived from those numbers."""
 from __future__ import annotations

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from labkit.experiments.findings import difference
-from labkit.experiments.lane import DEFAULT_COMMIT_INTERVAL_MS
+from labkit.cost.findings import difference
+from labkit.cost.lane import DEFAULT_COMMIT_INTERVAL_MS
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,14 @@ in rounds.
     wire = bench.wire_grid(bootstrap, value_sizes=(100, 1024), intervals_ms=(10, 100))
     bench.commit_sweep(bootstrap, sizes=(1, 10, 100, 1000))               # records per txn
 
-Each run is one ``Measurement`` on a ``Lane`` (``labkit.experiments.lane``: one guarantee's
+Each run is one ``Measurement`` on a ``Lane`` (``labkit.cost.lane``: one guarantee's
 topic, producer and reader, set up once). ``compare_guarantees`` and ``commit_grid`` open one
 lane per configuration and let them take turns, round after round, in alternating order
 (ABCD DCBA ...), so the noise of a shared machine hits every guarantee alike (paced latency
 runs go side by side, taking turns record by record); each guarantee
 is then compared with the baseline *within* a round (a paired ratio,
-``labkit.experiments.findings``), and the spread of those ratios over the rounds says
-whether a difference is larger than the noise. ``labkit.experiments.published`` sets the
+``labkit.cost.findings``), and the spread of those ratios over the rounds says
+whether a difference is larger than the noise. ``labkit.cost.published`` sets the
 published figures beside them. Every throughput run also records the CPU milliseconds the
 client process and the broker spent on it (``cost_units.CpuClock``), and ``wire_grid``
 counts through the fault proxy the requests and bytes each configuration exchanged: units a
@@ -29,10 +29,10 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from labkit.experiments.cost_units import CpuClock, wire_delta
-from labkit.experiments.lane import (DEFAULT_COMMIT_INTERVAL_MS, GUARANTEES, Lane,
-                                    run_side_by_side)
-from labkit.experiments.loop_run import LoopLane
+from labkit.cost.cost_units import CpuClock, wire_delta
+from labkit.cost.lane import (DEFAULT_COMMIT_INTERVAL_MS, GUARANTEES, Lane,
+                              run_side_by_side)
+from labkit.cost.loop_run import LoopLane
 from labkit.faults.proxy import FaultProxy
 
 
@@ -69,7 +69,7 @@ def compare_guarantees(bootstrap: str, guarantees: tuple[str, ...] = tuple(GUARA
     ``mode`` says which and ``repeat`` the round. In a throughput round each guarantee
     takes its turn on its own lane, in alternating order; in a latency round the lanes run
     side by side, record by record (``lane.run_side_by_side``). ``transactional_loop``: the
-    learner's loop runs the transactional lane (``labkit.experiments.loop_run``)."""
+    learner's loop runs the transactional lane (``labkit.cost.loop_run``)."""
     latency_repeats = repeats if latency_repeats is None else latency_repeats
     rows, clock = [], CpuClock.for_bootstrap(bootstrap)
     with ExitStack() as stack:
