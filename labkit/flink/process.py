@@ -69,14 +69,14 @@ class JobProcess:
         signal reaches each thread when the kernel next schedules it, so this returns once
         every thread of the group shows stopped (a file write a thread was in the middle of
         is finished by then, and nothing after it starts)."""
-        proc.signalproc.group_members(self.popen.pid, signal.SIGSTOP)
+        proc.signal_group(self.popen.pid, signal.SIGSTOP)
         pids = proc.group_members(self.popen.pid)
         deadline = time.monotonic() + FREEZE_WAIT_S
         while not proc.all_threads_stopped(pids) and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def thaw(self) -> None:
-        proc.signalproc.group_members(self.popen.pid, signal.SIGCONT)
+        proc.signal_group(self.popen.pid, signal.SIGCONT)
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
