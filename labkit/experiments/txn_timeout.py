@@ -33,6 +33,7 @@ from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, Observe, Until, WaitUntil, on
 from labkit.faults.wire_faults import HoldRequests
 from labkit.kafka import topics
+from labkit.kafka.inspect import Inspector
 from labkit.pipelines import data
 from labkit.pipelines.fee_loop import BATCH, FeeLoop, markers_written
 
@@ -83,10 +84,29 @@ def nemesis(o: Any) -> Nemesis:
 
 
 def facts(run: Any) -> dict:
-    """How long batch 2's transaction stayed open: until the coordinator aborted it."""
+    """How long batch 2's transaction stayed open: until the coordinator aborted it, as the
+    app waited (``slow_s``, from when the batch was written) and as the log shows it
+    (``open_ms``: from the aborted records' CreateTime, stamped before the coordinator heard
+    of the transaction, to the ABORT marker the coordinator had written)."""
     (fault,) = run.nemesis.of((WaitUntil, HoldRequests))
     slow = fault.waited_s if isinstance(fault, WaitUntil) else fault.held_s
-    return {"slow_s": slow or 0.0}
+    return {"slow_s": slow or 0.0, "open_ms": _open_ms(run.bootstrap, run.topics["output"])}
+
+
+def _open_ms(bootstrap: str, topic: str) -> int | None:
+    with Inspector(bootstrap) as inspector:
+        offsets = inspector.offsets(topic)[0]
+        batches = list(inspector.batches(topic, 0, offsets.log_start, offsets.high_watermark))
+    abort = next((b for b in batches if b.is_control and b.marker == "ABORT"), None)
+    if abort is None:
+        return None
+    # its transaction: the producer's batches since its previous marker (the marker's epoch
+    # is the records' plus one under transaction version 2, so the producer id tells)
+    mine = [b for b in batches if b.producer_id == abort.producer_id
+            and b.base_offset < abort.base_offset]
+    since = max((i for i, b in enumerate(mine) if b.is_control), default=-1)
+    written = [b.max_timestamp for b in mine[since + 1:]]
+    return abort.max_timestamp - max(written) if written else None
 
 
 def as_json(run: Any) -> dict:

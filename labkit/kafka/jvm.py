@@ -12,6 +12,7 @@ as a plugin (its own class loader).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -122,17 +123,24 @@ def resolve(profile: str) -> list[Path]:
     if not is_resolved(profile):
         check_java()
         mvn = check_maven()
-        if target.exists():
-            shutil.rmtree(target)
-        # Maven's own local repository (~/.m2 unless the user's settings say otherwise):
-        # a second clone, or CI's fresh one, copies the jars from there instead of
-        # downloading 200 MB from Maven Central again (about a minute of setup).
-        cmd = [
-            mvn, "-B", f"-P{profile}", "-f", str(pom_file()),
-            "dependency:copy-dependencies", f"-DoutputDirectory={target}",
-        ]
-        _run_maven(cmd, f"Fetching the {profile} jars from Maven Central")
-        (target / ".resolved").write_text(pom_file().read_text())
+        # One process fetches a profile at a time: two test workers (or two kernels) that
+        # both found it missing copied into one directory, and Maven's copy failed under
+        # the other's feet. The second waits, then finds it resolved.
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{profile}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if we die
+            if not is_resolved(profile):
+                if target.exists():
+                    shutil.rmtree(target)
+                # Maven's own local repository (~/.m2 unless the user's settings say
+                # otherwise): a second clone, or CI's fresh one, copies the jars from there
+                # instead of downloading 200 MB from Maven Central again.
+                cmd = [
+                    mvn, "-B", f"-P{profile}", "-f", str(pom_file()),
+                    "dependency:copy-dependencies", f"-DoutputDirectory={target}",
+                ]
+                _run_maven(cmd, f"Fetching the {profile} jars from Maven Central")
+                (target / ".resolved").write_text(pom_file().read_text())
     return sorted(target.glob("*.jar"))
 
 
