@@ -118,7 +118,7 @@ def _check(phase, crash_at, instances, **_) -> None:
 
 def _nemesis(o) -> Nemesis:
     # the proxy's trace of the transactional APIs: how each instance reacted to being fenced
-    proxy = ProxyFault(o.fault, trace=findings.Ledger(), trace_apis=findings.TXN_APIS) \
+    proxy = ProxyFault(o.fault, trace=findings.Ledger(), trace_apis=findings.LEDGER_APIS) \
         if o.fault or o.phase != "point" else None
     if o.phase == "point":
         # one point per instance (their first visit): every instance has partitions, the

@@ -43,7 +43,7 @@ def _nemesis(o) -> Nemesis:
     kills = [KillBroker(coordinator_of(o.seed + n), restart=True,
                         name="the transaction coordinator's broker SIGKILLed")
              for n in range(o.kills)]
-    return Nemesis(ProxyFault(trace=findings.Ledger(), trace_apis=findings.TXN_APIS), Schedule(
+    return Nemesis(ProxyFault(trace=findings.Ledger(), trace_apis=findings.LEDGER_APIS), Schedule(
         kills, BETWEEN_S, seed=o.seed, clock="commit", name=judge.PHASES[o.phase],
         offsets_committed=lambda run: run.progress.sample(fresh=True)[0]))
 

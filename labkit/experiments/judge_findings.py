@@ -30,9 +30,11 @@ from labkit.faults.process_faults import Replace
 from labkit.faults.schedule import Schedule
 from labkit.kafka import topics
 
-# The APIs a transactional loop speaks to its coordinators: what the ledger traces.
-TXN_APIS = {"InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit",
-            "EndTxn"}
+# The APIs a transactional loop speaks to its coordinators, and Produce: what the ledger
+# traces. A producer fenced in the middle of a transaction may first hear it on a Produce
+# (INVALID_PRODUCER_EPOCH); after that fatal error its client sends no EndTxn to hear it on.
+LEDGER_APIS = {"InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit",
+               "EndTxn", "Produce"}
 FENCING = {"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTIONAL_ID_NOT_FOUND"}
 
 
