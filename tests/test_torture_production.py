@@ -21,9 +21,14 @@ def test_an_exactly_once_app_under_productions_faults(bootstrap):
     assert out.returncode == 0, out.stderr[-3000:]
     d = json.loads(out.stdout)
     assert d["verdict"] == "exactly once", d
-    assert (d["lost"], d["duplicated"], d["stalled"], d["notes"]) == (0, 0, 0, []), d
+    assert (d["lost"], d["duplicated"], d["stalled"], d["notes"]) == (0, 0, 0, []), \
+        (d["stalls"], d["waited"], d["notes"], d["faults_fired"], out.stderr[-4000:])
     fired = " ".join(d["faults_fired"])
     for what in ("SIGKILLed as it sent EndTxn", "SIGKILLed as it sent Produce", "joins",
                  "leaves", "frozen", "thawed", "transactional", "refused", "lost"):
         assert what in fired, (what, d["faults_fired"])
+    # the wire faults landed, as the proxy counted: an ack lost, a record and the offsets refused
+    wire = d["fault_stats"]
+    assert (wire["responses_dropped"], wire["responses_errored"], wire["senders_killed"]) \
+        == (1, 2, 2), wire
     assert d["aborted_in_log"] > 0, d  # the transactions its faults aborted, read committed
