@@ -35,9 +35,12 @@ def test_wire_grid_counts_each_configuration_and_its_table(bootstrap):
     alo = wire.iloc[0]
     assert alo["transactions"] == 0 and alo["requests_EndTxn"] == alo["requests_AddPartitionsToTxn"] == 0
     assert (wire["transactions"].iloc[1:] >= 1).all() and cost_units.one_of_each_per_commit(wire)
-    table = cost_units.wire_table(wire)
-    assert len(table.columns) <= 6  # test_lesson_shape's widest table
-    assert table.loc[(64, "transactional@5ms"), "EndTxn per commit"] == 1.0
+    requests, sizes = cost_units.wire_requests_table(wire), cost_units.wire_bytes_table(wire)
+    assert list(requests.index) == ["64 B, transactional@5ms", "64 B, transactional@50ms"]
+    assert requests.loc["64 B, transactional@5ms", "EndTxn"] == 1.0
+    assert sizes.loc["64 B, at_least_once", "vs at_least_once"] == "+0.00 %"
+    assert sizes.loc["64 B, at_least_once", "txn request bytes per commit"] == ""  # no commits
+    assert sizes.loc["64 B, transactional@5ms", "txn request bytes per commit"] > 0
 
 
 def test_one_of_each_per_commit_fails_on_a_missing_end_txn():

@@ -83,27 +83,43 @@ def wire_delta(before: dict, after: dict) -> dict:
     return out
 
 
-def wire_table(wire: pd.DataFrame) -> pd.DataFrame:
-    """``bench.wire_grid``'s runs per (value_bytes, config): records per commit, requests per
-    commit (Produce, AddPartitionsToTxn sent and refused, EndTxn), the transaction requests'
-    bytes per commit (both ways), and the producer's bytes per record (its Produce and
-    transaction requests and their answers) against the same size's at_least_once run."""
-    out = wire.set_index(["value_bytes", "config"])
+def _runs(wire: pd.DataFrame) -> pd.DataFrame:
+    """``wire`` indexed by one readable label per run: "100 B, transactional@10ms"."""
+    labels = [f"{size} B, {config}" for size, config in zip(wire["value_bytes"], wire["config"])]
+    return wire.set_index(pd.Index(labels, name="run"))
+
+
+def wire_requests_table(wire: pd.DataFrame) -> pd.DataFrame:
+    """``bench.wire_grid``'s transactional runs: records per commit, and requests per commit
+    (Produce, AddPartitionsToTxn sent and in brackets refused, EndTxn)."""
+    out = _runs(wire[wire["transactions"] > 0])
+    commits = out["transactions"]
+    table = pd.DataFrame({
+        "records": (out["records"] / commits).round(0),
+        "Produce": (out["requests_Produce"] / commits).round(1),
+        "AddPartitionsToTxn (refused)": [
+            f"{a / c:.2f} ({r / c:.2f})" for a, r, c in
+            zip(out["requests_AddPartitionsToTxn"], out["add_partitions_refused"], commits)],
+        "EndTxn": (out["requests_EndTxn"] / commits).round(2),
+    })
+    table.columns.name = "per commit"
+    return table
+
+
+def wire_bytes_table(wire: pd.DataFrame) -> pd.DataFrame:
+    """``bench.wire_grid``'s runs: the transaction requests' bytes per commit (both ways),
+    and the producer's bytes per record (its Produce and transaction requests and their
+    answers), against the same record size's at_least_once run."""
+    out = _runs(wire)
     commits = out["transactions"].where(out["transactions"] > 0)
     txn_bytes = out["bytes_AddPartitionsToTxn"] + out["bytes_EndTxn"]
     per_record = (out["bytes_Produce"] + txn_bytes) / out["records"]
-    base = per_record.xs("at_least_once", level="config").reindex(out.index.get_level_values(0))
-    versus = (per_record / base.to_numpy() - 1) * 100
+    base = wire.assign(per_record=per_record.to_numpy()).query("config == 'at_least_once'") \
+        .set_index("value_bytes")["per_record"].reindex(wire["value_bytes"])
     return pd.DataFrame({
-        "records per commit": (out["records"] / commits).round(0),
-        "Produce per commit": (out["requests_Produce"] / commits).round(1),
-        "AddPartitionsToTxn per commit (refused)": [
-            "" if pd.isna(c) else f"{a / c:.2f} ({r / c:.2f})" for a, r, c in
-            zip(out["requests_AddPartitionsToTxn"], out["add_partitions_refused"], commits)],
-        "EndTxn per commit": (out["requests_EndTxn"] / commits).round(2),
         "txn request bytes per commit": (txn_bytes / commits).round(0),
-        "producer bytes per record (vs at_least_once)": [
-            f"{b:.1f} ({v:+.2f} %)" for b, v in zip(per_record, versus)],
+        "producer bytes per record": per_record.round(1),
+        "vs at_least_once": [f"{v:+.2f} %" for v in (per_record / base.to_numpy() - 1) * 100],
     }).fillna("")
 
 
