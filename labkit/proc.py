@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import psutil
 
@@ -205,6 +208,37 @@ def peak_rss_mb(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
+
+
+def stacks(pid: int, timeout_s: float = 15.0) -> str:
+    """Where a live process and what it started are, thread by thread: a Python process's
+    stacks by py-spy (which reads them from outside, with native frames: a call blocked in
+    librdkafka shows), a JVM's by its own ``jcmd <pid> Thread.print``. For a process the lab
+    is about to kill because it made no progress: what it was waiting for. Empty when none
+    of the family is Python or Java, or the tool is missing."""
+    try:
+        family = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return ""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = []
+    for p in family:
+        try:
+            name = os.path.basename(p.exe() or p.name())
+        except psutil.Error:
+            continue
+        if name.startswith("python"):
+            cmd = [py_spy, "dump", "--native", "--pid", str(p.pid)]
+        elif name == "java":
+            cmd = [str(Path(p.exe()).with_name("jcmd")), str(p.pid), "Thread.print"]
+        else:
+            continue
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            out.append(f"$ {' '.join(cmd)}\n{done.stdout or done.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out.append(f"$ {' '.join(cmd)}\n(no stacks: {exc})")
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- stopping

@@ -56,9 +56,12 @@ def test_an_app_that_stalls_once_is_restarted_and_judged_exactly_once(cluster, t
     assert (d["stalled"], d["restarts"], d["kills"], d["verdict"]) == (1, 1, 0, "exactly once")
     assert d["stalls"] == [{"after_s": stall.after_s, "stalled_s": stall.stalled_s,
                             "consumed": 60, "end": 300, "written": stall.written,
-                            "attempt": 1}]
+                            "attempt": 1, "stacks": stall.stacks}]
     assert f"stalled 1× (no progress for {stall.stalled_s:.0f} s after {stall.after_s:.1f} s; " \
-           "restarted)" in result.summary()
+           f"where it waited: {stall.stacks}; restarted)" in result.summary()
+    # where it hung, read from outside before the restart: the app's sleep in its main loop
+    stacks = Path(stall.stacks).read_text()
+    assert "main (exactly_once_app.py:103)" in stacks and "time_sleep" in stacks, stacks
     events = history(result.run_dir)
     assert [e["kind"] for e in events].count("stalled") == 1
     pids = [e["pid"] for e in events if e["kind"] == "started"]

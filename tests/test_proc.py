@@ -113,3 +113,19 @@ def test_no_other_module_reads_proc_or_signals_by_pid():
                  for number, line in enumerate(path.read_text().splitlines(), 1)
                  if any(word in line for word in raw)]
     assert offenders == []
+
+
+def test_stacks_show_where_a_python_process_waits_and_nothing_for_others():
+    waiting = proc.spawn([sys.executable, "-c", "import time\n\ndef blocked_here():\n"
+                          "    time.sleep(60)\n\nprint('ready', flush=True)\nblocked_here()\n"],
+                         stdout=subprocess.PIPE, text=True)
+    other = proc.spawn(["sleep", "60"])
+    try:
+        assert waiting.stdout.readline() == "ready\n"
+        stacks = proc.stacks(waiting.pid)
+        assert "blocked_here (<string>:4)" in stacks and "time_sleep" in stacks, stacks
+        assert proc.stacks(other.pid) == ""  # neither Python nor a JVM
+        assert proc.stacks(2 ** 22 + 7) == ""  # no such process
+    finally:
+        proc.stop([waiting, other], timeout_s=1.0)
+        waiting.stdout.close()

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.test_harness import APPS, LABKIT, no_process_left_behind  # noqa: F401 (autouse)
 
@@ -22,7 +23,8 @@ def test_an_exactly_once_app_under_productions_faults(bootstrap):
     d = json.loads(out.stdout)
     assert d["verdict"] == "exactly once", d
     assert (d["lost"], d["duplicated"], d["stalled"], d["notes"]) == (0, 0, 0, []), \
-        (d["stalls"], d["waited"], d["notes"], d["faults_fired"], out.stderr[-4000:])
+        (d["stalls"], d["waited"], d["notes"], d["faults_fired"], out.stderr[-4000:],
+         [Path(s["stacks"]).read_text()[-6000:] for s in d["stalls"] if s["stacks"]])
     fired = " ".join(d["faults_fired"])
     for what in ("SIGKILLed as it sent EndTxn", "SIGKILLed as it sent Produce", "joins",
                  "leaves", "frozen", "thawed", "transactional", "refused", "lost"):

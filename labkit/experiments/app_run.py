@@ -59,9 +59,11 @@ class Stall:
     end: int  # the input's end offsets
     written: int  # the output's size as the watch samples it
     attempt: int  # the start of the app that stalled (1: the first)
+    stacks: str = ""  # the file in the run's directory with its threads' stacks, if any
 
     def text(self) -> str:
-        return f"no progress for {self.stalled_s:.0f} s after {self.after_s:.1f} s"
+        where = f"; where it waited: {self.stacks}" if self.stacks else ""
+        return f"no progress for {self.stalled_s:.0f} s after {self.after_s:.1f} s{where}"
 
 
 class AppClients:
@@ -340,7 +342,8 @@ class AppClients:
         consumed, end, written = self.moving.seen
         stall = Stall(after_s=round(self.moving.since - self.started, 1),
                       stalled_s=round(stalled_s, 1), consumed=consumed, end=end,
-                      written=written, attempt=self.pool.instances[0].attempts)
+                      written=written, attempt=self.pool.instances[0].attempts,
+                      stacks=self._save_stacks(len(self.stalls) + 1))
         self.stalls.append(stall)
         history.append(self.run.history_file, "stalled", attempt=stall.attempt,
                        stalled_s=stall.stalled_s, committed=consumed, end=end, output=written)
@@ -364,6 +367,17 @@ class AppClients:
         for i in range(len(self.pool.instances)):
             if self.pool.kill(i):
                 self.stall_killed.add(i)
+
+    def _save_stacks(self, stall: int) -> str:
+        """Each running instance's stacks before the restart kills it (what a stalled app
+        was blocked in), in one file of the run's directory; its path, "" if none were read."""
+        dumps = [f"--- instance {i}\n{text}" for i in range(len(self.pool.instances))
+                 if (text := self.pool.stacks(i))]
+        if not dumps:
+            return ""
+        path = self.run.workdir / f"stall-{stall}.stacks.txt"
+        path.write_text("\n".join(dumps), encoding="utf-8")
+        return str(path)
 
     def _tail(self) -> str:
         return self.pool.log_tail(0) or "  | (no output)"

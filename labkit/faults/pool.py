@@ -43,6 +43,7 @@ from pathlib import Path
 
 import psutil
 
+from labkit import proc
 from labkit.checking import history
 from labkit.faults import crashpoints
 from labkit.faults.children import Children, EventLines, HistoryTail, logs_dir, tail_of
@@ -213,6 +214,12 @@ class WorkerPool:
                 except psutil.Error:
                     continue
         return None
+
+    def stacks(self, instance: int) -> str:
+        """The running instance's threads' stacks (``proc.stacks``), "" if it is not running."""
+        with self._lock:
+            pid = self._children.pids().get(instance) if self._children is not None else None
+        return proc.stacks(pid) if pid is not None else ""
 
     def freeze(self, instance: int) -> bool:
         with self._lock:
