@@ -7,7 +7,7 @@ failure lab of three brokers of its own.
     run = experiments.run("judge-coordinator", cluster=lab, kills=2)
 
 Each kill hits the transaction coordinator of a running instance's transactional.id, as the
-cluster says it is when the kill comes (``labkit.kafka.coordinators``), a seeded 1.5-3 s
+cluster says it is when the kill comes (``labkit.kafka.coordinators``), a seeded 1-2 s
 after the loop's next commit. The clients find the next coordinator, which loaded the
 transactions from the replicated ``__transaction_state``; a client call that blocks past
 its timeout meanwhile (librdkafka #5456, #5511, when the group's coordinator was on that

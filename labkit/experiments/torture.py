@@ -20,7 +20,7 @@ at random moments and as it sends its output and its commit, a produce ack lost 
 refused, a member joining and one leaving, an instance frozen until the group moved on, the
 offsets of a transaction refused, a successor with an instance's transactional id; one kind
 alone by its name. The input then arrives while the app works (``labkit.experiments.feed``),
-each fault a seeded 1.5-3 s after the app's next commit, ``kills`` and ``broker_kills``
+each fault a seeded 1-2 s after the app's next commit, ``kills`` and ``broker_kills``
 added to them.
 """
 from __future__ import annotations

@@ -39,7 +39,7 @@ KINDS = {
     "fenced": "a successor starts with an instance's transactional.id",
 }
 SCHEDULE = "all of these, shuffled and spaced by a seed"
-BETWEEN_S = (1.5, 3.0)  # between two faults of a schedule
+BETWEEN_S = (1.0, 2.0)  # between two faults of a schedule
 # A zombie is woken once the group moved on, or after this long (Kafka's default session is
 # 45 s: a loop with default settings is frozen that long before its partitions move).
 FROZEN_AT_MOST_S = 60.0
