@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.wrong_loops import WRONG, found, judged
+from tests.wrong_loops import WRONG, judged
 
 UNDER_FAULTS = [name for name, w in WRONG.items() if w.phase != "point"]
 
@@ -16,6 +16,6 @@ UNDER_FAULTS = [name for name, w in WRONG.items() if w.phase != "point"]
 def test_a_wrong_reaction_fails_under_the_fault_that_shows_it(name, bootstrap):
     run = judged(name, bootstrap)
     assert run.faults_fired, run.summary()
-    assert WRONG[name].finding in found(run), (name, run.summary())
+    assert WRONG[name].shown_in(run), (name, run.summary())
     if WRONG[name].finding == "abortable-raised":  # what it raised, with Kafka's class of it
         assert run.errors and {e["class"] for e in run.errors} == {"abortable"}, run.errors

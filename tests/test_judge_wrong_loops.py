@@ -12,7 +12,7 @@ import pytest
 
 from labkit import experiments
 from labkit.pipelines import learner, production_loop
-from tests.wrong_loops import WRONG, found, judged, wrong_loop
+from tests.wrong_loops import WRONG, judged, wrong_loop
 
 AT_POINTS = [name for name, w in WRONG.items() if w.phase == "point"]
 
@@ -29,7 +29,7 @@ def test_each_wrong_loop_is_one_edit_of_the_reference():
 def test_a_wrong_loop_fails_at_the_point_that_shows_its_mistake(name, bootstrap):
     run = judged(name, bootstrap)
     assert WRONG[name].crash_at_fired(run), run.summary()
-    assert WRONG[name].finding in found(run), (name, run.summary())
+    assert WRONG[name].shown_in(run), (name, run.summary())
     assert not run.report.exactly_once or run.findings, run.summary()
 
 

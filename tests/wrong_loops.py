@@ -46,6 +46,13 @@ class Wrong:
     finding: str  # "lost", "duplicated", "aborted_visible" or a judge finding's name
     options: dict = field(default_factory=dict)
     why: str = ""
+    # what the same mistake shows instead in the runs where the finding does not (the
+    # judge fails the loop either way)
+    or_else: tuple[str, ...] = ()
+
+    def shown_in(self, run) -> bool:
+        """The judge found this mistake's finding, or what it shows instead."""
+        return bool({self.finding, *self.or_else} & found(run))
 
     def crash_at_fired(self, run) -> bool:
         """Its crash point (if it has one) was reached: the mistake was exercised."""
@@ -142,7 +149,10 @@ WRONG: dict[str, Wrong] = {
 """},
         "rebalance", "duplicated",
         why="a transaction kept open across polls, committed after a rebalance took its "
-            "partitions away"),
+            "partitions away",
+        # in about 1 run in 12 no record of a moved partition was committed twice; the
+        # member that left stopped with its transaction open all the same (hanging)
+        or_else=("hanging-transaction",)),
     "new-transactional-id": Wrong(
         {'"transactional.id": transactional_id,':
          '"transactional.id": f"{transactional_id}-{uuid.uuid4().hex[:6]}",',
