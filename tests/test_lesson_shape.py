@@ -46,9 +46,6 @@ def test_markdown_cells_and_output_tables_fit_a_screen(name):
 # pandas marks a table too wide for its display width with " \" at the end of each cut
 # line and prints the other columns below: set pd.set_option("display.width", 120).
 WRAPPED = re.compile(r" \\\n")
-# Tables stored wrapped in notebooks other lessons' owners re-run (issue 41); strict: each
-# entry must go once its notebook shows its tables whole.
-STILL_WRAPPED = {"06_zombies", "09_cost", "09b_on_the_wire"}
 
 
 def wrapped_tables(cell) -> bool:
@@ -63,8 +60,7 @@ def test_a_wrapped_table_is_found():
     assert wrapped_tables(cell) and not wrapped_tables({"outputs": []})
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="tables stored wrapped")) if n in STILL_WRAPPED else n for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_output_tables_are_not_wrapped(name):
     wrapped = [i for i, c in enumerate(read(name).cells)
                if c.cell_type == "code" and wrapped_tables(c)]
