@@ -65,8 +65,9 @@ PHASES = {"point": "each instance SIGKILLed at a named crash point of its code",
           "coordinator": "the broker coordinating the loop's transactions SIGKILLed"}
 FEED_S = 12.0  # the schedule's input arrives over this long; a single kind's over FEED_S / 2
 # ... but a rebalance's over FEED_S too: a member joins seconds after it is started (a
-# process, then the group's join), and with the input over by then a loop's transaction is
-# mostly empty when partitions move (a loop that ignores the revoke passed 3 runs in 16)
+# process, then the group's join); with the input over by then a loop's transaction is
+# mostly empty when partitions move (a loop that ignores the revoke passed 2 runs of 8 with
+# faults 1.5-3 s apart; docs/measurements.md, "Stop 47")
 FEED_LONGER = ("schedule", "rebalance")
 IDLE_S = 10.0  # input all there, faults landed, nothing moving this long: idle (or stalled)
 # A transaction open this long once the run is done hangs: no instance is ending it (a dead
