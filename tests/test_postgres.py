@@ -179,11 +179,13 @@ def test_no_postgres_process_is_left_after_a_test_run(how, tmp_path, bootstrap):
             deadline = time.monotonic() + 120
             while not _written(family_file) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            # Ctrl-C, again every 2 s until it exits, as a user would
+            # Ctrl-C, again every 10 s until it exits, as a user would (its cleanup, the
+            # server's stop, takes seconds under load: a Ctrl-C 2 s later once ended it by
+            # the signal, -2, its server gone all the same)
             while run.poll() is None and time.monotonic() < deadline + 30:
                 run.send_signal(signal.SIGINT)
                 try:
-                    run.wait(timeout=2)
+                    run.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     pass
         out, _ = run.communicate(timeout=180)
@@ -199,7 +201,8 @@ def test_no_postgres_process_is_left_after_a_test_run(how, tmp_path, bootstrap):
     left = _alive(family)
     shutil.rmtree(seen["home"], ignore_errors=True)  # a killed run's data directory too
     assert left == [], out
-    assert run.returncode == {"pass": 0, "fail": 1, "interrupt": 2, "kill": -9}[how], \
+    assert run.returncode in {"pass": (0,), "fail": (1,), "interrupt": (2, -signal.SIGINT),
+                              "kill": (-9,)}[how], \
         (seen["sigint"], seen["blocked"], out)
 
 
