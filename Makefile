@@ -40,7 +40,7 @@ lab: setup
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks $(ALLOW_ROOT)
 
 test: setup test-deps
-	$(BIN)/pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The lessons as a static site in _site/ (stored outputs, nothing executed; no Java needed)
 site: $(STAMP)

@@ -28,6 +28,7 @@ from labkit import proc, settings
 from labkit.storage import postgres
 try:  # the solved-notebook runs below need the project's tests package (absent when this
     # file is copied elsewhere, as the leak test does)
+    from tests import file_seconds
     from tests.solution_code import (SOLUTIONS, SOLVED, UNSOLVED, checks_in_place,
                                      exercise_indices, solved)
 except ImportError:
@@ -164,6 +165,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         skip = getattr(parent, "skip_compare", None)
         if skip is not None and "stderr" not in skip:
             parent.skip_compare = (*skip, "stderr")
+    if SOLUTIONS is not None:  # the project's own run (tests/file_seconds.py says why)
+        file_seconds.longest_first(items)
 
 
 # ---------------------------------------------------------------- no notebook leaves processes behind

@@ -1,0 +1,44 @@
+"""The suite sends its longest files first (tests/file_seconds.py): a table measured from a
+run orders the files, each file's tests keep their order, an unmeasured file sits mid-way."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from tests.file_seconds import TABLE, UNKNOWN_S, longest_first, measured
+
+
+def _items(*nodeids: str) -> list:
+    return [SimpleNamespace(nodeid=n) for n in nodeids]
+
+
+def test_longest_file_first_and_each_files_order_kept(tmp_path: Path):
+    table = tmp_path / "seconds.json"
+    table.write_text(json.dumps({"tests/test_short.py": 2.0, "tests/test_long.py": 90.0,
+                                 "notebooks/05.ipynb": 40.0}))
+    items = _items("tests/test_short.py::a", "tests/test_long.py::b", "tests/test_new.py::x",
+                   "notebooks/05.ipynb::Cell 0", "tests/test_long.py::a",
+                   "notebooks/05.ipynb::Cell 1")
+    longest_first(items, table)
+    assert [i.nodeid for i in items] == [
+        "tests/test_long.py::b", "tests/test_long.py::a", "notebooks/05.ipynb::Cell 0",
+        "notebooks/05.ipynb::Cell 1", "tests/test_new.py::x", "tests/test_short.py::a"]
+    assert 2.0 < UNKNOWN_S < 40.0
+
+
+def test_the_table_is_read_from_a_junit_report(tmp_path: Path):
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="tests.test_a" name="t1" time="1.5"/>'
+        '<testcase classname="tests.test_a" name="t2" time="2.0"/>'
+        '<testcase classname="notebooks.08a_spark.ipynb" name="Cell 2" time="30.25"/>'
+        '</testsuite></testsuites>')
+    assert measured(report) == {"notebooks/08a_spark.ipynb": 30.2, "tests/test_a.py": 3.5}
+
+
+def test_the_committed_table_names_files_that_exist():
+    root = TABLE.parent.parent
+    missing = [path for path in json.loads(TABLE.read_text()) if not (root / path).exists()]
+    assert not missing, f"rewrite {TABLE.name} (python -m tests.file_seconds junit.xml): {missing}"
