@@ -3,9 +3,9 @@
 #   make test   set everything up, run every test and every notebook
 PYTHON ?= python3
 # Test files run on this many workers, each with its own broker: most tests wait on Kafka,
-# Spark or a killed process (on 2 workers the suite kept the 2 cores about a third busy),
-# so three share the 2 cores: 20 min instead of 31 (docs/measurements.md).
-TEST_WORKERS ?= 3
+# Spark or a killed process (on 3 workers the 2 cores were 60 % busy over a whole run), so
+# four share the 2 cores: 24 min of tests instead of 29 (docs/measurements.md, "Stop 48").
+TEST_WORKERS ?= 4
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
