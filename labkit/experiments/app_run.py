@@ -43,10 +43,10 @@ QUIET_S = 2.0  # output unchanged this long (and the input consumed): the app is
 IDLE_S = 10.0
 OWN_CRASHES = 3  # an app that dies by itself this often is broken, not unlucky
 # Longer than an app's time between commits (quixstreams commits every 5 s by default), a
-# JVM app's restart, IDLE_S, and a client call's own bound: a right app's
-# send_offsets_to_transaction(timeout 60 s) returned by itself 46 s after a lost produce
-# ack, and at 30 s it was called stalled (the Java client's max.block.ms is 60 s too;
-# docs/measurements.md, "Stop 48").
+# JVM app's restart, IDLE_S, and a client call's own bound: a right app was called stalled
+# at 30 s inside send_offsets_to_transaction(timeout 60 s) after a lost produce ack; let
+# be, such a run stood still 46 s and went on by itself (the Java client's max.block.ms is
+# 60 s too; docs/measurements.md, "Stop 48").
 STALL_S = 70.0
 MAX_STALLS = 3  # stalled this often in one run: it stalls every time it is started
 
