@@ -32,7 +32,7 @@ try:  # the solved-notebook runs below need the project's tests package (absent 
     from tests.solution_code import (SOLUTIONS, SOLVED, UNSOLVED, checks_in_place,
                                      exercise_indices, solved)
 except ImportError:
-    SOLUTIONS = None
+    SOLUTIONS = file_seconds = None
 
 _shared: dict[str, object] = {}
 
@@ -165,7 +165,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         skip = getattr(parent, "skip_compare", None)
         if skip is not None and "stderr" not in skip:
             parent.skip_compare = (*skip, "stderr")
-    if SOLUTIONS is not None:  # the project's own run (tests/file_seconds.py says why)
+    if file_seconds is not None:  # the project's own run (tests/file_seconds.py says why)
         file_seconds.longest_first(items)
 
 

@@ -31,11 +31,10 @@ def measured(junit_xml: Path) -> dict[str, float]:
 
 
 def longest_first(items: list, table: Path = TABLE) -> None:
-    """Sorts pytest items so the files that took longest come first, each file's own order kept."""
+    """Sorts pytest items so the files that took longest come first; the sort is stable, so
+    each file's own order is kept."""
     seconds = json.loads(table.read_text()) if table.exists() else {}
-    position = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], UNKNOWN_S),
-                                 position[id(item)]))
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNKNOWN_S))
 
 
 if __name__ == "__main__":
