@@ -159,5 +159,5 @@ def test_the_checker_reports_what_it_is_for():
     assert cell_code("%%bash\nkafka-topics.sh --list\n") is None
     where = {w for w, _, _ in sources()}
     assert {"labkit/pipelines/txn.py", "examples/torture/exactly_once_app.py",
-            "notebooks/05b_when_the_coordinator_fails.ipynb cell 4",
+            "notebooks/05b_when_the_coordinator_fails.ipynb cell 5",
             "notebooks/solutions/12_your_own_pipeline.md"} <= where
