@@ -12,13 +12,20 @@ rebalance that waits for the dead member (the classic protocol) or with no parti
 (KIP-848). ``waiting`` asks the group coordinator which: the group is rebalancing, or it
 has more members than the app has live instances. Each change of progress is a
 ``progress`` event in the run's history: the timeline of the app's commits and writes.
+
+Consumed means what a restart would not read again. A committed offset is the next record
+to read, so a loop that commits each partition's last record + 1 has consumed all of a
+partition whose log ends in a COMMIT marker or in an upstream's aborted records, though its
+offset stops short of the log's end: a read_committed consumer starting there receives
+nothing. So each partition counts as consumed to its end once no record a read_committed
+reader receives lies at or past its committed offset (``unread``: how many do, by partition).
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from labkit.checking import history
@@ -46,11 +53,13 @@ class GroupProgress:
         self.out_parts = [TopicPartition(output_topic, p)
                           for p in topics.partitions_of(bootstrap, output_topic)] \
             if output_topic else []
+        self.reader = _Readable(bootstrap, self.in_parts)
         self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
         self.next_at = 0.0
         self.ok = False  # did the last sample get an answer? (else ``last`` is old news)
         self.failing_since: float | None = None
         self.grouped = False  # has the app's group had members (it uses the group)?
+        self.unread: dict[int, int] = {}  # partition -> records a restart would read again
 
     def _consumer(self) -> Consumer:
         # Same group id as the app, but this consumer never subscribes or commits: it only
@@ -90,8 +99,14 @@ class GroupProgress:
         return self.last
 
     def offsets_committed(self) -> int:
-        """The group's committed offsets on the input, summed over its partitions."""
-        return sum(max(tp.offset, 0) for tp in self.consumer.committed(self.in_parts, timeout=2))
+        """The group's committed offsets on the input, summed over its partitions; a
+        partition with nothing left that a read_committed restart would receive counts as
+        consumed to its end (its committed offset may stop before a marker)."""
+        committed = {tp.partition: max(tp.offset, 0)
+                     for tp in self.consumer.committed(self.in_parts, timeout=2)}
+        ends = {tp.partition: self._end(tp) for tp in self.in_parts}
+        self.unread = self.reader.unread(committed, ends)
+        return sum(ends[p] if self.unread.get(p) == 0 else committed[p] for p in committed)
 
     def written(self) -> int:
         """What the app has written: the output topic's records."""
@@ -170,4 +185,38 @@ class GroupProgress:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.consumer.close()
+        self.reader.close()
+
+
+class _Readable:
+    """The input as a read_committed reader receives it: each partition's offsets of the
+    records it gets (an upstream's aborted records and the markers are never among them)."""
+
+    def __init__(self, bootstrap: str, parts: list[TopicPartition]):
+        self.consumer = Consumer(client_config({
+            "bootstrap.servers": bootstrap, "group.id": f"{parts[0].topic}-readable",
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "log_level": 0}))  # it only reads (assign): it never joins that group
+        self.consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING)
+                              for tp in parts])
+        self.received: dict[int, list[int]] = {tp.partition: [] for tp in parts}
+
+    def _drain(self) -> None:
+        while messages := self.consumer.consume(1000, timeout=0.05):
+            for m in messages:
+                if m.error() is None:
+                    self.received[m.partition()].append(m.offset())
+
+    def unread(self, committed: dict[int, int], ends: dict[int, int]) -> dict[int, int]:
+        """For each partition this reader has read to its end: how many of the records it
+        received lie at or past ``committed`` (what a restart from there reads again).
+        Partitions it has not read to their end yet are left out (nothing known)."""
+        self._drain()
+        read_to = {tp.partition: tp.offset for tp in self.consumer.position(
+            [TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()])}
+        return {p: sum(o >= committed[p] for o in self.received[p]) for p in committed
+                if read_to.get(p, -1) >= ends.get(p, 0) or not ends.get(p, 0)}
+
+    def close(self) -> None:
         self.consumer.close()

@@ -9,8 +9,10 @@ reactions, each a finding named like the audit's anomalies.
   successor in turn), or it was told it was fenced and was still running at the end.
 - ``abortable-raised``: an instance ended on an abortable error instead of aborting the
   transaction and reading its batch again.
-- ``offsets-behind``: the group's committed offsets stopped short of the input's end, also
-  after a restart: the loop commits less than it processed (a restart reads those again).
+- ``offsets-behind``: the group's committed offsets stopped short of what it processed,
+  also after a restart: a restart from them would read records again (a read_committed
+  consumer from each committed offset receives one; an offset before a marker or an
+  upstream's aborted records only is not behind).
 - ``aborted-input-read``: records of the input's aborted transactions (an upstream's) in
   the output: the loop read its input read_uncommitted. Data, so the audit's verdict too.
 
@@ -123,9 +125,17 @@ def ran_on(run, ledger: Ledger | None) -> list[str]:
 
 
 def behind(run) -> list[str]:
+    """What a restart from the group's committed offsets would read again (as a
+    read_committed consumer receives it: never a marker or an upstream's aborted record)."""
     final = run.clients.final or run.clients.watch.last
     committed, end = final[0], final[1]
-    return [f"{committed} of {end} input offsets committed"] if committed < end else []
+    if committed >= end:
+        return []
+    again = {p: n for p, n in run.clients.watch.unread.items() if n}
+    if not again:
+        return [f"{committed} of {end} input offsets committed"]
+    return [f"a restart from the committed offsets reads {sum(again.values())} record(s) again "
+            f"(partition(s) {', '.join(map(str, sorted(again)))})"]
 
 
 def behaviour(run, ledger: Ledger | None) -> list[Result]:
