@@ -87,7 +87,7 @@ class AppClients:
                  instances: int = 1, timeout_s: float = 120.0, stall_s: float = STALL_S,
                  label: str = "", feed: Callable[[Any], None] | None = None,
                  restart_exited: bool = False,
-                 on_done: Callable[[Any], None] | None = None,
+                 on_done: Callable[[Any], str | None] | None = None,
                  own_crashes: int = OWN_CRASHES,
                  progress: Callable[[Any], GroupProgress] | None = None,
                  quiet_s: float = QUIET_S, idle_s: float | None = None,
@@ -116,6 +116,8 @@ class AppClients:
         self.behind: tuple[int, int] | None = None  # (committed, end) it stopped at
         self.final: tuple[int, int, int] | None = None  # (committed, end, output) at the end
         self.stall_killed: set[int] = set()  # instances the stall restarts SIGKILLed
+        self._went_on = False  # once done, went on after ``on_done`` removed a wait
+        self._stalls_before = 0  # stalls before it went on: the next one is its own
 
     def attach(self, run: Any) -> None:
         self.run = run
@@ -205,8 +207,9 @@ class AppClients:
         if alive and stalled_s >= self._stall_after() and self.watch.ok:
             why = self._frozen() or self.watch.waiting(alive)
             if why is None:
-                if self.stalls and (self.stalls[-1].consumed, self.stalls[-1].end) == \
-                        (consumed, end) and self.idle_s is not None:
+                if len(self.stalls) > self._stalls_before and (
+                        self.stalls[-1].consumed, self.stalls[-1].end) == (consumed, end) \
+                        and self.idle_s is not None:
                     self._stopped_behind(consumed, end)  # a restart did not move it on
                 else:
                     self._restart_stalled(stalled_s)
@@ -315,12 +318,20 @@ class AppClients:
                 f"{written} records")
 
     def _finish(self) -> None:
-        self.done = True
         self.final = self.watch.sample(fresh=True)
         self.alive_at_done = [i for i in range(len(self.pool.instances))
                               if self.pool.running(i)]
-        if self.on_done is not None:  # before anything is stopped: e.g. what is still open
-            self.on_done(self.run)
+        # before anything is stopped: e.g. what is still open. An ``on_done`` that removed
+        # what the app waited for (a dead instance's transaction, holding back the offsets
+        # its successor must read) says so: an app short of its input's end goes on, once
+        waited_for = self.on_done(self.run) if self.on_done is not None else None
+        if waited_for and not self._went_on and self.final[0] < self.final[1]:
+            self._went_on, self._stalls_before = True, len(self.stalls)
+            self.moving, self.quiet = _Progress(time.monotonic()), _Quiet()
+            self.waited.append(waited_for)
+            self.run.step(f"torture: it was waiting: {waited_for}; it goes on")
+            return
+        self.done = True
         self.pool.finish()
 
     def _unlanded(self, what: str, when: str) -> None:

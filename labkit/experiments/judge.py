@@ -182,23 +182,27 @@ def _facts(run) -> dict:
             "findings": {r.name: r.examples for r in behaviour(run)}}
 
 
-def _close_hanging(run) -> None:
-    """Once the input is consumed and the output quiet, no transaction of a right loop is
-    open. One still open was left by an instance that died and was never fenced: every
-    read_committed reader waits for it until its transaction.timeout.ms. It is a finding;
-    then it is aborted as an operator would (a producer with its transactional.id), so the
-    audit counts what the loop really delivered."""
+def _close_hanging(run) -> str | None:
+    """Once the input is consumed and the output quiet (or nothing moves), no transaction of
+    a right loop is open. One still open was left by an instance that died and was never
+    fenced: every read_committed reader waits for it until its transaction.timeout.ms, and
+    so does a successor that must read the offsets it sent (KIP-447's stable offsets). It
+    is a finding; then it is aborted as an operator would (a producer with its
+    transactional.id), as its timeout would: what waited for it goes on (the runner lets it),
+    and the audit counts what the loop delivered, never a wait as a loss."""
     hanging = _open_transactions(run)
     deadline = time.monotonic() + HANG_GRACE_S
     while hanging and time.monotonic() < deadline:  # open throughout, not at one instant:
         time.sleep(0.5)  # an instance still alive (a thawed zombie) may be ending its own
         hanging = sorted(set(hanging) & set(_open_transactions(run)))
-    run.facts["hanging"] = hanging
+    run.facts["hanging"] = sorted({*run.facts.get("hanging", []), *hanging})
     for transactional_id in hanging:
         producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
                                            "transactional.id": transactional_id}))
         producer.init_transactions(30)  # fences it and aborts what it left open
         run.step(f"judge: aborted the transaction {transactional_id} left open")
+    return (f"the transaction {', '.join(hanging)} left open by a dead instance (aborted, "
+            "as its transaction.timeout.ms would)") if hanging else None
 
 
 def _open_transactions(run) -> list[str]:
