@@ -34,6 +34,7 @@ from stress import load  # noqa: E402  (the same busy processes as the stress ru
 
 from labkit import experiments  # noqa: E402
 from labkit.exercises import capstone  # noqa: E402
+from labkit.faults.production import COMMIT_KILL  # noqa: E402
 from labkit.pipelines import production_loop  # noqa: E402
 
 POINTS = ("after-poll-before-process", "mid-batch", "after-produce-before-flush",
@@ -66,6 +67,7 @@ def soak(rounds: int, points: bool) -> dict:
         for pair in (POINTS[i:i + 2] for i in range(0, len(POINTS), 2)):
             judged("points", results, phase="point", crash_at=",".join(pair), seed=seed)
         judged("wire", results, phase="point", fault=capstone.WIRE_RUN, seed=seed)
+        judged("committing", results, phase="point", fault=COMMIT_KILL, seed=seed)
     return results
 
 

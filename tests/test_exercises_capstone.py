@@ -43,9 +43,9 @@ def test_the_documented_solution_is_tried_at_every_crash_point_and_the_wire():
     service = solution_service()
     capstone.validate(service, "read_committed")
     assert capstone.crash_points_in(service) == SOLUTION_POINTS
-    # two points a run (one per instance), then the wire
+    # two points a run (one per instance), then the wire, then a crash as it commits
     assert capstone.experiments(service) == [tuple(SOLUTION_POINTS[i:i + 2]) for i in (0, 2, 4)] \
-        + [()]
+        + [(), capstone.COMMITTING]
     assert capstone.schedules(service) == ["classic", "consumer"]
 
 
@@ -63,7 +63,7 @@ def test_a_cell_with_the_fix_below_the_teams_code_is_judged_by_the_fix():
     so only its crash points count (the team's after-process-before-commit is not in it)."""
     both = as_cell(team_cell() + "\n" + solution_code(NOTEBOOK), "ledger_service")
     assert "after-process-before-commit" not in capstone.crash_points_in(both)
-    assert len(capstone.experiments(both)) == 4
+    assert len(capstone.experiments(both)) == 5
 
 
 def test_the_teams_code_fails_fast_with_findings_and_hints(bootstrap):
@@ -77,13 +77,15 @@ def test_the_teams_code_fails_fast_with_findings_and_hints(bootstrap):
         assert by_run.loc[run, "charged_twice"] > 0, results
     # the idempotent producer does handle the lost ack (and the refused record was written)
     assert by_run.loc[capstone.label(()), "exactly_once"], results
+    # killed as its offsets' commit is sent, its batch written: the batch again
+    assert by_run.loc[capstone.label(capstone.COMMITTING), "charged_twice"] > 0, results
     started = time.monotonic()
     verdict = capstone.check_capstone(service, "read_uncommitted", results)
     assert time.monotonic() - started < 5  # no schedule runs: the points answered
     assert not verdict.passed
     assert "charged twice" in verdict.message and "commit together" in verdict.message
     found = capstone.found(results)
-    assert list(found["charged twice"]) == ["yes", "yes", "", ""]
+    assert list(found["charged twice"]) == ["yes", "yes", "", "", "yes"]
 
 
 def test_a_transactional_service_read_uncommitted_gets_the_aborted_hint(bootstrap):

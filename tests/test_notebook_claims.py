@@ -239,7 +239,8 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
     "10_capstone": [
         ("for points in capstone.experiments(ledger_service)", "crash at after-commit"),
         ("capstone.found(results)", "crash at after-produce-before-flush and after-process-before-commit"),
-        ("capstone.found(results)", "lost produce ack, refused record, crash at a commit"),
+        ("capstone.found(results)", "lost produce ack, refused record"),
+        ("capstone.found(results)", "crash as its commit is sent"),
         ("capstone.check_capstone(ledger_service, accounting_reads, results)", "🔁 Not yet"),
         ("capstone.check_capstone(ledger_service, accounting_reads, results)", "commit together, atomically"),
     ],

@@ -4,7 +4,9 @@ judge (``labkit.experiments.judge``) runs it as production does and audits what 
 Fast feedback first. ``run_capstone`` runs the learner's function as two instances of one
 group over six partitions, each instance SIGKILLed at a named crash point its code passes
 (two points a run), then once with a lost produce acknowledgement and a refused record, and
-audits each run as accounting reads the ledger (``accounting_reads``): a table, a row per
+once SIGKILLed as it sends its first commit (of its transaction, or of its offsets: where a
+loop's guarantee is decided, whatever crash points it kept), and audits each run as
+accounting reads the ledger (``accounting_reads``): a table, a row per
 run (``split=True``: a run that fails is run again point by point, so each row names one
 point); a status line counts its seconds. Once every row is exact, ``check_capstone`` puts
 the loop under production's faults, seeded: three instances, the input arriving while they
@@ -32,6 +34,7 @@ from labkit.exercises import Verdict, check, exercise
 from labkit.experiments import registry
 from labkit.experiments.judge import PHASES
 from labkit.faults.crashpoints import CRASH_POINTS
+from labkit.faults.production import COMMIT_KILL
 from labkit.pipelines import learner
 from labkit.progress import status
 
@@ -41,10 +44,13 @@ PAYMENTS = 300
 PARTITIONS = 6
 ACCOUNTING_READS = ("read_committed", "read_uncommitted")
 WIRE = "drop-ack:produce:1"  # the broker writes a produce request; its ack is lost
-# then a refused record (an abortable error), and an instance killed as it sends its first
-# commit: its transaction's records are in the log whatever it flushed, aborted, so the way
-# accounting reads the ledger is judged
-WIRE_RUN = WIRE + "+error:produce:3:INVALID_RECORD+kill:endtxn:1"
+# then a refused record (an abortable error)
+WIRE_RUN = WIRE + "+error:produce:3:INVALID_RECORD"
+# The run that crashes every loop where its guarantee is decided, whatever crash points it
+# kept: an instance SIGKILLed as it sends its first commit, its output written, whether the
+# commit is its transaction's (EndTxn: its records are in the log whatever it flushed,
+# aborted, so the way accounting reads the ledger is judged) or its offsets' (OffsetCommit)
+COMMITTING = ("as it commits",)  # not a crash point's name: the run's place in the list
 # Points every version of the loop has (it polls, writes half a batch, finishes a batch):
 # without them the audit could not crash it where duplicates and losses come from.
 REQUIRED_POINTS = ("after-poll-before-process", "mid-batch", "after-commit")
@@ -82,15 +88,17 @@ def validate(service: Callable, accounting_reads: str) -> None:
 
 def experiments(service: Callable) -> list[tuple[str, ...]]:
     """The point runs: the service's crash points two at a time (one per instance), then
-    the wire run (a lost ack, a refused record)."""
+    the wire run (``()``: a lost ack, a refused record), then a crash as a commit is sent
+    (``COMMITTING``)."""
     found = crash_points_in(service)
-    return [tuple(found[i:i + 2]) for i in range(0, len(found), 2)] + [()]
+    return [tuple(found[i:i + 2]) for i in range(0, len(found), 2)] + [(), COMMITTING]
 
 
 def label(points: tuple[str, ...]) -> str:
-    """What a point run does, in words: its crash points, or the wire."""
-    return f"crash at {' and '.join(points)}" if points else \
-        "lost produce ack, refused record, crash at a commit"
+    """What a point run does, in words: its crash points, the wire, or the commit."""
+    if points == COMMITTING:
+        return "crash as its commit is sent"
+    return f"crash at {' and '.join(points)}" if points else "lost produce ack, refused record"
 
 
 FINDINGS = ("lost", "charged_twice", "aborted_visible")
@@ -109,6 +117,8 @@ def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | No
             phase: str = "point", **options) -> RunRecord:
     """One judged run of the learner's service (see ``labkit.experiments.judge``)."""
     validate(service, accounting_reads)
+    if crash_at == COMMITTING:
+        crash_at, fault = None, COMMIT_KILL
     if phase == "point" and not crash_at and fault is None:
         fault = WIRE_RUN
     options.setdefault("partitions", PARTITIONS)

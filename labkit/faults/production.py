@@ -13,7 +13,8 @@ setting), which it takes over.
 The kinds: SIGKILLs at random moments, one as an instance sends its output (what it
 committed before then is all it has done) and one as it sends its commit (its
 transaction's records all written: whatever the loop flushes, records of an aborted
-transaction reach the log, so the reader's isolation is judged); a produce ack lost and a
+transaction reach the log, so the reader's isolation is judged; a loop without a
+transaction, as it commits its offsets, its output written); a produce ack lost and a
 record refused on the wire (an abortable error); a member joining and one leaving (a
 rebalance); an instance frozen until the group has moved its partitions on, then woken (a
 zombie); the offsets sent to a transaction refused as a fenced member's are; a successor with
@@ -44,7 +45,10 @@ BETWEEN_S = (1.0, 2.0)  # between two faults of a schedule
 # 45 s: a loop with default settings is frozen that long before its partitions move).
 FROZEN_AT_MOST_S = 60.0
 OUTPUT_KILL = "kill:produce:1"  # its output on its way: lost with whatever it committed before
-COMMIT_KILL = "kill:endtxn:1"  # its transaction's records all written, the commit not sent
+# its output all written and acknowledged, its commit not sent: the transaction's (EndTxn)
+# or, for a loop without one, its offsets' (OffsetCommit): the window where a loop's
+# guarantee is decided, crashed whatever crash points the loop has
+COMMIT_KILL = "kill:endtxn:1+kill:offsetcommit:1"
 
 
 class MovedOn:

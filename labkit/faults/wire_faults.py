@@ -31,10 +31,12 @@ class Arm(Fault):
     """A fault armed in the run's fault proxy (a ``ProxyFault`` set up before it) when its
     trigger fires, or when a ``Schedule`` says: e.g. ``Arm("error:txnoffsetcommit:1:
     ILLEGAL_GENERATION")``, the next offsets sent to a transaction refused as a fenced
-    member's."""
+    member's. Several faults armed at once are joined by "+"."""
 
     def __init__(self, spec: str, trigger: Trigger | None = None, name: str = ""):
-        parse_fault_spec(spec)
+        self.specs = spec.split("+")
+        for one in self.specs:
+            parse_fault_spec(one)  # a bad form is refused here, listing the valid ones
         self.spec = spec
         self.trigger = trigger or Trigger()
         self.name = name or spec
@@ -43,7 +45,8 @@ class Arm(Fault):
         proxies = [f for f in run.nemesis.of(ProxyFault) if f.proxy is not None]
         if not proxies:
             raise ValueError(f"{self.spec}: no fault proxy in this run (add ProxyFault())")
-        proxies[0].proxy.apply(self.spec)
+        for one in self.specs:
+            proxies[0].proxy.apply(one)
         run.fired(self, f"{self.name} armed in the proxy")
 
 
