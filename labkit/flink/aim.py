@@ -59,6 +59,9 @@ class Kill:
     # ... and once the job was dead: still Ongoing shows no commit was on its way
     state_after_kill: str | None
     producer_id: int | None  # the transaction's producer id: its records in the log carry it
+    # ... and its epoch: a restored job reuses an id (same producer id, a new epoch), so the
+    # id and the producer id name every use of it; this names the one the kill hit
+    producer_epoch: int | None
     timeout_ms: int | None  # the transaction's timeout as the coordinator knows it
     since_checkpoint_ms: float | None  # since the last completed checkpoint's _metadata
     tries: int  # checkpoints looked at (the last one hit)
@@ -91,6 +94,7 @@ class _Aim:
         self.inspector = Inspector(bootstrap)
         self.tries = 0
         self.producer_ids: dict[str, int] = {}
+        self.epochs: dict[str, int] = {}
         self.timeouts: dict[str, int] = {}
 
     def check_alive(self) -> None:
@@ -104,6 +108,7 @@ class _Aim:
         found = self.inspector.describe_transactions([transactional_id])
         if found:
             self.producer_ids[transactional_id] = found[0].producer_id
+            self.epochs[transactional_id] = found[0].producer_epoch
             self.timeouts[transactional_id] = found[0].timeout_ms
         return found[0].state if found else None
 
@@ -134,6 +139,7 @@ class _Aim:
     def kill(self, point: str, cp: int | None, txn: str | None, state: str | None) -> Kill:
         since = None
         last = checkpoints.latest(self.root)
+        epoch = self.epochs.get(txn or "")  # as the job stood frozen: the use the kill hits
         self.job.sigkill()
         at = time.time()
         if last is not None and last.completed_at is not None:
@@ -142,7 +148,8 @@ class _Aim:
         done = None if cp is None else checkpoints.is_completed(
             (last.path.parent if last else self.root) / f"chk-{cp}")
         return Kill(point, cp, txn, state, after, self.producer_ids.get(txn or ""),
-                    self.timeouts.get(txn or ""), since, self.tries, at, done)
+                    epoch, self.timeouts.get(txn or ""), since,
+                    self.tries, at, done)
 
     def known_up_to(self) -> int:
         """The highest checkpoint id among the sink's transactional ids the broker knows."""

@@ -67,13 +67,15 @@ def facts(run: Any) -> dict:
 
 def sink_view(run: Any, bootstrap: str) -> pd.DataFrame:
     """The inspector's view of the sink's transactions after the run (its topics kept): one
-    row per transactional id that wrote to the output or was hit by a kill, by its
-    ``<subtask>-<checkpoint>``: its state at the coordinator when a kill froze the job (a
-    pre-committed or completed checkpoint's: Ongoing), its state now, and what its producer
-    id left in the output's log, closed by an ABORT or a COMMIT marker (a restored job reuses
-    the ids after the checkpoint it restored, so one id may show both). Ids opened for a
-    checkpoint and never written (Empty) are left out. ``bootstrap``: the run's cluster."""
-    frozen = {k.transaction: k.state for k in run.kills if k.transaction}
+    row per transaction, that is one use of a transactional id, indexed by the id's
+    ``<subtask>-<checkpoint>`` and the epoch its records carry. A restored job reuses the ids
+    after the checkpoint it restored (the same producer id, a new epoch), so one id may have
+    an aborted use and a committed one: each is its own row. A row holds its state at the
+    coordinator when a kill froze the job (a pre-committed or completed checkpoint's:
+    Ongoing), the id's state now (on its latest use; "reused" on an earlier one) and what its
+    records became, closed by an ABORT or a COMMIT marker. Ids opened for a checkpoint and
+    never written (Empty) are left out. ``bootstrap``: the run's cluster."""
+    frozen = {(k.transaction, k.producer_epoch): k.state for k in run.kills if k.transaction}
     with Inspector(bootstrap) as inspector:
         listed = {t: v for t, v in inspector.listed_transactions().items()
                   if t.startswith(run.prefix + "-")}
@@ -82,20 +84,40 @@ def sink_view(run: Any, bootstrap: str) -> pd.DataFrame:
     rows = []
     for tid in sorted(listed, key=lambda t: (checkpoint_of(t), t)):
         state, producer = listed[tid]
-        closed = {"ABORT": 0, "COMMIT": 0}
-        waiting = 0
-        for b in (b for b in batches if b.producer_id == producer):
-            if b.is_control:
-                closed[b.marker] = closed.get(b.marker, 0) + waiting
-                waiting = 0
-            else:
-                waiting += b.record_count
-        if sum(closed.values()) or tid in frozen:
-            rows.append({"transaction": tid[len(run.prefix) + 1:],
-                         "when killed": frozen.get(tid, ""), "state now": state,
-                         "records aborted": closed["ABORT"],
-                         "records committed": closed["COMMIT"]})
-    return pd.DataFrame(rows).set_index("transaction")
+        uses = _transactions(b for b in batches if b.producer_id == producer)
+        uses += [(e, "", 0) for (t, e) in frozen
+                 if t == tid and e is not None and e not in {u[0] for u in uses}]
+        uses.sort()
+        for n, (epoch, marker, records) in enumerate(uses):
+            rows.append({"transaction": tid[len(run.prefix) + 1:], "epoch": epoch,
+                         "when killed": frozen.get((tid, epoch), ""),
+                         "state now": state if n == len(uses) - 1 else "reused",
+                         "records aborted": records if marker == "ABORT" else 0,
+                         "records committed": records if marker == "COMMIT" else 0})
+    return pd.DataFrame(rows).set_index(["transaction", "epoch"])
+
+
+def killed(view: pd.DataFrame, kill: Kill) -> pd.Series:
+    """The row of ``sink_view`` that ``kill`` hit: its transactional id's use then."""
+    if kill.transaction is None or kill.producer_epoch is None:
+        raise ValueError(f"{kill.describe()}: no transaction of the sink's was hit")
+    return view.loc[("-".join(kill.transaction.rsplit("-", 2)[-2:]), kill.producer_epoch)]
+
+
+def _transactions(batches: Any) -> list[tuple[int, str, int]]:
+    """One producer id's transactions in log order: (the epoch its records carry, the marker
+    that closed it or "" while open, its record count)."""
+    found, epoch, waiting = [], None, 0
+    for b in batches:
+        if b.is_control:
+            if epoch is not None:
+                found.append((epoch, b.marker, waiting))
+            epoch, waiting = None, 0
+        else:
+            epoch, waiting = b.producer_epoch, waiting + b.record_count
+    if epoch is not None:
+        found.append((epoch, "", waiting))
+    return found
 
 
 def marker_epochs(run: Any, bootstrap: str) -> list[tuple[str, str, int, int]]:
