@@ -16,9 +16,11 @@ from tests.solution_code import SOLVED, UNSOLVED, checks_in_place, exercise_indi
 # Their check comes cells after the exercise, so nbval runs them as shipped (the cells in
 # between show the unsolved run): their solution runs here, in a notebook of its own.
 CHECKED_LATER = [n for n in NAMES if not checks_in_place(read(n))]
-# what its verdict must also say (the capstone's: every run at the named points and the wire
-# was exact, and then production's faults, on both group protocols, found it exact too)
-VERDICT_SAYS = {"10_capstone": ("all 4 runs at the named points and the wire exactly-once",
+# what its verdict must also say (the capstone's: every run at the named points, the wire and
+# the commit was exact, and then production's faults, on both group protocols, found it
+# exact too)
+VERDICT_SAYS = {"10_capstone": ("all 5 runs at the named points, the wire and the commit "
+                                "exactly-once",
                                 "production's faults on the classic protocol and the "
                                 "consumer protocol: no payment lost")}
 EXECUTE = """

@@ -19,7 +19,7 @@ AT_POINTS = [name for name, w in WRONG.items() if w.phase == "point"]
 
 def test_each_wrong_loop_is_one_edit_of_the_reference():
     for name in WRONG:
-        diff = learner.diff(production_loop.fee_service, wrong_loop(name))
+        diff = learner.diff(production_loop.fee_service, wrong_loop(name), cell=True)
         changed = [line for line in diff.splitlines()
                    if line[:1] in "+-" and not line.startswith(("+++", "---"))]
         assert 0 < len(changed) <= 40, (name, diff)

@@ -17,23 +17,22 @@ from dataclasses import dataclass, field
 from labkit import experiments
 from labkit.pipelines import learner, production_loop
 
-OFFSETS = "producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),"
-EXCEPT = """            if exc.args[0].fatal():
-                raise  # fenced by a newer instance: stop; a supervisor restarts us
-            # abortable (a refused record, offsets refused to a zombie, a produce() in a
-            # transaction already failed): abort, and read the batch again
-            abort()
-            rewind()
+POSITIONS = "                consumer.position(consumer.assignment()),  # next to read, every partition\n"
+SEND_OFFSETS = """            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()),  # next to read, every partition
+                consumer.consumer_group_metadata(), 30)
+"""
+EXCEPT = """        except KafkaException as error:
+            if error.args[0].fatal():
+                raise  # fenced by a newer instance with our transactional.id: stop
+            # abortable, or any other error inside the transaction: give the batch up
+            producer.abort_transaction(30)  # drop the output and the offsets...
+            rewind(consumer, batch)  # ...and read the batch again
             continue"""
 TRANSACTION = """        producer.begin_transaction()
-        in_transaction = True
         try:"""
-COMMIT = """            crash_point("in-transaction-before-commit")
-            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), TIMEOUT_S)
-            crash_point("after-send-offsets-before-commit")
-            commit(producer)
-            in_transaction = False"""
+COMMIT = """            crash_point("after-send-offsets-before-commit")
+            commit(producer)  # again while its error is retriable"""
 
 
 @dataclass(frozen=True)
@@ -62,83 +61,77 @@ class Wrong:
 
 WRONG: dict[str, Wrong] = {
     "one-partition-offsets": Wrong(
-        {OFFSETS: "last = batch[-1]  # the input has one partition\n"
-                  "            producer.send_offsets_to_transaction(\n"
-                  "                [TopicPartition(last.topic(), last.partition(), "
-                  "last.offset() + 1)],"},
+        {POSITIONS: "                [TopicPartition(batch[-1].topic(), batch[-1].partition(),\n"
+                    "                                batch[-1].offset() + 1)],  # one partition\n"},
         "point", "duplicated", {"crash_at": "after-commit,after-commit"},
         "the offsets of the batch's last partition only: the others are read again"),
     "rewind-one-partition": Wrong(
-        {"for tp in consumer.committed(consumer.assignment(), timeout=TIMEOUT_S):":
-         "first = batch[0]  # where the batch began\n"
-         "        for tp in consumer.committed([TopicPartition(first.topic(), "
-         "first.partition())],\n                                     timeout=TIMEOUT_S):"},
+        {"    for tp in consumer.committed(consumer.assignment(), timeout=30):":
+         "    first = batch[0]  # where the batch began\n"
+         "    for tp in consumer.committed([TopicPartition(first.topic(), first.partition())],\n"
+         "                                 timeout=30):"},
         "offsets", "lost",
         why="an abort rewinds the first record's partition only: the others skip the batch"),
     "offsets-by-the-consumer": Wrong(
-        {"producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),\n"
-         "                                                 consumer.consumer_group_metadata(), "
-         "TIMEOUT_S)":
-         "consumer.commit(offsets=consumer.position(consumer.assignment()), "
-         "asynchronous=False)"},
+        {SEND_OFFSETS: "            consumer.commit(offsets=consumer.position(consumer.assignment()),\n"
+                       "                            asynchronous=False)\n"},
         "point", "lost", {"crash_at": "after-send-offsets-before-commit"},
         "offsets committed by the consumer, outside the transaction"),
     "off-by-one": Wrong(
-        {OFFSETS: "last = {(m.topic(), m.partition()): m.offset() for m in batch}\n"
-                  "            producer.send_offsets_to_transaction(\n"
-                  "                [TopicPartition(t, p, o) for (t, p), o in last.items()],"},
+        {POSITIONS: "                [TopicPartition(t, p, o) for (t, p), o in\n"
+                    "                 {(m.topic(), m.partition()): m.offset() for m in batch}.items()],\n"},
         "point", "duplicated", {"crash_at": "after-commit"},
         "each partition's last record committed, not the next one to read"),
     "abortable-swallowed": Wrong(
-        {EXCEPT: """            if exc.args[0].fatal():
+        {EXCEPT: """        except KafkaException as error:
+            if error.args[0].fatal():
                 raise
-            print("error, going on:", exc)  # no abort, no rewind
+            print("error, going on:", error)  # no abort, no rewind
             continue"""},
         "offsets", "abortable-raised",
         why="an abortable error logged and the loop goes on, its transaction never aborted"),
     "fatal-reinit": Wrong(
-        {EXCEPT: """            if exc.args[0].fatal():  # start over with a new producer
-                producer = Producer({"bootstrap.servers": bootstrap,
-                                     "transactional.id": transactional_id,
-                                     "connections.max.idle.ms": 5000})
-                producer.init_transactions(TIMEOUT_S)
-                in_transaction = False
-                rewind()
+        {EXCEPT: """        except KafkaException as error:
+            if error.args[0].fatal():  # start over with a new producer
+                producer = Producer(client_config({"bootstrap.servers": bootstrap,
+                                                   "transactional.id": transactional_id,
+                                                   "connections.max.idle.ms": 5000}))
+                producer.init_transactions(30)
+                rewind(consumer, batch)
                 continue
-            abort()
-            rewind()
+            producer.abort_transaction(30)
+            rewind(consumer, batch)
             continue"""},
         "fenced", "fenced-ran-on",
         why="a fatal error (fenced) taken for one to recover from: a new producer with the "
             "same transactional.id fences the successor in turn"),
     "fatal-abort-and-continue": Wrong(
         {TRANSACTION: """        try:
-            producer.begin_transaction()
-            in_transaction = True""",
-         EXCEPT: """            try:  # any error: abort and read the batch again
-                abort()
+            producer.begin_transaction()""",
+         EXCEPT: """        except KafkaException:
+            try:  # any error: abort and read the batch again
+                producer.abort_transaction(30)
             except KafkaException:
-                in_transaction = False
-            rewind()
+                pass
+            rewind(consumer, batch)
             continue"""},
         "fenced", "fenced-ran-on",
         why="a fatal error (fenced) aborted and retried as if abortable"),
     "revoke-ignored": Wrong(
-        {TRANSACTION: """        if not in_transaction:  # a transaction spans a few polls
+        {"    consumer.subscribe([input_topic])\n":
+         "    consumer.subscribe([input_topic])\n    in_transaction, polls = False, 0\n",
+         TRANSACTION: """        if not in_transaction:  # a transaction spans a few polls
             producer.begin_transaction()
             in_transaction, polls = True, 0
         polls += 1
         try:""",
-         COMMIT: """            crash_point("in-transaction-before-commit")
-            if polls < 3:
+         SEND_OFFSETS: """            if polls < 3:
                 continue
-            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), TIMEOUT_S)
-            crash_point("after-send-offsets-before-commit")
-            commit(producer)
-            in_transaction = False""",
-         "consumer.subscribe([input_topic], on_revoke=on_revoke, on_lost=on_revoke)":
-         "consumer.subscribe([input_topic])",
+""" + SEND_OFFSETS,
+         COMMIT: COMMIT + "\n            in_transaction = False",
+         "            producer.abort_transaction(30)  # drop the output and the offsets...\n":
+         "            producer.abort_transaction(30)  # drop the output and the offsets...\n"
+         "            in_transaction = False\n",
          "        if not batch:\n            continue\n": """        if not batch:
             if in_transaction:  # the input paused: what is open is committed
                 producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),

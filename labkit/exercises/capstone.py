@@ -357,7 +357,8 @@ def check_capstone(service: Callable, accounting_reads: str,
         return check(False, "", f"every named point was exact, but not "
                                 f"{_finding_text(label, run)}. Hint: " + " | ".join(hints))
     protocols = " and the ".join(label.split("(")[-1].rstrip(")") for label in ran)
-    return check(True, f"all {len(results)} runs at the named points and the wire exactly-once, "
-                       f"then production's faults on the {protocols}: no payment lost, none "
-                       "charged twice, no aborted payment visible, no transaction left open "
+    return check(True, f"all {len(results)} runs at the named points, the wire and the commit "
+                       f"exactly-once, then production's faults on the {protocols}: no payment "
+                       "lost, none charged twice, no aborted payment visible, no transaction "
+                       "left open "
                        f"({time.monotonic() - started:.0f} s).", "")

@@ -1,0 +1,101 @@
+"""One loop, taught once (issue 49): the exactly-once loop is
+``labkit.pipelines.production_loop.fee_service``; notebook 05 shows it whole in section 7,
+line for line; its section 6 is the named step before it (only ``rewind``, the exercise
+between them, differs); the capstone's solution is the same loop under the service's name,
+and the capstone points the learner at 05's section 7. A lesson that drifts from the
+reference fails here, with the diff.
+
+That copying section 7 into the capstone gets "Well done" is the solved capstone's run
+(test_exercise_solutions): its solution is this same text."""
+from __future__ import annotations
+
+import ast
+import difflib
+import inspect
+import re
+
+from labkit.pipelines import learner, production_loop
+from tests.notebook_cells import as_cell, read
+from tests.solution_code import solution_code
+
+HEADING = "## 7. The production loop"
+
+
+def reference_code() -> str:
+    """The module's code, its docstring left out: what a lesson shows."""
+    source = inspect.getsource(production_loop)
+    tree = ast.parse(source)
+    first = tree.body[1]  # after the docstring
+    return "".join(source.splitlines(keepends=True)[first.lineno - 1:])
+
+
+def cell_after(notebook: str, heading: str, offset: int = 1) -> str:
+    nb = read(notebook)
+    (index,) = [i for i, c in enumerate(nb.cells)
+                if c.cell_type == "markdown" and c.source.startswith(heading)]
+    return nb.cells[index + offset].source
+
+
+def differences(old: str, new: str) -> str:
+    return "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm=""))
+
+
+def test_05_shows_the_reference_loop_line_for_line():
+    shown = cell_after("05_consume_transform_produce", HEADING)
+    assert shown.strip() == reference_code().strip(), differences(reference_code(), shown)
+
+
+def test_05_section_6_is_the_step_before_it_only_rewind_differs():
+    """Section 6's loop is the reference with the one-partition rewind (the exercise between
+    them makes it general) and without OFFSET_BEGINNING, which only that rewind uses."""
+    nb = read("05_consume_transform_produce")
+    (general,) = [c.source for c in nb.cells if c.cell_type == "code"
+                  and "def general_fee_service(" in c.source]
+    step = as_cell(general, "general_fee_service")
+    step_rewind = ast.get_source_segment(general, _def(general, "rewind"))
+    reference = reference_code()
+    expected = reference.replace(ast.get_source_segment(reference, _def(reference, "rewind")),
+                                 step_rewind)
+    expected = expected.replace("(OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, "
+                                "Producer,\n                             TopicPartition)",
+                                "Consumer, KafkaError, KafkaException, Producer, TopicPartition")
+    expected = re.sub(r"def fee_service\((.*?)\):", _renamed, expected, count=1, flags=re.S)
+    assert general.strip() == expected.strip(), differences(expected, general)
+    assert "batch[0]" in step_rewind  # the shortcut the exercise takes away
+    assert learner.crash_points_in(step) == learner.crash_points_in(production_loop.fee_service)
+
+
+def _renamed(match: re.Match) -> str:
+    args = " ".join(match.group(1).split())
+    return ("def general_fee_service(bootstrap, input_topic, output_topic, group_id, "
+            "transactional_id,\n                        instance_id, group_protocol=\"classic\"):"
+            if args == ("bootstrap, input_topic, output_topic, group_id, transactional_id, "
+                        "instance_id, group_protocol=\"classic\"") else match.group(0))
+
+
+def _def(code: str, name: str) -> ast.FunctionDef:
+    (found,) = [n for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)
+                and n.name == name]
+    return found
+
+
+def test_the_capstones_solution_is_the_reference_under_the_services_name():
+    solution = solution_code("10_capstone")
+    service = as_cell(solution, "ledger_service")
+    assert ast.dump(_def(solution, "ledger_service").args) == \
+        ast.dump(_def(reference_code(), "fee_service").args)
+    body = ast.parse(solution).body
+    reference = ast.parse(reference_code()).body
+    for node in body:
+        if isinstance(node, ast.FunctionDef) and node.name == "ledger_service":
+            node.name = "fee_service"
+    code_only = [n for n in body if not (isinstance(n, ast.Assign)
+                                         and n.targets[0].id == "accounting_reads")]
+    assert [ast.dump(n) for n in code_only] == [ast.dump(n) for n in reference], \
+        learner.diff(production_loop.fee_service, service, cell=True)
+
+
+def test_the_capstone_points_at_that_section():
+    nb = read("10_capstone")
+    pointers = [c.source for c in nb.cells if c.cell_type == "markdown" and "Notebook 05" in c.source]
+    assert any("section 7" in text for text in pointers), pointers
