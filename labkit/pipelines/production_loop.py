@@ -59,8 +59,9 @@ def commit(producer, attempts=5):
                 raise
 
 
-def fee_service(bootstrap, input_topic, output_topic, group_id, transactional_id, instance_id,
-                group_protocol="classic"):
+def fee_service(
+        bootstrap, input_topic, output_topic, group_id, transactional_id, instance_id,
+        group_protocol="classic"):
     consumer = Consumer(client_config({
         "bootstrap.servers": bootstrap, "group.id": group_id,
         "group.protocol": group_protocol,  # "classic", or "consumer" (KIP-848)
