@@ -100,8 +100,10 @@ def check_own_pipeline(app: Callable | None, directory: str | Path) -> Verdict:
         return check(False, "", "your app exited before every kill landed: a streaming app "
                                 "keeps running (loop forever) until it is stopped.")
     if r.lost > 0 and r.duplicated > 0:
-        return check(False, "", "records were lost and others duplicated: commit the input "
-                                "offsets only together with the output they produced.")
+        return check(False, "", "records were lost and others duplicated: some input offsets "
+                                "were committed before their output was in the topic, and some "
+                                "output was in the topic before its offsets were committed. A "
+                                "kill between the two leaves one without the other.")
     if r.lost > 0:
         return check(False, "", "records are still lost: some input offsets are committed "
                                 "before the output they produced is safely in the topic. What "
@@ -109,19 +111,22 @@ def check_own_pipeline(app: Callable | None, directory: str | Path) -> Verdict:
                                 "comes before producer.flush()?")
     if r.duplicated > 0:
         return check(False, "", "nothing is lost any more, but there are duplicates: a kill "
-                                "after some output is written and before the offsets are "
-                                "committed replays the batch (at least once). The output and "
-                                "the offsets must be committed together or not at all: which "
-                                "Kafka feature makes them one atomic write (notebook 05, "
-                                "section 1)?")
+                                "after part of a batch's output is in the topic and before its "
+                                "offsets are committed leaves that output there for every "
+                                "reader, and the restarted app, back at the last committed "
+                                "offset, writes it again (at least once). Whichever write "
+                                "comes first, a kill can land between the two: what would "
+                                "have to become of the output of a batch whose offsets were "
+                                "never committed?")
     if r.aborted_in_log == 0:
         # Without transactions a kill inside a batch leaves its written records visible; a
         # run that shows none was lucky with the kills' timing, not exactly once.
-        return check(False, "", "no record lost or duplicated this time, but no kill hit an "
-                                "open transaction either (no aborted records in the output's "
-                                "log): without transactions, a kill inside a batch leaves what "
-                                "it wrote, and its replay duplicates it. Make the output and the "
-                                "offsets one transaction.")
+        return check(False, "", "no record lost or duplicated this time, but no kill undid "
+                                "the output of a batch in progress either (no aborted records "
+                                "in the output's log): that was the kills' timing. In an app "
+                                "whose output stays once written, a kill between a batch's "
+                                "output and its offsets leaves that output there, and the "
+                                "replay writes it again: run this cell again.")
     return check(result.verdict == "exactly once",
                  f"exactly once under {result.kills} kills: nothing lost, nothing duplicated "
                  "(aborted transactions stay in the log, invisible to read_committed).",
