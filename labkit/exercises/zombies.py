@@ -63,14 +63,58 @@ def check_next_epoch(bootstrap: str, epoch: int | None) -> Verdict:
 ZOMBIE_RECORDS = 40
 
 
+# What the zombie may be told: the exercise's choices, each with what it would mean.
+TOLD = ("nothing", "INVALID_PRODUCER_EPOCH", "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID")
+_NOT_ASKED = object()  # a caller that judges the metadata alone (tests)
+
+
+def _told_hint(told: str) -> str:
+    """Where to look, for a wrong prediction: the cause, never the answer."""
+    if told == "nothing":
+        return ("your fenced_metadata did fence the zombie: its commit was refused, and each "
+                "payment is once in the output. What did the group coordinator know about A "
+                "by the time A woke up?")
+    if told == "INVALID_PRODUCER_EPOCH":
+        return ("that is section 3's fencing, between instances that share a transactional.id: "
+                "A and B have transactional.ids of their own, and nothing bumped A's epoch. "
+                "The group coordinator refused A's offsets: what did it know about A by the "
+                "time A woke up?")
+    return ("the coordinator answered something else. What does it do with a member that "
+            "sends no heartbeat for longer than its session timeout (6 s), and when did that "
+            "happen to A: before or after B was given the partition?")
+
+
+def _told_reason(told: str) -> str:
+    if told == "UNKNOWN_MEMBER_ID":
+        return ("A sent no heartbeat while it was frozen, so once its session timed out the "
+                "coordinator removed it from the group, before the rebalance that gave B the "
+                "partition: the member its offsets named no longer existed")
+    if told == "ILLEGAL_GENERATION":
+        return ("A was still known to the group, but the generation its offsets named had "
+                "ended with the rebalance that gave B the partition")
+    return "they named a member and a generation that had ended"
+
+
 @exercise("06_zombies", "2")
-def check_fenced_zombie(metadata: Callable, shown: Callable, bootstrap: str | None = None) -> Verdict:
+def check_fenced_zombie(metadata: Callable, shown: Callable, bootstrap: str | None = None,
+                        told: object = _NOT_ASKED) -> Verdict:
     """06 · the learner's function gives the group metadata both instances' offsets carry into
     their transactions; the check runs the zombie after a rebalance (A frozen mid-transaction,
     B takes over, A wakes and commits) with it and audits the output. ``shown`` is the
-    group-id-only function of section 5 (unchanged, it is not run again)."""
+    group-id-only function of section 5 (unchanged, it is not run again). ``told``: the
+    learner's prediction of what the group coordinator answers the zombie (one of ``TOLD``),
+    judged against the run."""
     from labkit import experiments
 
+    asked = told is not _NOT_ASKED
+    if asked and unanswered(told):
+        return check(False, "", "predict what the zombie is told (my_zombie_told) and change "
+                                "fenced_metadata, then run this cell again.")
+    predicted = str(told).strip() if asked else ""
+    predicted = "nothing" if predicted.lower() == "nothing" else predicted.upper()
+    if asked and predicted not in TOLD:
+        return check(False, "", f"my_zombie_told is {told!r}: write one of "
+                                f"{', '.join(repr(t) for t in TOLD)}.")
     refused = not_changed(metadata, "fenced_metadata", shown, (
         "fenced_metadata still builds the metadata of a consumer that never joined the group, "
         "as group_id_only does: its run above let the zombie commit. Change it, then run this "
@@ -92,7 +136,10 @@ def check_fenced_zombie(metadata: Callable, shown: Callable, bootstrap: str | No
     if report.lost:
         return check(False, "", f"{report.lost} payments are missing from the output: the "
                                 "metadata must let the live instance commit its own batches.")
-    told = run.zombie_error.split(" (")[0].rsplit(": ", 1)[-1]
-    return check(True, f"the group coordinator refused the zombie's offsets ({told}): they "
-                       "named a member and a generation that had ended, the zombie aborted, "
-                       "and each payment is in the output once.", "")
+    got = run.zombie_error.split(" (")[0].rsplit(": ", 1)[-1]
+    if asked and predicted != got:
+        return check(False, "", f"my_zombie_told is {predicted!r}, not what the zombie was told: "
+                                f"{_told_hint(predicted)}")
+    return check(True, f"the group coordinator refused the zombie's offsets ({got}): "
+                       f"{_told_reason(got)}. The zombie aborted, and each payment is in the "
+                       "output once.", "")
