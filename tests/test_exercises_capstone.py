@@ -98,8 +98,9 @@ def test_a_transactional_service_read_uncommitted_gets_the_aborted_hint(bootstra
     assert "aborted visible" in verdict.message and "ABORTED transactions" in verdict.message
 
 
-OFFSETS_IN_THE_TRANSACTION = """            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), 30)
+OFFSETS_IN_THE_TRANSACTION = """            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()),  # next to read, every partition
+                consumer.consumer_group_metadata(), 30)
 """
 OFFSETS_BY_THE_CONSUMER = """            consumer.commit(offsets=consumer.position(consumer.assignment()), asynchronous=False)
 """
