@@ -93,9 +93,11 @@ WRONG: dict[str, Wrong] = {
     "fatal-reinit": Wrong(
         {EXCEPT: """        except KafkaException as error:
             if error.args[0].fatal():  # start over with a new producer
-                producer = Producer(client_config({"bootstrap.servers": bootstrap,
-                                                   "transactional.id": transactional_id,
-                                                   "connections.max.idle.ms": 5000}))
+                # (the fenced one kept meanwhile: destroyed inside the new one's constructor,
+                # its log callback once left an exception set there, SystemError)
+                fenced, producer = producer, Producer(client_config({
+                    "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                    "connections.max.idle.ms": 5000}))
                 producer.init_transactions(30)
                 rewind(consumer, batch)
                 continue
