@@ -26,7 +26,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 
@@ -56,7 +55,6 @@ COMMITTING = ("as it commits",)  # not a crash point's name: the run's place in 
 # without them the audit could not crash it where duplicates and losses come from.
 REQUIRED_POINTS = ("after-poll-before-process", "mid-batch", "after-commit")
 KINDS = ("kills", "wire", "rebalance", "zombie", "offsets", "fenced")  # the order they are tried in
-SIDE_BY_SIDE = 2  # judged runs at once: a verdict in the workshop's time on 2 cores
 COUNTED = ("lost-write", "duplicate", "aborted-read")  # the table's columns say these
 
 
@@ -153,16 +151,11 @@ def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None
     validate(service, accounting_reads)
     rows = []
     planned = experiments(service)
-    with _Elapsed("The named points") as clock, \
-            ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="point-run") as pool:
-        # the runs SIDE_BY_SIDE at a time (each its own topics, group and transactional ids):
-        # a run mostly waits on its group, its feed and its quiet output
-        runs = [pool.submit(run_one, service, accounting_reads, points, bootstrap=bootstrap,
-                            payments=payments, **({"watch": watch} if watch and n == 1 else {}))
-                for n, points in enumerate(planned, 1)]
-        for n, (points, future) in enumerate(zip(planned, runs), 1):
-            clock.now(f"{label(points)} (run {n} of {len(planned)}, {SIDE_BY_SIDE} at a time)")
-            run = future.result()
+    with _Elapsed("The named points") as clock:
+        for n, points in enumerate(planned, 1):
+            clock.now(f"{label(points)} (run {n} of {len(planned)})")
+            run = run_one(service, accounting_reads, points, bootstrap=bootstrap,
+                          payments=payments, **({"watch": watch} if watch and n == 1 else {}))
             if not split or _row("", run)["exactly_once"] or len(points) < 2:
                 rows.append(_row(label(points), run))
                 continue
@@ -226,26 +219,11 @@ def under_production(service: Callable, accounting_reads: str, bootstrap: str | 
     """The seeded schedule of production's faults, once per group protocol; where it breaks
     the loop, each kind of fault alone until one does: (what ran, its record), in order.
     ``on_start(what)`` is told what runs next."""
-    protocols = schedules(service)
-    on_start(f"production's faults ({' and '.join(protocols)} protocol)")
-    # the protocols' schedules side by side (each its own topics, group and transactional
-    # ids): they mostly wait on sessions, feeds and quiet output, not on the CPU
-    with ThreadPoolExecutor(len(protocols), thread_name_prefix="schedule") as pool:
-        runs = {protocol: pool.submit(run_one, service, accounting_reads, phase="schedule",
-                                      bootstrap=bootstrap, instances=3, payments=600,
-                                      seed=seed, group_protocol=protocol)
-                for protocol in protocols}
-        yield from _first_break(service, accounting_reads, bootstrap, seed, runs, on_start)
-
-
-def _first_break(service: Callable, accounting_reads: str, bootstrap: str | None, seed: int,
-                 runs: dict, on_start: Callable[[str], None]
-                 ) -> Iterator[tuple[str, RunRecord]]:
-    """Each protocol's schedule in order; the first one that breaks the loop is followed by
-    each kind of fault alone until one does."""
-    for protocol, future in runs.items():
+    for protocol in schedules(service):
         label = f"production's faults ({protocol} protocol)"
-        run = future.result()
+        on_start(label)
+        run = run_one(service, accounting_reads, phase="schedule", bootstrap=bootstrap,
+                      instances=3, payments=600, seed=seed, group_protocol=protocol)
         yield label, run
         if _row("", run)["exactly_once"]:
             continue
