@@ -15,7 +15,12 @@ error on a Produce and on the offsets, a successor fencing an instance; under bo
 protocols when the function takes ``group_protocol``.
 A schedule that breaks the loop is run again one kind of fault at a time until the kind
 that breaks it is found. The verdict names it and what it found, with a hint that points
-at the cause, never at the code that fixes it.
+at the cause, never at the code that fixes it (``capstone_hints``).
+
+Every run is a process of its own, and they run side by side
+(``labkit.exercises.side_by_side``): the points together, and production's schedules
+started with them, so a right loop's whole verdict takes about its longest run. A row that
+is not exact stops the schedules: the learner has the table's answer first.
 """
 from __future__ import annotations
 
@@ -25,12 +30,15 @@ import inspect
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pandas as pd
 
 from labkit.checking.record import RunRecord
 from labkit.exercises import Verdict, check, exercise
+from labkit.exercises.capstone_hints import (FINDING_HINTS, KIND_HINTS, findings_of,
+                                             finding_text, point_hints)
+from labkit.exercises.side_by_side import Apart, Outcome, outcomes
 from labkit.experiments import registry
 from labkit.experiments.judge import PHASES
 from labkit.faults.crashpoints import CRASH_POINTS
@@ -55,7 +63,6 @@ COMMITTING = ("as it commits",)  # not a crash point's name: the run's place in 
 # without them the audit could not crash it where duplicates and losses come from.
 REQUIRED_POINTS = ("after-poll-before-process", "mid-batch", "after-commit")
 KINDS = ("kills", "wire", "rebalance", "zombie", "offsets", "fenced")  # the order they are tried in
-COUNTED = ("lost-write", "duplicate", "aborted-read")  # the table's columns say these
 
 
 def service_code(service: Callable) -> str:
@@ -112,61 +119,118 @@ def found(results: pd.DataFrame) -> pd.DataFrame:
                          for name in FINDINGS}).rename_axis("run")
 
 
-def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | None = None,
-            fault: str | None = None, bootstrap: str | None = None, payments: int = PAYMENTS,
-            phase: str = "point", **options) -> RunRecord:
-    """One judged run of the learner's service (see ``labkit.experiments.judge``)."""
-    validate(service, accounting_reads)
+def judge_options(accounting_reads: str, crash_at: str | tuple | None = None,
+                  fault: str | None = None, payments: int = PAYMENTS, phase: str = "point",
+                  **options) -> dict:
+    """The judge's options for one run of the capstone (``registry.run("judge", ...)``)."""
     if crash_at == COMMITTING:
         crash_at, fault = None, COMMIT_KILL
     if phase == "point" and not crash_at and fault is None:
         fault = WIRE_RUN
     options.setdefault("partitions", PARTITIONS)
-    return registry.run("judge", phase=phase, pipeline=service, crash_at=crash_at or None,
-                        fault=fault if phase == "point" else None, cluster=bootstrap,
-                        records=payments, isolation=accounting_reads, **options)
+    return dict(phase=phase, crash_at=list(crash_at) if isinstance(crash_at, tuple) else
+                crash_at or None, fault=fault if phase == "point" else None,
+                records=payments, isolation=accounting_reads, **options)
 
 
-def _findings_of(run: RunRecord) -> list[str]:
-    """What the judge found besides the table's counts: its findings, the audit's other
-    anomalies (e.g. an aborted input read)."""
-    return [*run.findings, *(a for a in run.report.anomalies if a not in COUNTED)]
+def run_one(service: Callable, accounting_reads: str, crash_at: str | tuple | None = None,
+            fault: str | None = None, bootstrap: str | None = None, payments: int = PAYMENTS,
+            phase: str = "point", **options) -> RunRecord:
+    """One judged run of the learner's service, here (see ``labkit.experiments.judge``)."""
+    validate(service, accounting_reads)
+    watch = options.pop("watch", None)
+    return registry.run("judge", pipeline=service, cluster=bootstrap, watch=watch,
+                        **judge_options(accounting_reads, crash_at, fault, payments, phase,
+                                        **options))
 
 
-def _row(label: str, run: RunRecord) -> dict:
-    r = run.report
-    found = _findings_of(run)
-    return {"experiment": label, "payments": r.produced, "lost": r.lost,
-            "charged_twice": r.duplicated, "aborted_visible": r.aborted_visible,
-            "findings": ", ".join(found), "exactly_once": r.exactly_once and not found}
+def apart(service: Callable, accounting_reads: str, bootstrap: str | None = None,
+          crash_at: str | tuple | None = None, **options) -> Apart:
+    """One judged run of the learner's service, started in a process of its own."""
+    return Apart(service, bootstrap, **judge_options(accounting_reads, crash_at, **options))
+
+
+def _row(label: str, run: Outcome) -> dict:
+    found = findings_of(run)
+    return {"experiment": label, "payments": run.produced, "lost": run.lost,
+            "charged_twice": run.duplicated, "aborted_visible": run.aborted_visible,
+            "findings": ", ".join(found), "exactly_once": run.exactly_once and not found}
 
 
 def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None = None,
                  payments: int = PAYMENTS, watch: Callable | None = None,
                  split: bool = False) -> pd.DataFrame:
-    """The named points (two instances, six partitions; two points a run) and the wire:
-    one row a run. ``watch`` (a live view of the run's topics) follows the first run;
-    ``split``: a run that is not exact is run again point by point, its rows naming one
-    point each."""
+    """The named points (two instances, six partitions; two points a run), the wire and the
+    commit, side by side: one row a run. ``watch`` (a live view of the run's topics) follows
+    the first run; ``split``: a run that is not exact is run again point by point, its rows
+    naming one point each. Production's faults start at the same time, for the verdict
+    (``check_capstone``) to take up; a row that is not exact stops them."""
     validate(service, accounting_reads)
-    rows = []
+    _stop_pending()  # an earlier attempt's: this code is judged now
     planned = experiments(service)
-    with _Elapsed("The named points") as clock:
-        for n, points in enumerate(planned, 1):
-            clock.now(f"{label(points)} (run {n} of {len(planned)})")
-            run = run_one(service, accounting_reads, points, bootstrap=bootstrap,
-                          payments=payments, **({"watch": watch} if watch and n == 1 else {}))
-            if not split or _row("", run)["exactly_once"] or len(points) < 2:
-                rows.append(_row(label(points), run))
-                continue
-            for point in points:  # which of the two: each alone
-                clock.now(f"{label((point,))} alone")
-                rows.append(_row(label((point,)), run_one(service, accounting_reads, (point,),
-                                                           bootstrap=bootstrap,
-                                                           payments=payments)))
+    production = [apart(service, accounting_reads, bootstrap, **schedule)
+                  for schedule in _schedule_options(service)]
+    try:
+        with _Elapsed("The named points") as clock:
+            outs = _side_by_side(service, accounting_reads, bootstrap, planned, clock,
+                                 payments=payments, watch=watch)
+            rows = []
+            for points, run in zip(planned, outs):
+                if split and not _row("", run)["exactly_once"] and len(points) == 2:
+                    alone = _side_by_side(service, accounting_reads, bootstrap,
+                                          [(p,) for p in points], clock, payments=payments)
+                    rows += [_row(label((p,)), o) for p, o in zip(points, alone)]
+                else:
+                    rows.append(_row(label(points), run))
+    except BaseException:
+        for run in production:
+            run.cancel(wait=False)
+        raise
     results = pd.DataFrame(rows)
     results.attrs["digest"] = _digest(service, accounting_reads, results)
+    if results["exactly_once"].all():
+        _PENDING[_key(service, accounting_reads, bootstrap)] = production
+    else:
+        for run in production:
+            run.cancel(wait=False)
     return results
+
+
+def _side_by_side(service: Callable, accounting_reads: str, bootstrap: str | None,
+                  planned: list[tuple[str, ...]], clock: "_Elapsed", payments: int,
+                  watch: Callable | None = None) -> list[Outcome]:
+    """The point runs ``planned``, each in a process of its own (the first here when it is
+    ``watch``ed: its live view is drawn by this process)."""
+    clock.now(f"{len(planned)} runs side by side")
+    here = planned[:1] if watch else []
+    runs = [apart(service, accounting_reads, bootstrap, points, payments=payments)
+            for points in planned[len(here):]]
+    try:
+        watched = [Outcome.of(run_one(service, accounting_reads, points, bootstrap=bootstrap,
+                                      payments=payments, watch=watch)) for points in here]
+    except BaseException:
+        for run in runs:
+            run.cancel(wait=False)
+        raise
+    return watched + outcomes(runs, on_done=lambda n: clock.now(
+        f"{n + len(here)} of {len(planned)} runs done"))
+
+
+# Production's faults started with the points, by the code and reads they judge: the
+# verdict takes them up (one attempt at a time: a new attempt stops an earlier one's).
+_PENDING: dict[str, list[Apart]] = {}
+
+
+def _key(service: Callable, accounting_reads: str, bootstrap: str | None) -> str:
+    blob = json.dumps([learner.code_of(service), service.__name__, accounting_reads,
+                       bootstrap])
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _stop_pending() -> None:
+    while _PENDING:
+        for run in _PENDING.popitem()[1]:
+            run.cancel(wait=False)
 
 
 class _Elapsed:
@@ -213,29 +277,44 @@ def schedules(service: Callable) -> list[str]:
     return ["classic", "consumer"] if takes else ["classic"]
 
 
+SEED = 10  # production's schedule: the same faults in the same order for every learner
+
+
+def _schedule_options(service: Callable) -> list[dict]:
+    """Production's whole schedule, once per group protocol: three instances, the input
+    arriving while they work."""
+    return [dict(phase="schedule", instances=3, payments=600, seed=SEED, group_protocol=p)
+            for p in schedules(service)]
+
+
 def under_production(service: Callable, accounting_reads: str, bootstrap: str | None = None,
-                     seed: int = 10, on_start: Callable[[str], None] = lambda what: None
-                     ) -> Iterator[tuple[str, RunRecord]]:
-    """The seeded schedule of production's faults, once per group protocol; where it breaks
-    the loop, each kind of fault alone until one does: (what ran, its record), in order.
-    ``on_start(what)`` is told what runs next."""
-    for protocol in schedules(service):
-        label = f"production's faults ({protocol} protocol)"
-        on_start(label)
-        run = run_one(service, accounting_reads, phase="schedule", bootstrap=bootstrap,
-                      instances=3, payments=600, seed=seed, group_protocol=protocol)
-        yield label, run
-        if _row("", run)["exactly_once"]:
-            continue
-        for kind in KINDS:
-            label = f"{PHASES[kind]} ({protocol} protocol)"
-            on_start(label)
-            alone = run_one(service, accounting_reads, phase=kind, bootstrap=bootstrap,
-                            seed=seed, group_protocol=protocol)
-            yield label, alone
-            if not _row("", alone)["exactly_once"]:
-                return
-        return
+                     started: list[Apart] | None = None,
+                     on_start: Callable[[str], None] = lambda what: None
+                     ) -> list[tuple[str, Outcome]]:
+    """The seeded schedule of production's faults under each group protocol, side by side
+    (``started``: those runs, begun with the points); where it breaks the loop, each kind of
+    fault alone, side by side, until the first kind (in ``KINDS``' order) that breaks it
+    too: (what ran, its outcome), in order. ``on_start(what)`` is told what runs now."""
+    protocols = schedules(service)
+    runs = started or [apart(service, accounting_reads, bootstrap, **o)
+                       for o in _schedule_options(service)]
+    on_start(f"production's faults ({' and '.join(protocols)} protocol"
+             f"{'s side by side' if len(protocols) > 1 else ''})")
+    ran = [(f"production's faults ({p} protocol)", o)
+           for p, o in zip(protocols, outcomes(runs))]
+    broken = [p for p, (_, o) in zip(protocols, ran) if not _row("", o)["exactly_once"]]
+    if not broken:
+        return ran
+    protocol = broken[0]
+    ran = ran[:protocols.index(protocol) + 1]
+    on_start(f"each kind of fault alone, side by side ({protocol} protocol)")
+    alone = outcomes([apart(service, accounting_reads, bootstrap, phase=kind, seed=SEED,
+                            group_protocol=protocol) for kind in KINDS])
+    for kind, outcome in zip(KINDS, alone):
+        ran.append((f"{PHASES[kind]} ({protocol} protocol)", outcome))
+        if not _row("", outcome)["exactly_once"]:
+            break
+    return ran
 
 
 def _digest(service: Callable, accounting_reads: str, results: pd.DataFrame) -> str:
@@ -243,76 +322,6 @@ def _digest(service: Callable, accounting_reads: str, results: pd.DataFrame) -> 
     blob = json.dumps([learner.code_of(service), service.__name__, accounting_reads,
                        results.to_dict("records")], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _point_hints(code: str, accounting_reads: str, results: pd.DataFrame) -> list[str]:
-    bad = results[~results["exactly_once"]]
-    crashes = bad[bad["experiment"].str.startswith("crash")]
-    wire = bad[~bad["experiment"].str.startswith("crash")]
-    transactional = "send_offsets_to_transaction" in code
-    hints = []
-    if (bad["lost"] > 0).any():
-        hints.append("payments were LOST: something marked a batch done (its input offsets "
-                     "committed) before its output was safely written")
-    if not transactional and (crashes["charged_twice"] > 0).any():
-        hints.append("a crash between writing the ledger and committing the input offsets "
-                     "repeats the batch: the two must commit together, atomically")
-    if transactional and (crashes["charged_twice"] > 0).any():
-        hints.append("after a restart, is the committed offset of each partition the last "
-                     "payment processed or the next one to read, and does it cover every "
-                     "partition the batch was read from?")
-    if not wire.empty and (wire["charged_twice"] > 0).any():
-        hints.append("a lost ack was retried and written twice: the broker only drops such "
-                     "retries for an idempotent producer")
-    if (bad["aborted_visible"] > 0).any():
-        hints.append("accounting saw payments of ABORTED transactions: look at how it reads "
-                     f"the ledger (accounting_reads = {accounting_reads!r})")
-    named = {f for found in bad["findings"] for f in found.split(", ") if f}
-    return hints + [FINDING_HINTS[f] for f in sorted(named) if f in FINDING_HINTS]
-
-
-# What each kind of fault implicates when it breaks a loop (causes, never the fix).
-KIND_HINTS = {
-    "production's faults": "the named points are not the only places a process can die, nor "
-                           "a crash the only thing production does",
-    PHASES["kills"]: "what does your loop leave half done between two named points, or when "
-                     "it dies with its output or its commit on the wire?",
-    PHASES["wire"]: "when the broker refused a record, was the whole transaction given up and "
-                    "its batch read again from where it began?",
-    PHASES["rebalance"]: "when the group moved partitions between instances, did the offsets "
-                         "sent with a batch say where every partition it read from stands?",
-    PHASES["zombie"]: "a frozen instance came back after its partitions had moved and "
-                      "finished its transaction: could the group coordinator tell it was out "
-                      "of date?",
-    PHASES["offsets"]: "when the offsets were refused, was the transaction aborted and were "
-                       "the partitions read again from their committed offsets, all of them?",
-    PHASES["fenced"]: "an instance was fenced (a fatal error): what did it do next?",
-}
-FINDING_HINTS = {
-    "hanging-transaction": "a transaction stayed open after its instance was gone: every "
-                           "read_committed reader of its partitions waited for it",
-    "fenced-ran-on": "an instance went on after it was fenced, beside the one that took its "
-                     "place",
-    "abortable-raised": "an instance died of an error that only asked for its transaction to "
-                        "be aborted: what became of the batch it was in?",
-    "offsets-behind": "the input's committed offsets stopped short of what the service had "
-                      "processed: a restart reads those payments again",
-    "aborted-input-read": "the ledger holds payments an upstream producer ABORTED: how does "
-                          "the service read its input?",
-}
-
-
-def _finding_text(label: str, run: RunRecord) -> str:
-    r = run.report
-    found = [f"{k.replace('_', ' ')} {v}" for k, v in (("lost", r.lost),
-                                                         ("charged_twice", r.duplicated),
-                                                         ("aborted_visible", r.aborted_visible))
-             if v]
-    found += [f"{name} ({', '.join(map(str, run.findings[name]))})" if name in run.findings
-              else name for name in _findings_of(run)]
-    errors = "; ".join(f"instance {e['instance']} raised {e['raised']}" for e in run.errors)
-    return (f"under {label}: {', '.join(found) or 'not exactly once'}"
-            + (f" ({errors})" if errors else ""))
 
 
 @exercise("10_capstone")
@@ -331,6 +340,7 @@ def check_capstone(service: Callable, accounting_reads: str,
         results = run_capstone(service, accounting_reads, bootstrap)
     bad = results[~results["exactly_once"]]
     if not bad.empty:
+        _stop_pending()
         findings = "; ".join(
             f"{row.experiment}: " + (", ".join([*(f"{k.replace('_', ' ')} {getattr(row, k)}"
                                                   for k in ("lost", "charged_twice",
@@ -339,13 +349,14 @@ def check_capstone(service: Callable, accounting_reads: str,
                                                 *filter(None, [row.findings])])
                                      or "not exactly once")
             for row in bad.itertuples())
-        hints = _point_hints(service_code(service), accounting_reads, results)
+        hints = point_hints(service_code(service), accounting_reads, results)
         return check(False, "", f"{len(bad)} of {len(results)} experiments are not "
                                 f"exactly-once. {findings}." +
                      (" Hints: " + " | ".join(hints) if hints else ""))
+    pending = _PENDING.pop(_key(service, accounting_reads, bootstrap), None)
     ran, broken = [], None
     with _Elapsed("The verdict", started) as clock:
-        for label, run in under_production(service, accounting_reads, bootstrap,
+        for label, run in under_production(service, accounting_reads, bootstrap, pending,
                                            on_start=clock.now):
             ran.append(label)
             if not _row("", run)["exactly_once"]:
@@ -353,9 +364,9 @@ def check_capstone(service: Callable, accounting_reads: str,
     if broken is not None:
         label, run = broken
         hints = [KIND_HINTS[label.rsplit(" (", 1)[0]]] + \
-            [FINDING_HINTS[f] for f in _findings_of(run) if f in FINDING_HINTS]
+            [FINDING_HINTS[f] for f in findings_of(run) if f in FINDING_HINTS]
         return check(False, "", f"every named point was exact, but not "
-                                f"{_finding_text(label, run)}. Hint: " + " | ".join(hints))
+                                f"{finding_text(label, run)}. Hint: " + " | ".join(hints))
     protocols = " and the ".join(label.split("(")[-1].rstrip(")") for label in ran)
     return check(True, f"all {len(results)} runs at the named points, the wire and the commit "
                        f"exactly-once, then production's faults on the {protocols}: no payment "

@@ -40,7 +40,7 @@ KINDS = {
     "fenced": "a successor starts with an instance's transactional.id",
 }
 SCHEDULE = "all of these, shuffled and spaced by a seed"
-BETWEEN_S = (1.0, 2.0)  # between two faults of a schedule
+BETWEEN_S = (0.5, 1.0)  # between two faults of a schedule (after the loop's next commit)
 # A zombie is woken once the group moved on, or after this long (Kafka's default session is
 # 45 s: a loop with default settings is frozen that long before its partitions move).
 FROZEN_AT_MOST_S = 60.0

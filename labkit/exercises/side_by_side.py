@@ -1,0 +1,177 @@
+"""The capstone's judged runs side by side, each in a process of its own.
+
+A verdict is a dozen runs of the learner's loop, each mostly waiting (for a group to form,
+a session to end, a fault's moment): one after the other they take over two minutes, side
+by side about the time of the longest. Threads cannot run them: CPython 3.11's ``compile()``
+is not thread-safe, and every run parses the learner's cell (docs/measurements.md, stop 49).
+
+So each run is ``python -m labkit.exercises.side_by_side``: given the cell's text, the
+function's name and the judge's options (JSON on its stdin), it defines the function as the
+notebook did (``learner.from_text``), runs the judge on it and writes what the capstone reads
+of the run (``Outcome``) to a file. Its progress lines go to a log, quoted if it fails. A run
+no longer wanted is interrupted (SIGINT: the runner stops its instances and deletes its
+topics, as for a learner's interrupt), then killed with its process group.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit import proc
+from labkit.checking.record import RunRecord
+from labkit.pipelines import learner
+
+INTERRUPTED_GRACE_S = 20.0  # an interrupted run's clean-up (instances stopped, topics deleted)
+LOG_TAIL = 30  # lines of a failed run's log quoted in its error
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the capstone reads of a judged run: the audit's counts, the findings, the errors."""
+
+    produced: int
+    lost: int
+    duplicated: int
+    aborted_visible: int
+    exactly_once: bool
+    anomalies: list[str] = field(default_factory=list)
+    findings: dict[str, list] = field(default_factory=dict)
+    errors: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, run: RunRecord) -> "Outcome":
+        r = run.report
+        return cls(r.produced, r.lost, r.duplicated, r.aborted_visible, r.exactly_once,
+                   list(r.anomalies), {k: list(v) for k, v in run.findings.items()},
+                   list(run.errors))
+
+
+class JudgedRunError(RuntimeError):
+    """A run that ended without an outcome: its message quotes the end of its log."""
+
+
+class Apart:
+    """One judged run (``registry.run("judge", **options)``) of ``service``, started now in a
+    process of its own. ``outcome()`` waits for it; ``cancel()`` stops it and what it
+    started."""
+
+    def __init__(self, service: Callable, bootstrap: str | None, **options: Any):
+        self.options = options
+        self._dir = Path(tempfile.mkdtemp(prefix="labkit-judged-"))
+        self._log = (self._dir / "run.log").open("w")
+        spec = {"code": learner.code_of(service), "function": service.__name__,
+                "filename": f"<judged {service.__name__}>", "bootstrap": bootstrap,
+                "options": options, "out": str(self._dir / "outcome.json")}
+        # a process group of its own: a cancel reaches what it started; it dies with us
+        self.process = proc.spawn([sys.executable, "-m", "labkit.exercises.side_by_side"],
+                                  group=True, stdin=subprocess.PIPE, stdout=self._log,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.process.stdin.write(json.dumps(spec))
+        self.process.stdin.close()
+        _RUNNING.add(self)
+
+    def done(self) -> bool:
+        return self.process.poll() is not None
+
+    def outcome(self) -> Outcome:
+        """Waits for the run; its outcome, or a JudgedRunError with the end of its log."""
+        try:
+            self.process.wait()
+        except BaseException:  # the learner interrupted the cell: nothing is left running
+            self.cancel()
+            raise
+        _RUNNING.discard(self)
+        out = self._dir / "outcome.json"
+        try:
+            if self.process.returncode == 0 and out.exists():
+                return Outcome(**json.loads(out.read_text()))
+            log = (self._dir / "run.log").read_text(errors="replace").splitlines()
+            raise JudgedRunError(f"the judge's run ({self.options.get('phase')}) ended with "
+                                 f"code {self.process.returncode}:\n" + "\n".join(log[-LOG_TAIL:]))
+        finally:
+            self._clean()
+
+    def cancel(self, wait: bool = True) -> None:
+        """Interrupt the run (its clean-up runs), then kill what is left of its process
+        group. ``wait=False``: in the background."""
+        _RUNNING.discard(self)
+        if self.process.poll() is None:
+            try:
+                self.process.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        stopper = threading.Thread(target=self._stop, name="judged-run-stop", daemon=True)
+        stopper.start()
+        if wait:
+            stopper.join()
+
+    def _stop(self) -> None:
+        try:
+            self.process.wait(INTERRUPTED_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # its instances and anything else it started, whatever its clean-up did
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        self._clean()
+
+    def _clean(self) -> None:
+        self._log.close()
+        for child in self._dir.glob("*"):
+            child.unlink(missing_ok=True)
+        self._dir.rmdir() if self._dir.exists() else None
+
+
+_RUNNING: set[Apart] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """The kernel exits: no judged run outlives it."""
+    for run in list(_RUNNING):
+        run.cancel()
+
+
+def outcomes(runs: list[Apart], on_done: Callable[[int], None] = lambda n: None
+             ) -> list[Outcome]:
+    """Every run's outcome, in their order; ``on_done(n)`` as each one ends (n of them done).
+    If one fails or the wait is interrupted, the others are stopped."""
+    try:
+        pending = set(range(len(runs)))
+        while pending:
+            for i in [i for i in pending if runs[i].done()]:
+                pending.discard(i)
+                on_done(len(runs) - len(pending))
+            time.sleep(0.2)
+        return [run.outcome() for run in runs]
+    except BaseException:
+        for run in runs:
+            run.cancel(wait=False)
+        raise
+
+
+def _main() -> None:
+    from labkit.experiments import registry  # the worker alone runs the judge
+
+    spec = json.loads(sys.stdin.read())
+    service = learner.from_text(spec["code"], spec["function"], spec["filename"])
+    options = spec["options"]
+    run = registry.run("judge", pipeline=service, cluster=spec["bootstrap"], **options)
+    Path(spec["out"]).write_text(json.dumps(asdict(Outcome.of(run)), default=str))
+
+
+if __name__ == "__main__":
+    _main()
