@@ -18,7 +18,7 @@ from labkit.exercises.idempotence import check_idempotent_crash, check_keeps_ord
 from labkit.pipelines.learner import fingerprint
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka.inspect import describe_topic
-from tests.notebook_cells import exercise_function, shown_function
+from tests.notebook_cells import as_cell, exercise_function, read, shown_function
 
 
 def test_01_an_unchanged_copy_is_told_so_without_a_run_and_the_solution_loses_nothing(bootstrap):
@@ -102,14 +102,38 @@ def test_03_order_without_idempotence_is_one_acknowledged_payment_at_a_time(boot
     assert not idempotent.passed and "that is idempotence" in idempotent.message
 
 
+def section_4_loop(edits: dict[str, str] | None = None):
+    """03 section 4's idempotent_process_then_commit, its whole cell (imports included) as
+    the notebook runs it, each of ``edits`` applied: the loop the exercise 2 check crashes."""
+    (source,) = [c.source for c in read("03_idempotent_producer").cells if c.cell_type == "code"
+                 and "def idempotent_process_then_commit(" in c.source]
+    for old, new in (edits or {}).items():
+        assert source.count(old) == 1, f"section 4's cell no longer has {old!r} once"
+        source = source.replace(old, new)
+    return as_cell(source, "idempotent_process_then_commit")
+
+
 def test_03_two_producer_ids_and_five_duplicates(bootstrap: str) -> None:
-    assert not check_idempotent_crash(bootstrap, 2, None).passed
-    assert check_idempotent_crash(bootstrap, 2, 5).passed
-    wrong = check_idempotent_crash(bootstrap, 1, 0)  # hints for both, neither answer
+    """Exercise 2's check crashes the loop on screen (section 4's cell) at its mid-batch."""
+    loop = section_4_loop()
+    assert not check_idempotent_crash(bootstrap, 2, None, loop).passed
+    assert check_idempotent_crash(bootstrap, 2, 5, loop).passed
+    wrong = check_idempotent_crash(bootstrap, 1, 0, loop)  # hints for both, neither answer
     assert not wrong.passed and "producer id" in wrong.message and "duplicates" in wrong.message
     assert not {"2", "5"} & set(wrong.message)
-    half = check_idempotent_crash(bootstrap, 2, 0)  # only the wrong half gets a hint
+    half = check_idempotent_crash(bootstrap, 2, 0, loop)  # only the wrong half gets a hint
     assert not half.passed and "producer id" not in half.message and "5" not in half.message
+
+
+def test_03_the_crash_check_refuses_a_loop_it_cannot_ask_about(bootstrap: str) -> None:
+    """Without its mid-batch point the loop is refused before a run; without idempotence
+    the run shows no producer id, and the check says so instead of judging the answer."""
+    no_point = section_4_loop({'                crash_point("mid-batch")\n': ""})
+    refused = check_idempotent_crash(bootstrap, 2, 5, no_point)
+    assert not refused.passed and 'crash_point("mid-batch")' in refused.message, refused.message
+    plain = section_4_loop({'"enable.idempotence": True': '"enable.idempotence": False'})
+    told = check_idempotent_crash(bootstrap, 1, 5, plain)
+    assert not told.passed and "without idempotence" in told.message, told.message
 
 
 def test_watch_sees_existing_topics_while_the_worker_runs(bootstrap: str) -> None:

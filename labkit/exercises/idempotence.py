@@ -4,13 +4,16 @@
    the reorder experiment's failing request *without* idempotence. The check runs it through
    the ``reorder`` experiment (``idempotent=False``) and reads the order from the broker's
    log, and the producer ids the log holds (-1 only: no idempotence).
-2. A prediction: the idempotent at-least-once loop killed at ``mid-batch``.
+2. A prediction: section 4's idempotent at-least-once loop (the learner's cell, as shown)
+   killed at its ``mid-batch`` crash point. The check runs that loop and reads the answer
+   from the broker's log and the audit.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.exercises import not_changed, Verdict, check, exercise, unanswered
+from labkit.exercises import (Verdict, check, exercise, keeps_crash_points, not_changed,
+                              unanswered)
 from labkit.exercises.loops import LoopFailed, last_line
 from labkit.pipelines.learner import fingerprint
 
@@ -71,22 +74,37 @@ def check_keeps_order(bootstrap: str, send: Callable | None, shown: Callable) ->
 
 
 @exercise("03_idempotent_producer", "2")
-def check_idempotent_crash(bootstrap: str, producer_ids: int | None,
-                           duplicates: int | None) -> Verdict:
-    """03: the idempotent at-least-once pipeline is killed at ``mid-batch`` (half of its 2nd
-    batch written). Predict how many producer ids write to the output and how many
-    duplicates the audit finds. The check runs it and reads both from the broker's log."""
+def check_idempotent_crash(bootstrap: str, producer_ids: int | None, duplicates: int | None,
+                           loop: Callable) -> Verdict:
+    """03: ``loop`` (section 4's idempotent_process_then_commit, the cell on screen) is killed
+    at its ``mid-batch`` crash point (half of its 2nd batch written). Predict how many
+    producer ids write to the output and how many duplicates the audit finds. The check
+    runs that loop and reads both from the broker's log."""
     if unanswered(producer_ids) or unanswered(duplicates):
         return check(False, "", "fill in my_producer_ids and my_duplicates, then run this cell again.")
+    refused = (not_changed(loop, "idempotent_process_then_commit") or
+               keeps_crash_points(loop, ("mid-batch",)))
+    if refused:
+        return refused
     from labkit import experiments
+    from labkit.faults.runner import WorkerFailed
     from labkit.kafka.inspect import describe_topic
+    from labkit.pipelines.learner import LearnerCodeError
 
-    run = experiments.run("consume-transform-produce", guarantee="at_least_once",
-                          crash_at="mid-batch", records=RECORDS,
-                          cluster=bootstrap, options={"idempotent": True})
+    try:
+        run = experiments.run("consume-transform-produce", guarantee="at_least_once",
+                              crash_at="mid-batch", records=RECORDS, cluster=bootstrap,
+                              pipeline=loop)
+    except (WorkerFailed, LearnerCodeError) as exc:  # the learner's cell, run here: say what it did
+        return check(False, "", f"{loop.__name__} stopped with an error in the lab's worker: "
+                                f"{last_line(str(exc))}")
     view = describe_topic(bootstrap, run.topics["output"])
-    got_ids = len({b.producer_id for b in view.batches if not b.is_control})
-    got_dups = run.report.duplicated
+    found = {b.producer_id for b in view.batches if not b.is_control}
+    if -1 in found:  # a producer without idempotence: not the loop the question is about
+        return check(False, "", f"the log shows records without a producer id: {loop.__name__} "
+                                "ran without idempotence. Run section 4's cell as shipped "
+                                "(enable.idempotence True), then this cell again.")
+    got_ids, got_dups = len(found), run.report.duplicated
     if (producer_ids, duplicates) == (got_ids, got_dups):
         return check(True, f"{got_ids} producer ids and {got_dups} duplicates. The restarted "
                            "process is a new producer with sequences from 0, so the broker has "
