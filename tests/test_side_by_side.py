@@ -8,6 +8,7 @@ import time
 import psutil
 import pytest
 
+from labkit.exercises import side_by_side
 from labkit.exercises.side_by_side import Apart, JudgedRunError
 from labkit.pipelines import production_loop
 
@@ -39,3 +40,23 @@ def test_a_run_that_fails_says_why_from_its_log(bootstrap):
     run = Apart(production_loop.fee_service, bootstrap, phase="schedule", instances=0)
     with pytest.raises(JudgedRunError, match="instances"):
         run.outcome()
+
+
+def test_runs_beyond_the_machines_slots_wait_for_one(bootstrap, monkeypatch, tmp_path):
+    """With one slot, a second run waits until the first one's process has ended."""
+    monkeypatch.setenv("LABKIT_JUDGED_RUNS_AT_ONCE", "1")
+    monkeypatch.setattr(side_by_side, "SLOTS_DIR", tmp_path)  # not the other tests' slots
+    first = Apart(production_loop.fee_service, bootstrap, phase="schedule", instances=0)
+    second = Apart(production_loop.fee_service, bootstrap, phase="schedule", instances=0)
+    assert first.process is not None and second.process is None
+    with pytest.raises(JudgedRunError):
+        first.outcome()
+    with pytest.raises(JudgedRunError):
+        second.outcome()  # started once the first had ended, and ended the same way
+    assert second.process is not None
+
+
+def test_a_bad_number_of_slots_says_what_to_write(monkeypatch):
+    monkeypatch.setenv("LABKIT_JUDGED_RUNS_AT_ONCE", "many")
+    with pytest.raises(ValueError, match="a whole number"):
+        Apart(production_loop.fee_service, None, phase="schedule")

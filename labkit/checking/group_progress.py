@@ -25,7 +25,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupState, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupState, KafkaException,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient
 
 from labkit.checking import history
@@ -54,7 +55,7 @@ class GroupProgress:
                           for p in topics.partitions_of(bootstrap, output_topic)] \
             if output_topic else []
         self.reader = _Readable(bootstrap, self.in_parts)
-        self.last = (0, sum(self._end(tp) for tp in self.in_parts), 0)
+        self.last = (0, self._first_end(), 0)
         self.next_at = 0.0
         self.ok = False  # did the last sample get an answer? (else ``last`` is old news)
         self.failing_since: float | None = None
@@ -75,6 +76,18 @@ class GroupProgress:
 
     def _end(self, tp: TopicPartition) -> int:
         return self.consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1]
+
+    def _first_end(self, within_s: float = 30.0) -> int:
+        """The input's end before the first sample: asked again while the broker is slow to
+        answer (a loaded machine: 2 s was seen to pass), until ``within_s``."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                return sum(self._end(tp) for tp in self.in_parts)
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def sample(self, fresh: bool = False) -> tuple[int, int, int]:
         """(offsets committed, input end, output records); at most twice a second unless

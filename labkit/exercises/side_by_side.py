@@ -11,10 +11,15 @@ notebook did (``learner.from_text``), runs the judge on it and writes what the c
 of the run (``Outcome``) to a file. Its progress lines go to a log, quoted if it fails. A run
 no longer wanted is interrupted (SIGINT: the runner stops its instances and deletes its
 topics, as for a learner's interrupt), then killed with its process group.
+
+Runs side by side share the machine: at most ``slots()`` of them run at once on it, whoever
+starts them (a room's learners on one machine too: 70 runs at once on 2 cores made the
+judge's own reads of the broker time out). A run waits for a slot, then starts.
 """
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -32,6 +37,8 @@ from labkit import proc
 from labkit.checking.record import RunRecord
 from labkit.pipelines import learner
 
+SLOTS_ENV = "LABKIT_JUDGED_RUNS_AT_ONCE"  # how many judged runs one machine runs at once
+SLOTS_DIR = Path(tempfile.gettempdir()) / "labkit-judged-runs"  # one per machine, every user
 INTERRUPTED_GRACE_S = 20.0  # an interrupted run's clean-up (instances stopped, topics deleted)
 LOG_TAIL = 30  # lines of a failed run's log quoted in its error
 
@@ -67,27 +74,42 @@ class Apart:
     started."""
 
     def __init__(self, service: Callable, bootstrap: str | None, **options: Any):
+        slots()  # a wrong LABKIT_JUDGED_RUNS_AT_ONCE is said before anything starts
         self.options = options
         self._dir = Path(tempfile.mkdtemp(prefix="labkit-judged-"))
+        self._spec = {"code": learner.code_of(service), "function": service.__name__,
+                      "filename": f"<judged {service.__name__}>", "bootstrap": bootstrap,
+                      "options": options, "out": str(self._dir / "outcome.json")}
+        self.process: subprocess.Popen | None = None
+        _RUNNING.add(self)
+        self._start()
+
+    def _start(self) -> None:
+        """Start the run if a slot is free (else it stays queued: ``done()`` tries again)."""
+        slot = _take_slot()
+        if slot is None:
+            return
         self._log = (self._dir / "run.log").open("w")
-        spec = {"code": learner.code_of(service), "function": service.__name__,
-                "filename": f"<judged {service.__name__}>", "bootstrap": bootstrap,
-                "options": options, "out": str(self._dir / "outcome.json")}
-        # a process group of its own: a cancel reaches what it started; it dies with us
+        # a process group of its own: a cancel reaches what it started; it dies with us. It
+        # holds the slot's lock (inherited): the slot is free again when the run's process ends
         self.process = proc.spawn([sys.executable, "-m", "labkit.exercises.side_by_side"],
                                   group=True, stdin=subprocess.PIPE, stdout=self._log,
-                                  stderr=subprocess.STDOUT, text=True)
-        self.process.stdin.write(json.dumps(spec))
+                                  stderr=subprocess.STDOUT, text=True, pass_fds=(slot,))
+        os.close(slot)
+        self.process.stdin.write(json.dumps(self._spec))
         self.process.stdin.close()
-        _RUNNING.add(self)
 
     def done(self) -> bool:
+        if self.process is None:
+            self._start()
+            return False
         return self.process.poll() is not None
 
     def outcome(self) -> Outcome:
         """Waits for the run; its outcome, or a JudgedRunError with the end of its log."""
         try:
-            self.process.wait()
+            while not self.done():
+                time.sleep(0.2)
         except BaseException:  # the learner interrupted the cell: nothing is left running
             self.cancel()
             raise
@@ -106,6 +128,9 @@ class Apart:
         """Interrupt the run (its clean-up runs), then kill what is left of its process
         group. ``wait=False``: in the background."""
         _RUNNING.discard(self)
+        if self.process is None:  # still queued: nothing started
+            self._clean()
+            return
         if self.process.poll() is None:
             try:
                 self.process.send_signal(signal.SIGINT)
@@ -129,13 +154,42 @@ class Apart:
         self._clean()
 
     def _clean(self) -> None:
-        self._log.close()
+        if self.process is not None:
+            self._log.close()
         for child in self._dir.glob("*"):
             child.unlink(missing_ok=True)
         self._dir.rmdir() if self._dir.exists() else None
 
 
 _RUNNING: set[Apart] = set()
+
+
+def slots() -> int:
+    """Judged runs one machine runs at once: a learner's whole verdict (five point runs and
+    two schedules) fits on two cores; ``LABKIT_JUDGED_RUNS_AT_ONCE`` sets it."""
+    wanted = os.environ.get(SLOTS_ENV, "").strip()
+    if wanted:
+        if not wanted.isdigit() or int(wanted) < 1:
+            raise ValueError(f"{SLOTS_ENV}={wanted!r}: a whole number of runs, 1 or more")
+        return int(wanted)
+    return max(8, 4 * (os.cpu_count() or 2))
+
+
+def _take_slot() -> int | None:
+    """A free slot's locked file descriptor, or None when every slot is taken. A lock lasts
+    as long as a process holds the descriptor: a run that ends, killed or not, frees it."""
+    if not SLOTS_DIR.exists():
+        SLOTS_DIR.mkdir(exist_ok=True)
+        os.chmod(SLOTS_DIR, 0o1777)  # shared by the room's users, as /tmp is
+    for n in range(slots()):
+        # read-only is enough to lock, and what another user may open
+        fd = os.open(SLOTS_DIR / f"slot-{n}", os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            os.close(fd)
+    return None
 
 
 @atexit.register
