@@ -4,6 +4,7 @@
     LABKIT_HOME=/tmp/room-lab .venv/bin/python benchmarks/workshop_room.py --learners 10
     LABKIT_HOME=/tmp/room-lab .venv/bin/python benchmarks/workshop_room.py --learners 1
     LABKIT_HOME=/tmp/room-lab .venv/bin/python benchmarks/workshop_room.py --stops 5,6
+    LABKIT_HOME=/tmp/room-lab .venv/bin/python benchmarks/workshop_room.py --stops 6 --solved
 
 Reads the path from docs/workshop.md ("## The path": each stop's notebook and the sections
 it takes). Each learner is a process of its own with a namespace of its own
@@ -12,7 +13,9 @@ room; all start at the first stop together, as when an instructor says "run it n
 each stop a learner executes, in a fresh kernel, the code cells of the notebook's opening and
 of the sections taken, in order (a section the path skips is not run, so a stop that needs
 it fails here). Prints, per stop, the cells' seconds over the learners (median and slowest)
-as markdown rows for docs/workshop.md and docs/measurements.md.
+as markdown rows for docs/workshop.md and docs/measurements.md. ``--solved``: each exercise
+cell holds its documented solution (notebooks/solutions), so the capstone's stop runs a right
+loop's whole verdict for every learner at once.
 
 On one 2-core machine the learners also share the CPU, which a room of laptops does not:
 the times are an upper bound on what one broker shared by N learners costs.
@@ -32,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from tests.solution_code import solution_codes  # noqa: E402
 from tests.test_navigation import taken  # noqa: E402 - the path's sections, read as the test reads them
 
 LEARNER = """
@@ -70,10 +74,12 @@ def path_stops() -> list[tuple[str, list[str]]]:
     return stops
 
 
-def code_cells(name: str, sections: list[str]) -> list[str]:
-    """The code cells of the notebook's opening and of ``sections``, in order."""
+def code_cells(name: str, sections: list[str], solved: bool = False) -> list[str]:
+    """The code cells of the notebook's opening and of ``sections``, in order (``solved``:
+    each exercise cell replaced by its documented solution)."""
     nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
     current, cells = "opening", []
+    solutions = iter(solution_codes(name) if solved else [])
     for cell in nb["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
@@ -81,7 +87,10 @@ def code_cells(name: str, sections: list[str]) -> list[str]:
                 number = re.match(r"(\d+)\. ", heading)
                 current = number.group(1) if number else heading.strip()
         elif current == "opening" or current in sections:
-            cells.append(source)
+            exercise = solved and source.lstrip().startswith("# EXERCISE")
+            cells.append(next(solutions) if exercise else source)
+    if solved and "check_capstone" in cells[-1]:  # a right loop: its verdict must pass
+        cells.append('assert "Well done" in str(_), _')
     return cells
 
 
@@ -89,12 +98,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--learners", type=int, default=10)
     parser.add_argument("--stops", default="", help="only these stops, e.g. 5,6 (default: all)")
+    parser.add_argument("--solved", action="store_true",
+                        help="every exercise cell holds its documented solution")
     args = parser.parse_args()
     from labkit.kafka import cluster
 
     bootstrap = cluster.running_or_fail().bootstrap
     wanted = {int(n) for n in args.stops.split(",") if n.strip()}
-    stops = [{"stop": n, "notebook": name, "cells": code_cells(name, sections),
+    stops = [{"stop": n, "notebook": name, "cells": code_cells(name, sections, args.solved),
               "dir": str(ROOT / "notebooks")}
              for n, (name, sections) in enumerate(path_stops(), 1) if not wanted or n in wanted]
     procs = []
