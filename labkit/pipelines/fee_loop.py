@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from labkit.kafka import topics
 from labkit.kafka.clientlog import COORDINATOR_STALL_WORKAROUND_MS, client_config
 from labkit.kafka.inspect import InspectError, Inspector
+from labkit.pipelines.error_classes import kind
 from labkit.pipelines.ctp import transform
 from labkit.progress import beat, step
 
@@ -94,11 +95,9 @@ WHAT_THE_APP_DOES = {
 
 
 def classified(err: KafkaError) -> str:
-    """An error as the app sees it: its name and librdkafka's class for it, e.g.
-    "_FENCED (fatal)": retriable (call again), abortable (abort the transaction), fatal."""
-    kind = ("retriable" if err.retriable() else "abortable" if err.txn_requires_abort()
-            else "fatal")
-    return f"{err.name()} ({kind})"
+    """An error as the app sees it: its name and its class, asked as the production loop
+    asks (``error_classes.kind``), e.g. "_FENCED (fatal)"."""
+    return f"{err.name()} ({kind(err)})"
 
 
 def errors_by_class(seen: list[tuple[str, str]]) -> pd.DataFrame:
