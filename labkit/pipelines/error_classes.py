@@ -13,6 +13,9 @@ that is working again.
 """
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -20,9 +23,10 @@ from collections.abc import Callable
 import pandas as pd
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from labkit import proc
 from labkit.faults.proxy import FaultProxy
 from labkit.kafka import names, topics
-from labkit.kafka.clientlog import client_config
+from labkit.kafka.clientlog import client_config, client_logger
 from labkit.progress import status
 
 # (the fault on the wire, in words; the fault as the proxy takes it; the commit's timeout)
@@ -207,3 +211,83 @@ class _Loop:
             self.consumer.close()
         except KafkaException:  # a consumer the group fenced: nothing more to leave
             pass
+
+
+# A static member in a process of its own: it joins, says so once it holds partitions, and
+# polls on until it is SIGKILLed (no leave: the group keeps its place until its session ends)
+_MEMBER = """
+import sys
+from confluent_kafka import Consumer
+from labkit.kafka.clientlog import client_config, client_logger
+bootstrap, topic, group, protocol = sys.argv[1:5]
+consumer = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": group,
+    "group.protocol": protocol, "group.instance.id": "member-0",
+    **({"session.timeout.ms": 10000} if protocol == "classic" else {})}))
+consumer.subscribe([topic])
+told = False
+while True:
+    consumer.poll(0.2)
+    if consumer.assignment() and not told:
+        print("assigned", flush=True)
+        told = True
+"""
+
+
+def static_restart(bootstrap: str, protocol: str, within_s: float = 30.0) -> dict:
+    """A static member (``group.instance.id``) SIGKILLed, then started again with the same
+    id under ``protocol``, as a supervisor restarts it: what the group answers the new one
+    (each refusal: a new consumer, as the loop's restart would make) and the seconds from the
+    kill until it holds its partitions again."""
+    run = uuid.uuid4().hex[:8]
+    topic, group = names.topic(f"static-{run}"), f"static-{run}"
+    topics.create(bootstrap, topic)
+    member = proc.spawn([sys.executable, "-c", _MEMBER, bootstrap, topic, group, protocol],
+                        stdout=subprocess.PIPE, text=True)
+    log, level = client_logger(), client_logger().level
+    try:
+        if member.stdout.readline().strip() != "assigned":
+            raise RuntimeError(f"the first member never got its partitions ({protocol})")
+        member.kill()  # SIGKILL: it never leaves the group
+        member.wait()
+        log.setLevel(logging.CRITICAL + 1)  # a refusal a poll: the row says what it was
+        return {"group protocol": protocol,
+                **_rejoin(bootstrap, topic, group, protocol, time.monotonic(), within_s)}
+    finally:
+        log.setLevel(level)
+        proc.stop([member], 5)
+        topics.delete(bootstrap, topic)
+
+
+def _rejoin(bootstrap: str, topic: str, group: str, protocol: str, killed: float,
+            within_s: float) -> dict:
+    refusals: list[str] = []
+    while time.monotonic() - killed < within_s:
+        consumer = Consumer(client_config({
+            "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
+            "group.instance.id": "member-0", "log_level": 0,
+            **({"session.timeout.ms": 10000} if protocol == "classic" else {})}))
+        consumer.subscribe([topic])
+        refused = _until_assigned_or_refused(consumer, killed + within_s)
+        seconds = round(time.monotonic() - killed, 1)
+        try:
+            consumer.close()
+        except KafkaException:  # a consumer the group refused, fatally
+            pass
+        if refused is None:
+            return {"refused with": ", ".join(refusals) or "nothing",
+                    "seconds until it had its partitions": seconds}
+        if refused not in refusals:
+            refusals.append(refused)
+    raise RuntimeError(f"the restarted member got no partitions in {within_s:.0f} s")
+
+
+def _until_assigned_or_refused(consumer: Consumer, deadline: float) -> str | None:
+    """None once ``consumer`` holds partitions; its fatal refusal's reason otherwise."""
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is not None and \
+                msg.error().code() == KafkaError._FATAL:
+            return f"{msg.error().name()}: {msg.error().str().rsplit(': ', 1)[-1]}"
+        if consumer.assignment():
+            return None
+    return "no partitions in time"
