@@ -131,25 +131,14 @@ class Apart:
         if self.process is None:  # still queued: nothing started
             self._clean()
             return
-        if self.process.poll() is None:
-            try:
-                self.process.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
         stopper = threading.Thread(target=self._stop, name="judged-run-stop", daemon=True)
         stopper.start()
         if wait:
             stopper.join()
 
     def _stop(self) -> None:
-        try:
-            self.process.wait(INTERRUPTED_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        try:  # its instances and anything else it started, whatever its clean-up did
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.process.poll() is None:  # SIGINT: as a learner's interrupt; then SIGKILL to
+            proc.shut_down(self.process, signal.SIGINT, INTERRUPTED_GRACE_S)  # what is left
         self.process.wait()
         self._clean()
 
