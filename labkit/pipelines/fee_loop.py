@@ -35,34 +35,39 @@ COMMIT_RETRY_S = 120  # retriable errors of commit_transaction: called again thi
 def copy_fees(consumer: Consumer, producer: Producer, output: str, records: int,
               before_commit: Callable[[int], None], after_end: Callable[[int, bool], None],
               errors: list[str]) -> None:
-    """The exactly-once loop: each batch's fees and input offsets in one transaction.
+    """The exactly-once loop: each batch's fees and input offsets in one transaction, under
+    the production loop's error rule (``production_loop``; notebook 06's ``copy_fees``).
 
     ``before_commit(batch)`` and ``after_end(batch, committed)`` (batches counted from 1,
-    a batch read again counts anew) are where the lab's faults go.
-    send_offsets_to_transaction's and commit_transaction's errors are handled as librdkafka
-    classifies them: abortable (txn_requires_abort), abort and read the batch again from the
-    committed offset; anything else (fatal, e.g. fenced) ends the app. Only
-    commit_transaction's retriable errors are retried (``commit``, for 2 minutes at most): a
-    retriable error of send_offsets_to_transaction ends the app like a fatal one."""
+    a batch read again counts anew) are where the lab's faults go. Everything from
+    ``produce()`` to ``commit_transaction()`` is inside the ``try``: a fatal error (e.g.
+    fenced) ends the app, as does a consumer's ``_FATAL`` event; ``commit_transaction``'s
+    retriable errors are retried (``commit``, for 2 minutes at most); anything else aborts
+    the transaction and reads the batch again from the committed offsets."""
     batch_no, done = 0, 0
     while done < records:
-        batch = [m for m in consumer.consume(BATCH, timeout=1.0) if m.error() is None]
+        batch = []
+        for msg in consumer.consume(BATCH, timeout=1.0):
+            if msg.error() is None:
+                batch.append(msg)
+            elif msg.error().code() == KafkaError._FATAL:  # e.g. our group.instance.id taken
+                raise KafkaException(msg.error())
         if not batch:
             continue
         batch_no += 1
         producer.begin_transaction()
-        for msg in batch:
-            fee = transform(topics.decode(msg.value()))
-            producer.produce(output, key=msg.key(), value=topics.encode(fee))
         try:
+            for msg in batch:
+                fee = transform(topics.decode(msg.value()))
+                producer.produce(output, key=msg.key(), value=topics.encode(fee))
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                  consumer.consumer_group_metadata(), 60)
             before_commit(batch_no)
             commit(producer, errors)
         except KafkaException as exc:
-            if not exc.args[0].txn_requires_abort():
-                raise
-            producer.abort_transaction(60)
+            if exc.args[0].fatal():
+                raise  # fenced: this producer is done; a new instance takes over
+            producer.abort_transaction(60)  # abortable, or any other error in the transaction
             rewind(consumer)
             after_end(batch_no, False)
             continue
