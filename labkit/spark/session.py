@@ -92,6 +92,10 @@ def session(app_name: str = "labkit", java_options: str = "", *, local: bool = F
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        # collect() serves its rows on a local socket that waits this long for Python to
+        # connect (15 s by default): a fresh clone's suite on 2 cores once took longer, and a
+        # foreachBatch's collect() failed with "Connection refused" (08c)
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .config("spark.driver.extraJavaOptions",
                 " ".join(["-Dlog4j2.level=WARN", *startup_archive.options(
                     "spark", java, driver_classpath_key()), java_options]).strip())
