@@ -7,6 +7,8 @@ loses none; an unclean election (min.insync.replicas=1) loses them even with ack
 """
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
 import os
 import subprocess
@@ -20,6 +22,7 @@ from typer.testing import CliRunner
 
 from labkit import experiments
 from labkit.experiments import failover
+from labkit.pipelines import delivery_reports
 
 from labkit.kafka import topics
 from labkit.kafka.failure_lab import failure_lab
@@ -27,6 +30,7 @@ from labkit.progress import wait_until
 from labkit.cli import app
 from labkit.exercises.failover import check_no_acknowledged_loss
 from labkit.widgets.replicas import board_html
+from tests.notebook_cells import as_cell, edited, read
 
 RECORDS = 60
 DURING_FREEZE = RECORDS // 2  # the second half is written while the followers are frozen
@@ -102,6 +106,36 @@ def test_without_unclean_election_the_partition_waits_for_its_old_leader_and_los
     assert {1, 2, 3} in isrs and {1} in isrs and isrs.index({1, 2, 3}) < isrs.index({1}), isrs
     assert any(m.state and m.state.leader is None and m.processes[1] == "down" for m in seen), seen
     assert (run.acknowledged, run.lost_acknowledged, run.duplicated) == (RECORDS, 0, 0), run.summary()
+
+
+def test_03b_and_03c_show_the_reference_loop_line_for_line():
+    """The loop the experiments run when no loop is given is the one both notebooks show
+    (and pass as pipeline=); a lesson that drifts from it fails here, with the diff."""
+    module = inspect.getsource(delivery_reports)
+    reference = module[module.index("from labkit.kafka import topics"):].strip()
+    for notebook in ("03b_when_the_broker_fails", "03c_when_the_network_takes_sides"):
+        (shown,) = [c.source for c in read(notebook).cells
+                    if c.cell_type == "code" and "def write_payments(" in c.source]
+        assert shown.strip() == reference, "\n".join(difflib.unified_diff(
+            reference.splitlines(), shown.splitlines(), lineterm=""))
+        runs = [c.source for c in read(notebook).cells if c.cell_type == "code"
+                and "experiments.run(" in c.source]
+        assert runs and all("pipeline=write_payments, settings=producer_settings" in " ".join(
+            r.split()) for r in runs), (notebook, runs)
+
+
+def test_the_audit_counts_what_the_loop_was_told(failure_lab):
+    """03b's loop run without its flush: it returns with answers it never served, so it was
+    told of fewer acknowledgements, and the audit owes only those (the first half's, kept;
+    the second half's it heard of, lost with the dead leader)."""
+    cell = [c.source for c in read("03b_when_the_broker_fails").cells
+            if c.cell_type == "code" and "def write_payments(" in c.source][0]
+    hasty = as_cell(edited(cell, "    producer.flush(30)", "    pass"), "write_payments")
+    run = experiments.run("leader-failover", cluster=failure_lab, acks="1", records=RECORDS,
+                          pipeline=hasty)
+    assert run.produced == RECORDS and run.acknowledged < RECORDS, run.summary()
+    assert run.in_log == RECORDS - DURING_FREEZE, run.summary()
+    assert run.lost_acknowledged == run.acknowledged - (RECORDS - DURING_FREEZE), run.summary()
 
 
 def lab_jvms(home: str) -> list[psutil.Process]:

@@ -24,8 +24,8 @@ from labkit.cli import app
 from labkit.experiments import isolated_leader
 from labkit.faults.partition import Network
 from labkit.kafka.failure_lab import failure_lab
-from labkit.pipelines.learner import producer_from
-from tests.notebook_cells import as_cell, shown_function
+from labkit.pipelines.learner import LearnerCodeError, producer_from
+from tests.notebook_cells import as_cell, read, shown_function
 from tests.test_failover import lab_jvms, scenario_on_a_lab_of_its_own
 
 RECORDS = 40
@@ -140,17 +140,36 @@ def test_acks_all_with_min_insync_2_acknowledges_nothing_during_the_split(partit
 
 
 def test_the_producer_settings_on_screen_are_what_runs(partition_lab):
-    """03c's producer_settings cell is the producer: edited to wait for every in-sync replica
-    whatever acks the run asks for, the isolated leader acknowledges nothing during the
-    split, even in an acks=1 run (where the cell as shown loses every record of it)."""
+    """03c's producer_settings cell is the producer, and its write_payments cell the loop:
+    the settings edited to wait for every in-sync replica whatever acks the run asks for,
+    the isolated leader acknowledges nothing during the split, even in an acks=1 run (where
+    the cells as shown lose every record of it)."""
     shown = shown_function("03c_when_the_network_takes_sides", "producer_settings")
+    (cell,) = [c.source for c in read("03c_when_the_network_takes_sides").cells
+               if c.cell_type == "code" and "def write_payments(" in c.source]
+    loop = as_cell(cell, "write_payments")  # the whole cell: its import included
     assert shown("b:1", "1")["acks"] == "1"  # the cell as shown passes acks through
     waiting = as_cell(ast.unparse(ast.parse(inspect.getsource(shown))).replace(
         "'acks': acks", "'acks': 'all'").replace("acks == 'all'", "True"), "producer_settings")
     assert waiting("b:1", "1")["acks"] == "all" and waiting("b:1", "1")["enable.idempotence"]
     run = experiments.run("isolated-leader", cluster=partition_lab, acks="1", records=RECORDS,
-                          pipeline=waiting)
+                          pipeline=loop, settings=waiting)
     assert "1" not in run.acknowledged_by and run.lost_acknowledged == 0, run.summary()
+    # what the loop's callback reported: every record either acknowledged or failed
+    assert run.acknowledged + sum(run.not_acknowledged.values()) == run.produced == RECORDS, \
+        run.summary()
+
+
+def test_a_loop_that_asks_for_what_the_lab_does_not_give_is_refused_before_anything_runs():
+    class NoLab:  # any use of it would be a run
+        def __getattr__(self, name):
+            raise AssertionError("nothing may run")
+
+    def write(producer, topic, payments, bootstrap):
+        pass
+
+    with pytest.raises(LearnerCodeError, match=r"write\(\) asks for \['bootstrap'\]"):
+        experiments.run("isolated-leader", cluster=NoLab(), acks="1", pipeline=write)
 
 
 def test_the_settings_function_must_give_settings_and_leave_the_labs_own_alone():

@@ -1,58 +1,87 @@
-"""A client part: a producer whose delivery reports are what the run keeps, for the
+"""A client part: a produce loop whose delivery reports are what the run keeps, for the
 experiments that check what a producer was told was written
 (``labkit.checking.checks.AcknowledgedWrites``).
 
-    clients=lambda run: AcknowledgingProducer(script, acks=run.o.acks)
+    clients=lambda run: AcknowledgingProducer(script, acks=run.o.acks,
+                                              settings=run.o.settings or producer_settings,
+                                              loop=run.pipeline or write_payments)
     checkers=lambda o: [AcknowledgedWrites("leader-failover", f"acks={o.acks}",
                                            acknowledged=lambda run: run.clients.acked)]
 
-``script(run, producer)`` is the experiment's own order of things: it sends the run's
-records (``send``), waits for answers (``flush``), and reports the events its faults fire on
-(``run.event``). Each record's partition is 0: the experiments break one partition's
-replicas. The producer is made from ``settings(bootstrap, acks)``: the learner's function
-(its notebook's cell, ``pipeline=``) or the experiment's reference one. The producer's
-facts: ``produced``, ``acknowledged`` and ``not_acknowledged`` (error name -> records).
+The producer is made from ``settings(bootstrap, acks)``, the notebook's function or the
+experiment's reference one; the lab adds only what watches it (a quiet log level, and with
+``track_broker`` a statistics callback). ``loop(producer, topic, payments, acknowledged,
+failed)`` is the produce loop, the notebook's (``pipeline=``) or
+``labkit.pipelines.delivery_reports.write_payments``: its delivery callback fills
+``acknowledged`` (ids) and ``failed`` (error names), and those lists are the producer's
+facts: ``acknowledged``, ``not_acknowledged`` (error name -> records), and ``produced``, the
+records it was handed.
+
+``script(run, client)`` is the experiment's order of things. It calls ``client.write(records)``
+with a generator: the loop asks it for each record, and between two of them the script waits
+for the brokers and reports the events its faults fire on (``run.event``); what must happen
+while the loop waits for its last answers (flush) is started with ``client.meanwhile``.
 
 Which broker acknowledged a record (``track_broker``): the broker the producer was sending
 the partition to (librdkafka's statistics, every 100 ms: the partition's ``broker``) at the
-first sample after the acknowledgement arrived; a producer sends a partition's records only
-to that broker. (The statistics' ``leader`` field lagged behind for seconds when the producer
-learnt the new leader from a produce error, and a sample before the acknowledgement can
-predate the move: both misnamed the broker in runs under load.)
+first sample served after the loop's callback noted the acknowledgement; a producer sends a
+partition's records only to that broker. Statistics and delivery reports wait in one queue
+and are served in order, so each sample knows how many acknowledgements came before it. (The
+statistics' ``leader`` field lagged behind for seconds when the producer learnt the new
+leader from a produce error, and a sample before the acknowledgement can predate the move:
+both misnamed the broker in runs under load.)
 """
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from confluent_kafka import Producer
 
-from labkit.kafka import topics
-from labkit.pipelines.learner import producer_from
+from labkit.pipelines.learner import LearnerCodeError, call, check_parameters, producer_from
 from labkit.progress import wait_until
+
+LOOP_GETS = ("producer", "topic", "payments", "acknowledged", "failed")  # what a loop may ask for
+
+
+class Sample(NamedTuple):
+    """One statistics sample: when it was served, the broker the producer was sending the
+    partition to, and how many acknowledgements the loop had noted by then."""
+
+    when: float
+    broker: int
+    acknowledged: int
+
+
+def check_loop(loop: Callable, _options: Any = None) -> None:
+    """A LearnerCodeError, before anything runs, for a loop that asks for what it is not given."""
+    check_parameters(loop, set(LOOP_GETS))
 
 
 class AcknowledgingProducer:
-    """The producer under test, made from ``settings``. ``acked``: id -> the broker that
-    acknowledged it (with ``track_broker``, see the module's docstring, known once ``flush``
-    has returned; else None); ``acked_at``: id -> when (monotonic); ``refused``: error name
-    -> records."""
+    """The producer under test, made from ``settings``, driven by ``loop`` (see the module's
+    docstring). ``acked``: id -> the broker that acknowledged it (with ``track_broker``;
+    else None); ``acked_at``: id -> when that was known (monotonic, with ``track_broker``)."""
 
     def __init__(self, script: Callable[[Any, "AcknowledgingProducer"], None], *, acks: str,
-                 settings: Callable[..., dict], track_broker: bool = False,
+                 settings: Callable[..., dict], loop: Callable, track_broker: bool = False,
                  role: str = "output"):
-        self.script, self.acks, self.settings, self.role = script, acks, settings, role
-        self.track_broker = track_broker
+        self.script, self.acks, self.settings, self.loop = script, acks, settings, loop
+        self.role, self.track_broker = role, track_broker
+        self.acknowledged: list[str] = []  # filled by the loop's delivery callback
+        self.failed: list[str] = []  # likewise: each error's name
         self.acked: dict[str, int | None] = {}
         self.acked_at: dict[str, float] = {}
-        self.refused: Counter[str] = Counter()
-        self.sent = 0
-        self.sending_to: list[tuple[float, int]] = []  # (when, broker), from the statistics
+        self.handed = 0  # records the loop asked for
+        self.samples: list[Sample] = []
         self.topic = ""
         self.producer: Producer | None = None
+        self._meanwhile: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
 
     def __call__(self, run: Any) -> None:
         self.topic = run.topics[self.role]
@@ -65,48 +94,67 @@ class AcknowledgingProducer:
         self.producer = producer_from(self.settings, run.client_bootstrap, self.acks,
                                       **watching)
         self.script(run, self)
-        run.facts.update(produced=self.sent, acknowledged=len(self.acked),
-                         not_acknowledged=dict(self.refused))
+        run.facts.update(produced=self.handed, acknowledged=len(self.acked),
+                         not_acknowledged=dict(Counter(self.failed)))
 
-    def send(self, records: list[dict], over_s: float | None = None) -> None:
-        """Each record to partition 0; ``over_s``: one at a time, spread over that long
-        (its answers served meanwhile)."""
-        start = time.monotonic()
-        for i, record in enumerate(records, 1):
-            self.producer.produce(self.topic, topics.encode(record), partition=0,
-                                  on_delivery=self._delivered)
-            self.sent += 1
-            if over_s is not None:
-                until = start + over_s * i / len(records)
-                while (left := until - time.monotonic()) > 0:  # poll returns at each callback
-                    self.producer.poll(left)
-
-    def flush(self, timeout_s: float) -> None:
-        self.producer.flush(timeout_s)
-        if self.track_broker and self.acked_at:  # a sample after the last acknowledgement
-            settled = time.monotonic()
-            wait_until(lambda: self.producer.poll(0.1) is not None and bool(self.sending_to)
-                       and self.sending_to[-1][0] > settled,
+    def write(self, records: Iterable[dict]) -> None:
+        """The loop, run here over ``records`` (the script's generator); returns once the
+        loop has and what ``meanwhile`` started has ended, with ``acked`` known."""
+        done = [False]
+        try:
+            call(self.loop, producer=self.producer, topic=self.topic,
+                 payments=self._handed(records, done), acknowledged=self.acknowledged,
+                 failed=self.failed)
+        finally:
+            for thread in self._meanwhile:
+                thread.join()
+        if self._errors:
+            raise self._errors[0]
+        if not done[0]:
+            raise LearnerCodeError(f"{getattr(self.loop, '__name__', 'the loop')} returned after "
+                                   f"{self.handed} payments: it must write every one it is handed")
+        if self.track_broker and self.acknowledged:  # a sample after the last acknowledgement
+            wait_until(lambda: self.producer.poll(0.1) >= 0 and bool(self.samples)
+                       and self.samples[-1].acknowledged >= len(self.acknowledged),
                        "the producer's statistics after its last acknowledgement", 10)
-            self.acked = {rid: self._acknowledged_by(when) for rid, when in self.acked_at.items()}
+        for i, rid in enumerate(self.acknowledged):
+            sample = next((s for s in self.samples if s.acknowledged > i), None)
+            self.acked[rid] = sample.broker if sample else None
+            if sample is not None:
+                self.acked_at[rid] = sample.when
 
-    def _acknowledged_by(self, when: float) -> int | None:
-        """The broker the producer sent to at the first statistics after ``when``: a record
-        goes to that broker only, and its answer comes back before the producer moves on."""
-        return next((broker for t, broker in self.sending_to if t >= when), None)
+    def meanwhile(self, action: Callable[[], None]) -> None:
+        """``action`` on a thread of its own, while the loop waits for its answers; ``write``
+        waits for it, and raises what it raised."""
+        def run() -> None:
+            try:
+                action()
+            except BaseException as exc:  # raised in the experiment's thread by write
+                self._errors.append(exc)
 
-    def _delivered(self, err, msg) -> None:
-        rid = topics.decode(msg.value())["id"]
-        if err is None:
-            self.acked[rid], self.acked_at[rid] = None, time.monotonic()
-        else:
-            self.refused[err.name()] += 1
+        thread = threading.Thread(target=run, name="acknowledging-meanwhile", daemon=True)
+        self._meanwhile.append(thread)
+        thread.start()
+
+    def answered(self, within_s: float) -> None:
+        """Until every record handed over has its answer in the loop's lists, or ``within_s``."""
+        deadline = time.monotonic() + within_s
+        while (len(self.acknowledged) + len(self.failed) < self.handed
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
+
+    def _handed(self, records: Iterable[dict], done: list[bool]) -> Iterator[dict]:
+        for record in records:
+            self.handed += 1
+            yield record
+        done[0] = True
 
     def _statistics(self, text: str) -> None:
         part = (json.loads(text).get("topics", {}).get(self.topic, {}).get("partitions", {})
                 .get("0"))
         if part is not None and part["broker"] >= 0:  # -1: between two brokers
-            self.sending_to.append((time.monotonic(), part["broker"]))
+            self.samples.append(Sample(time.monotonic(), part["broker"],
+                                       len(self.acknowledged)))
 
 
 def halves(records: list[dict]) -> tuple[list[dict], list[dict]]:

@@ -1,25 +1,28 @@
 """When a broker fails: what acks, min.insync.replicas and unclean election keep.
 
     run = experiments.run("leader-failover", acks="1")              # a failure lab of its own
-    run = experiments.run("leader-failover", cluster=lab, acks="1")  # one you hold
+    run = experiments.run("leader-failover", cluster=lab, acks="1",  # one you hold, with 03b's
+                          pipeline=write_payments, settings=producer_settings)  # loop, settings
         run.lost_acknowledged                        # acknowledged to the producer, then gone
 
 The composition, every step done to a real broker process:
 
 - workload: a topic with one partition on brokers 1, 2 and 3 (broker 1 leads), with the
   run's ``min.insync.replicas`` and ``unclean.leader.election.enable``;
-- client: a producer whose delivery reports are kept (``AcknowledgingProducer``). It writes
-  the first half of the records, waits until every replica has them and reports ``copied``;
-  writes the second half, hears back (or not) for ``ACK_WAIT_S`` and reports ``sent``; then
-  waits for the controller's election (``elected``, or ``offline`` when no replica may
-  lead) and gives its retries time to reach the new leader;
+- client: a produce loop whose delivery reports are kept (``AcknowledgingProducer``: the
+  notebook's loop and settings, or the reference ones). It is handed the first half of the
+  records; when it asks for more, the client waits until every replica has them and
+  reports ``copied``; it is handed the second half and, while it waits for its answers,
+  is heard out for ``ACK_WAIT_S`` before ``sent`` is reported; then the client waits for
+  the controller's election (``elected``, or ``offline`` when no replica may lead) while
+  the loop's retries reach the new leader;
 - nemesis: both followers frozen (SIGSTOP) on ``copied``, so they stop copying (with
   ``out_of_sync`` the client waits until the leader has dropped them from the ISR; else they
   are still in it); the leader SIGKILLed and the followers thawed on ``sent``; the old
   leader restarted on ``elected`` (in the background: as a follower it cuts its log back to
   the new leader's) or on ``offline`` (it leads again);
-- checker: the partition read from the start; an id the producer was told was written
-  (its delivery report had no error) and that is not there is ``lost_acknowledged``
+- checker: the partition read from the start; an id the loop's delivery callback noted as
+  acknowledged (its report had no error) and that is not there is ``lost_acknowledged``
   (``labkit.checking.checks.AcknowledgedWrites``).
 
 Followers frozen past ``broker.session.timeout.ms`` are fenced, and then no election is
@@ -37,7 +40,7 @@ from collections.abc import Callable
 from labkit import progress
 from labkit.checking.checks import AcknowledgedWrites
 from labkit.checking.record import Presentation
-from labkit.experiments.acknowledged import AcknowledgingProducer, halves
+from labkit.experiments.acknowledged import AcknowledgingProducer, check_loop, halves
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
 from labkit.faults.broker_faults import (FreezeBroker, KillBroker, RestartBroker, ThawBroker,
@@ -47,6 +50,7 @@ from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
 from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import data
+from labkit.pipelines.delivery_reports import write_payments
 from labkit.progress import wait_until
 
 SCENARIO = "leader-failover"
@@ -76,7 +80,7 @@ def out_of_sync(o) -> bool:
     return o.out_of_sync or o.unclean
 
 
-def fail_the_leader(run, producer: AcknowledgingProducer) -> None:
+def fail_the_leader(run, client: AcknowledgingProducer) -> None:
     """The client's order of things; the faults fire on the events it reports."""
     lab, topic = run.cluster, run.topics["output"]
     first, second = halves(run.inputs)
@@ -89,46 +93,54 @@ def fail_the_leader(run, producer: AcknowledgingProducer) -> None:
             watcher.mark(what, state)
             return state
 
-        producer.send(first)
-        producer.flush(30)
-        wait_until_replicated(lab, topic, len(first))
-        step(f"{len(first)} records written, copied to all 3", replica_state(lab, topic, LEADER))
-        frozen_at = time.monotonic()
-        run.event("copied")  # the followers are frozen
-        if out_of_sync(run.o):
-            wait_until(lambda: replica_state(lab, topic, LEADER).isr == (LEADER,),
-                       "the leader to drop the frozen followers from the ISR",
-                       FAILURE_LAB_PROPERTIES["replica.lag.time.max.ms"] / 1000 * 4)
-            step("followers frozen, out of the ISR", replica_state(lab, topic, LEADER))
-        else:
-            # The step (a metadata request, a redrawn board) runs inside the settle time,
-            # not after it: frozen followers send the controller no heartbeat, and once
-            # broker.session.timeout.ms (4 s) has passed they are fenced and leave the
-            # ISR. A CI run under load got there before the kill (03b: "election: none").
-            step("followers frozen (still in the ISR)", replica_state(lab, topic, LEADER))
-            time.sleep(max(0.0, SETTLE_S - (time.monotonic() - frozen_at)))
-        producer.send(second)
-        producer.flush(ACK_WAIT_S)
-        before = step(f"{len(second)} more sent: {len(producer.acked)} acknowledged so far",
-                      replica_state(lab, topic, LEADER))
-        run.event("sent")  # the leader is killed, the followers thawed
-        run.facts["frozen_s"] = round(time.monotonic() - frozen_at, 1)
-        new = _wait_for_new_leader(lab, topic)
-        if new.leader is None:
-            step("leader killed: no replica may lead", new)
-            run.event("offline")  # the old leader is started again
-            # asked of a follower: broker 1 answers metadata before it has taken the lead
-            wait_until(lambda: _leader_seen_by(lab, topic, FOLLOWERS[0]) == LEADER,
-                       "the restarted broker 1 to lead again", 30)
-            new = step("old leader restarted: it leads again",
-                       replica_state(lab, topic, FOLLOWERS[0]))
-        else:
-            new = step("leader killed, followers thawed: elected",
-                       replica_state(lab, topic, new.leader))
-            run.event("elected")  # the old leader rejoins as a follower while we audit
-        producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-    run.facts.update(new_leader=new.leader, election=_election(before, new),
-                     out_of_sync=out_of_sync(run.o))
+        def payments():
+            yield from first
+            # The loop asks for the next one: the producer sends the first half by itself.
+            wait_until_replicated(lab, topic, len(first))
+            step(f"{len(first)} records written, copied to all 3",
+                 replica_state(lab, topic, LEADER))
+            frozen_at = time.monotonic()
+            run.event("copied")  # the followers are frozen
+            if out_of_sync(run.o):
+                wait_until(lambda: replica_state(lab, topic, LEADER).isr == (LEADER,),
+                           "the leader to drop the frozen followers from the ISR",
+                           FAILURE_LAB_PROPERTIES["replica.lag.time.max.ms"] / 1000 * 4)
+                step("followers frozen, out of the ISR", replica_state(lab, topic, LEADER))
+            else:
+                # The step (a metadata request, a redrawn board) runs inside the settle time,
+                # not after it: frozen followers send the controller no heartbeat, and once
+                # broker.session.timeout.ms (4 s) has passed they are fenced and leave the
+                # ISR. A CI run under load got there before the kill (03b: "election: none").
+                step("followers frozen (still in the ISR)", replica_state(lab, topic, LEADER))
+                time.sleep(max(0.0, SETTLE_S - (time.monotonic() - frozen_at)))
+            yield from second
+            # the loop now waits for its answers (flush): the leader dies meanwhile
+            client.meanwhile(lambda: kill_the_leader(frozen_at))
+
+        def kill_the_leader(frozen_at: float) -> None:
+            client.answered(within_s=ACK_WAIT_S)
+            before = step(f"{len(second)} more sent: {len(client.acknowledged)} acknowledged "
+                          "so far", replica_state(lab, topic, LEADER))
+            run.event("sent")  # the leader is killed, the followers thawed
+            run.facts["frozen_s"] = round(time.monotonic() - frozen_at, 1)
+            new = _wait_for_new_leader(lab, topic)
+            if new.leader is None:
+                step("leader killed: no replica may lead", new)
+                run.event("offline")  # the old leader is started again
+                # asked of a follower: broker 1 answers metadata before it has taken the lead
+                wait_until(lambda: _leader_seen_by(lab, topic, FOLLOWERS[0]) == LEADER,
+                           "the restarted broker 1 to lead again", 30)
+                new = step("old leader restarted: it leads again",
+                           replica_state(lab, topic, FOLLOWERS[0]))
+            else:
+                new = step("leader killed, followers thawed: elected",
+                           replica_state(lab, topic, new.leader))
+                run.event("elected")  # the old leader rejoins as a follower while we audit
+            run.facts.update(new_leader=new.leader, election=_election(before, new),
+                             out_of_sync=out_of_sync(run.o))
+
+        # the loop's retries reach the new leader within its message.timeout.ms
+        client.write(payments())
 
 
 def _missed(run) -> str | None:
@@ -283,7 +295,8 @@ def producer_settings(bootstrap: str, acks: str) -> dict:
 register(Experiment(
     SCENARIO, "the partition's leader SIGKILLed after acknowledging records its followers "
     "never copied: what acks and min.insync.replicas keep",
-    pipeline="the producer's settings (as producer_settings(bootstrap, acks))",
+    pipeline="the produce loop (as write_payments(producer, topic, payments, acknowledged, "
+             "failed))", check_pipeline=check_loop,
     where=FAILURE_LAB, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
         Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2", "3"), kind=int,
@@ -294,6 +307,8 @@ register(Experiment(
                "(implied by --unclean)", kind=bool),
         Option("records", 100, "how many records (half before the fault)", kind=int,
                short="-n", minimum=2, why="half before the fault, half during"),
+        Option("settings", None, "the producer's settings (as producer_settings(bootstrap, "
+               "acks))", kind=object, cli=False),
     ),
     workload=lambda o: Workload("failover", (Topic("output", replica_assignment=[list(BROKERS)],
                                                    config={
@@ -301,7 +316,8 @@ register(Experiment(
         "unclean.leader.election.enable": str(o.unclean).lower()}),),
         data.generate(o.records, prefix="f")),
     clients=lambda run: AcknowledgingProducer(fail_the_leader, acks=run.o.acks,
-                                              settings=run.pipeline or producer_settings),
+                                              settings=run.o.settings or producer_settings,
+                                              loop=run.pipeline or write_payments),
     nemesis=lambda o: Nemesis(
         WholeLab(),  # the previous run's old leader may still be starting
         *(FreezeBroker(b, on("copied"), name=f"follower {b} frozen") for b in FOLLOWERS),

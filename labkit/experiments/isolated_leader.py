@@ -1,13 +1,16 @@
 """A leader cut off by a network partition keeps acknowledging: a split brain, and its cost.
 
     run = experiments.run("isolated-leader", acks="1")  # on a partitionable failure lab
+    run = experiments.run("isolated-leader", cluster=lab, acks="1",  # with 03c's loop and
+                          pipeline=write_payments, settings=producer_settings)  # settings
         run.lost_acknowledged                           # acknowledged, then truncated away
 
 The experiment, on real brokers whose links to each other go through cuttable forwarders
 (``labkit.faults.partition``); no broker is killed or frozen. Its parts: a topic on brokers
-1-3; the client, a producer whose delivery reports are kept (``AcknowledgingProducer``,
-which also notes the leader its own metadata named at each acknowledgement) and that
-reports ``copied`` and ``viewed``; the nemesis, broker 1 isolated on ``copied`` and the
+1-3; the client, a produce loop whose delivery reports are kept (``AcknowledgingProducer``:
+the notebook's loop and settings, or the reference ones; it also notes the broker the
+producer was sending to at each acknowledgement), handed the records by an order of things
+that reports ``copied`` and ``viewed``; the nemesis, broker 1 isolated on ``copied`` and the
 network healed on ``viewed`` (``labkit.faults.broker_faults``); the checker, the
 acknowledged writes against the log (``labkit.checking.checks.AcknowledgedWrites``). In
 order:
@@ -17,7 +20,7 @@ order:
 2. Broker 1 is isolated: its link to the controller and the link its followers fetch
    through are cut. Clients still reach it. The controller stops hearing its heartbeats,
    fences it and elects broker 2 or 3; broker 1, hearing nothing, still thinks it leads.
-3. The same producer, whose metadata still names broker 1, writes the second half, one
+3. The same producer, whose metadata still names broker 1, is handed the second half, one
    record at a time over ``SPLIT_WRITE_S``. With acks=1 broker 1 acknowledges each one on
    its own; with acks=all it waits for followers that never fetch, and the records time out
    (measured: once the producer has found the new leader, after those timeouts, the records
@@ -26,17 +29,19 @@ order:
    view) about the partition, with leader epochs and each one's log end offset.
 5. The network heals; broker 1 learns it was replaced, follows the new leader and
    truncates its log to it.
-6. The audit reads the partition back: an id the producer was told was written and that is
-   not there is ``lost_acknowledged``. With acks=1 that is every record written during the
-   split (the design fixes it: ``records - records // 2``, all acknowledged by broker 1);
-   with acks=all and min.insync.replicas=2, none. A record that timed out is not known to
-   be missing: the new leader may have written it. And librdkafka's idempotence holds
-   within one producer epoch only: a record timing out in flight starts a new one, and the
-   records resent after it can be written twice (seen once: 7 duplicates).
+6. The audit reads the partition back: an id the loop's delivery callback noted as
+   acknowledged and that is not there is ``lost_acknowledged``. With acks=1 that is every
+   record written during the split (the design fixes it: ``records - records // 2``, all
+   acknowledged by broker 1); with acks=all and min.insync.replicas=2, none. A record that
+   timed out is not known to be missing: the new leader may have written it. And
+   librdkafka's idempotence holds within one producer epoch only: a record timing out in
+   flight starts a new one, and the records resent after it can be written twice (seen
+   once: 7 duplicates).
 
-Which broker acknowledged a record: the partition's leader in the producer's own metadata
-(librdkafka's statistics, every 100 ms) when its acknowledgement arrived; a producer sends
-a partition's records only to the leader it knows.
+Which broker acknowledged a record: the broker the producer was sending the partition to
+(librdkafka's statistics, every 100 ms) when the loop noted its acknowledgement
+(``labkit.experiments.acknowledged``); a producer sends a partition's records only to the
+leader it knows.
 """
 from __future__ import annotations
 
@@ -46,7 +51,7 @@ from collections import Counter
 from labkit import progress
 from labkit.checking.checks import AcknowledgedWrites
 from labkit.checking.record import Presentation
-from labkit.experiments.acknowledged import AcknowledgingProducer, halves
+from labkit.experiments.acknowledged import AcknowledgingProducer, check_loop, halves
 from labkit.experiments.failover import replica_state
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
@@ -55,6 +60,7 @@ from labkit.faults.nemesis import Nemesis, on
 from labkit.kafka.inspect import Inspector
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import data
+from labkit.pipelines.delivery_reports import write_payments
 from labkit.progress import wait_until
 
 SCENARIO = "isolated-leader"
@@ -77,36 +83,42 @@ RUN_KEYS = ("acks", "min_insync", "produced", "during_split", "acknowledged",
             "controller_view", "rejoined_s", "old_leader_process")
 
 
-def split(run, producer: AcknowledgingProducer) -> None:
+def split(run, client: AcknowledgingProducer) -> None:
     """The client's order of things; the cut and the heal fire on the events it reports."""
     lab, topic = run.cluster, run.topics["output"]
     first, second = halves(run.inputs)
     facts = run.facts
     facts.update(old_leader_pid=lab.broker(LEADER).pid, old_leader_process=[])
+    elected_at: list[float] = []
     with run.status("Isolated leader"):
 
         def step(what: str) -> None:
             facts["old_leader_process"].append(lab.process_states()[LEADER])
             run.step(what)
 
-        producer.send(first)
-        producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-        with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
-            wait_until(lambda: inspector.offsets(topic)[0].high_watermark >= len(first),
-                       "the followers to copy the first records", 30)
-        step(f"{len(first)} records written, copied to all 3 (acknowledged: "
-             f"{len(producer.acked)})")
-        run.event("copied")  # broker 1 is cut off from the controller and its followers
-        cut = time.monotonic()
-        elected = _wait_for_new_leader(lab, topic)
-        elected_at = time.monotonic()
-        facts.update(new_leader=elected.leader, election_s=round(elected_at - cut, 1))
-        step(f"the controller fenced broker 1 and elected broker {elected.leader} "
-             f"(epoch {elected.leader_epoch})")
-        producer.send(second, over_s=SPLIT_WRITE_S)
-        step(f"{len(second)} more written during the split")
-        producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
-        during = {r["id"] for r in second} & set(producer.acked)
+        def payments():
+            yield from first
+            # The loop asks for the next one: the producer sends the first half by itself.
+            with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
+                wait_until(lambda: inspector.offsets(topic)[0].high_watermark >= len(first),
+                           "the followers to copy the first records", 30)
+            step(f"{len(first)} records written, copied to all 3")
+            run.event("copied")  # broker 1 is cut off from the controller and its followers
+            cut = time.monotonic()
+            elected = _wait_for_new_leader(lab, topic)
+            elected_at.append(time.monotonic())
+            facts.update(new_leader=elected.leader, election_s=round(elected_at[0] - cut, 1))
+            step(f"the controller fenced broker 1 and elected broker {elected.leader} "
+                 f"(epoch {elected.leader_epoch})")
+            start = time.monotonic()
+            for i, record in enumerate(second):  # one at a time, over SPLIT_WRITE_S
+                time.sleep(max(0.0, start + SPLIT_WRITE_S * i / len(second) - time.monotonic()))
+                yield record
+            time.sleep(max(0.0, start + SPLIT_WRITE_S - time.monotonic()))
+            step(f"{len(second)} more written during the split")
+
+        client.write(payments())  # returns once the loop has its answers (flush)
+        during = {r["id"] for r in second} & set(client.acked)
         step(f"{len(during)} of them acknowledged")
         facts.update(old_leader_view=_view(lab, topic, LEADER),
                      controller_view=_view(lab, topic, OTHERS[0]))
@@ -114,13 +126,13 @@ def split(run, producer: AcknowledgingProducer) -> None:
         step(f"broker 2 says: {facts['controller_view']['text']}")
         run.event("viewed")  # the network heals
         healed = time.monotonic()
-        _wait_for_rejoin(lab, topic, elected.leader)
+        _wait_for_rejoin(lab, topic, facts["new_leader"])
         facts["rejoined_s"] = round(time.monotonic() - healed, 1)
-        step(f"broker 1 follows broker {elected.leader} and has cut its log back to it")
-    old_acks = [producer.acked_at[i] for i in during if producer.acked[i] == LEADER]
+        step(f"broker 1 follows broker {facts['new_leader']} and has cut its log back to it")
+    old_acks = [client.acked_at[i] for i in during if client.acked[i] == LEADER]
     facts.update(during_split=len(second), acknowledged_during_split=len(during),
-                 acknowledged_by=dict(Counter(str(producer.acked[i]) for i in during)),
-                 old_leader_acknowledged_for_s=round(max(old_acks) - elected_at, 1)
+                 acknowledged_by=dict(Counter(str(client.acked[i]) for i in during)),
+                 old_leader_acknowledged_for_s=round(max(old_acks) - elected_at[0], 1)
                  if old_acks else None)
 
 
@@ -188,18 +200,22 @@ def producer_settings(bootstrap: str, acks: str) -> dict:
 register(Experiment(
     SCENARIO, "the partition's leader cut off by a network partition keeps "
     "acknowledging while the controller elects another: what acks=1 loses when it heals",
-    pipeline="the producer's settings (as producer_settings(bootstrap, acks))",
+    pipeline="the produce loop (as write_payments(producer, topic, payments, acknowledged, "
+             "failed))", check_pipeline=check_loop,
     where=FAILURE_LAB, stall_s=STALL_S, partitions=True, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
         Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2"), kind=int),
         Option("records", 40, "how many records (half during the split)", kind=int,
                short="-n", minimum=4, why="half before the split, half during"),
+        Option("settings", None, "the producer's settings (as producer_settings(bootstrap, "
+               "acks))", kind=object, cli=False),
     ),
     workload=lambda o: Workload("isolated", (Topic(
         "output", replica_assignment=[[LEADER, *OTHERS]],
         config={"min.insync.replicas": str(o.min_insync)}),), data.generate(o.records, prefix="i")),
     clients=lambda run: AcknowledgingProducer(split, acks=run.o.acks, track_broker=True,
-                                              settings=run.pipeline or producer_settings),
+                                              settings=run.o.settings or producer_settings,
+                                              loop=run.pipeline or write_payments),
     nemesis=lambda o: Nemesis(WholeLab(), Isolate(LEADER, on("copied")), Heal(on("viewed"))),
     checkers=lambda o: [AcknowledgedWrites(
         SCENARIO, f"acks={o.acks}", lambda run: run.clients.acked,
