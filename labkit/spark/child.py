@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from labkit import settings
@@ -33,7 +34,7 @@ from labkit import settings
 from labkit.kafka import javaconfig, names
 from labkit.faults.crashpoints import crash_point
 from labkit.spark import checkpoint as ckpt
-from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, write_batch
+from labkit.spark.sinks import STATEFUL_KINDS, SinkSpec, with_task_failure, write_batch
 from labkit.spark import delta
 
 
@@ -240,8 +241,12 @@ def run_stream(spark, job: dict, send) -> dict:
             rows = transform(rows)
         send({"event": "batch-start", "batch": batch_id, "rows": len(rows),
               "t": round(started - t0, 3)})
-        notes = (sink(df, batch_id, len(rows)) if sink else  # the lab's sink reads the ranges
-                 write_batch(spec, df, rows, batch_id, job["bootstrap"],
+        written = df
+        if spec.kind == "kafka":  # in the armed batch one task fails once, under either sink
+            written = with_task_failure(df, rows, str(Path(job["checkpoint"]).parent /
+                                                      f"task-failed-{uuid.uuid4().hex}"))
+        notes = (sink(written, batch_id, len(rows)) if sink else  # the lab's reads the ranges
+                 write_batch(spec, written, rows, batch_id, job["bootstrap"],
                              ranges=_batch_ranges(job, batch_id)))
         df.unpersist()
         seen.append(batch_id)

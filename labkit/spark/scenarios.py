@@ -33,8 +33,9 @@ default                                isolation (read_uncommitted): aborted rec
 =====================  ==============  ===================================================
 
 The crash point ``spark-task-first-attempt`` (spark-kafka-sink only) is not a driver crash:
-one task of the 2nd micro-batch's Kafka write fails once after sending half its rows, and
-Spark's retry sends them again (local[2,4] allows 4 attempts per task).
+one task of the 2nd micro-batch's Kafka write (the lab's sink's, or a learner's
+``pipeline=``) fails once after sending half its rows, and Spark's retry sends them again
+(local[2,4] allows 4 attempts per task).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ from labkit.pipelines import learner
 from labkit.storage.db import default_url
 from labkit.spark.child import QUERY_PROVIDES, SINK_PROVIDES
 from labkit.spark.runner import SPARK_CRASH_POINTS, StreamJob
-from labkit.spark.sinks import DELTA_KINDS, STATEFUL_KINDS, SinkSpec
+from labkit.spark.sinks import DELTA_KINDS, STATEFUL_KINDS, TASK_FAILURE, SinkSpec
 
 PIPELINES: dict[str, dict[str, str]] = {  # scenario -> guarantee -> sink kind
     "spark-naive": {"at_least_once": "naive"},
@@ -68,7 +69,6 @@ TXN_INPUT: dict[str, dict[str, str]] = {
     "spark-txn-input-default": {},  # Spark's source keeps the Java client's read_uncommitted
 }
 TXN_SIZE, ABORT_EVERY = 5, 3
-TASK_FAILURE = "spark-task-first-attempt"  # only the Kafka sink has executor-side writes
 BATCHES = 3
 CRASH_HIT = 2  # the crash hits the 2nd micro-batch: one committed batch before, one after
 PARTITIONS = 2
@@ -112,12 +112,9 @@ def check_options(name: str, guarantee: str, crash_at: str | None, records: int,
 
 
 def check_sink(sink: Callable, o: Any) -> None:
-    """A learner's ``foreachBatch`` sink (``pipeline=``) replaces the lab's, whose Kafka
-    write is the one a task failure breaks; its cell's text must be readable, and it names
-    only what the worker passes (``SINK_PROVIDES``)."""
-    if o.crash_at == TASK_FAILURE:
-        raise ValueError(f"{TASK_FAILURE} fails a task of the lab's own Kafka sink: run it "
-                         "without pipeline= (your sink)")
+    """A learner's ``foreachBatch`` sink (``pipeline=``) replaces the lab's (a task failure
+    breaks whichever writes the batch: ``sinks.with_task_failure``); its cell's text must
+    be readable, and it names only what the worker passes (``SINK_PROVIDES``)."""
     learner.code_of(sink)
     learner.check_parameters(sink, SINK_PROVIDES)
 

@@ -20,7 +20,8 @@ an open transaction that the database rolls back).
   rows: only the batch id check stops a replay (``recorded_batches``: what it recorded).
 - ``kafka``: Spark's official Kafka sink (``df.write.format("kafka")``), at-least-once; the
   output key is the record id so a downstream reader can drop duplicates. The crash point
-  ``spark-task-first-attempt`` makes one of its tasks fail once (``fail_first_attempt``).
+  ``spark-task-first-attempt`` makes one task of a batch's write fail once, under this sink
+  or a learner's (``with_task_failure``).
 - ``running-count``: the absolute running count per key from Spark's state store, upserted.
 - ``increment-count``: per-batch counts added to the table (``total = total + n``): a replay
   adds them twice.
@@ -248,19 +249,41 @@ class TaskFailure(RuntimeError):
     """Raised inside a Spark task on its first attempt (crash point spark-task-first-attempt)."""
 
 
-def fail_first_attempt(frame, key: str):
-    """``frame`` with one executor-side failure: the task whose rows include ``key``, on its
-    first attempt only, hands half of its rows on and then fails. Written to the Kafka sink,
-    that half is already sent when the task dies; Spark retries the task (local[2,4]: up to
-    4 attempts) and the retry sends the whole partition again, within the same micro-batch.
+TASK_FAILURE = "spark-task-first-attempt"
+
+
+def with_task_failure(frame, rows: list, marker: str):
+    """The batch as the sink gets it: unchanged, except in the micro-batch the crash point
+    ``spark-task-first-attempt`` is armed for (counted once per batch: call this once per
+    batch), where one task fails once (``fail_first_attempt``) under whatever sink writes
+    the frame, the lab's or the learner's. ``rows``: the batch as collected (the first row
+    names the task: the one reading input partition 0); ``marker``: a file path of this
+    batch's that the failed task creates."""
+    if reached(TASK_FAILURE) and rows:
+        return fail_first_attempt(frame, rows[0]["id"], marker)
+    return frame
+
+
+def fail_first_attempt(frame, row_id: str, marker: str):
+    """``frame`` with one executor-side failure: the task whose rows include the id
+    ``row_id``, on its first attempt only, hands half of its rows on and then fails.
+    Written to the Kafka sink, that half is already sent when the task dies; Spark retries
+    the task (local[2,4]: up to 4 attempts) and the retry sends the whole partition again,
+    within the same micro-batch.
 
     The task is found by a row it holds, not by its index: the order of a Kafka batch's
-    input partitions among its tasks is not fixed from one run to the next."""
+    input partitions among its tasks is not fixed from one run to the next. It fails once
+    (``marker``, created as it fails, is seen by any later task): a sink that reads the
+    batch twice (the lab's writes it in two halves, two Spark jobs whose tasks are each a
+    first attempt) has only its first read of those rows fail."""
+    import os
+
     from pyspark import TaskContext
 
     def run(chunks):
         chunks = list(chunks)
-        if TaskContext.get().attemptNumber() > 0 or not any((c["key"] == key).any() for c in chunks):
+        if TaskContext.get().attemptNumber() > 0 or os.path.exists(marker) \
+                or not any((c["id"] == row_id).any() for c in chunks):
             yield from chunks
             return
         import pandas as pd
@@ -268,8 +291,9 @@ def fail_first_attempt(frame, key: str):
         rows = pd.concat(chunks, ignore_index=True)
         done = len(rows) // 2
         yield rows.iloc[:done]  # an Arrow batch the Kafka writer sends before the failure
-        raise TaskFailure(f"the task holding {key} failed on attempt 0 after {done} of "
-                          f"{len(rows)} rows (spark-task-first-attempt)")
+        open(marker, "x").close()
+        raise TaskFailure(f"the task holding {row_id} failed on attempt 0 after {done} of "
+                          f"{len(rows)} rows ({TASK_FAILURE})")
 
     return frame.mapInPandas(run, frame.schema)
 
@@ -285,10 +309,7 @@ def _write_kafka(spec: SinkSpec, df, rows: list, bootstrap: str) -> dict:
         (part.write.format("kafka").options(**javaconfig.spark_options(bootstrap))
          .option("topic", spec.output_topic).save())
 
-    first_part = out.filter(in_first)
-    if reached("spark-task-first-attempt") and first:  # armed for this batch: a task fails once
-        first_part = fail_first_attempt(first_part, first[0])  # the one with the batch's 1st row
-    save(first_part)
+    save(out.filter(in_first))
     crash_point("spark-mid-sink")
     save(out.filter(~in_first))
     return {"written": len(rows)}
