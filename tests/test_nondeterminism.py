@@ -12,7 +12,9 @@ import pytest
 from labkit import experiments
 
 from labkit.checking import checkers
+from labkit.pipelines.learner import LearnerCodeError
 from labkit.spark import replay
+from tests.notebook_cells import as_cell, edited, read
 
 INPUTS = [("a1", "a"), ("b1", "b"), ("a2", "a"), ("b2", "b"), ("a3", "a")]
 FIRST = {"a1": 1, "b1": 1, "a2": 1, "b2": 1, "a3": 1}
@@ -74,3 +76,43 @@ def test_kafka_transactions_commit_one_attempt(bootstrap):
     # Both attempts' output delivered: payments with two outcomes, keys mixed.
     assert alo.mixed.count > 0 and alo.aborted_in_log == 0
     assert len({i for i, _ in alo.committed}) < len(alo.committed)
+
+
+def loop_cell() -> str:
+    """08d's loop: the production loop with the threshold screening (test_one_loop holds it
+    to that)."""
+    (cell,) = [c.source for c in read("08d_spark_replay_that_computes_something_else").cells
+               if c.cell_type == "code" and "def review_service(" in c.source]
+    return cell
+
+
+def test_08d_the_loop_on_screen_is_what_the_kafka_replay_runs(bootstrap):
+    """08d's review_service with its lookup replaced by the first threshold, written in its
+    code: the restart screens under v1 as well, so read_committed gets every payment once,
+    all v1 (the notebook's loop, which looks it up, shows 22 with v2's), while the killed
+    attempt's batch is still aborted in the log."""
+    from labkit.experiments import nondeterminism
+
+    fixed = edited(loop_cell(), "version, cents = current_threshold(threshold_table)",
+                   'version, cents = "v1", 50_000')
+    exp = experiments.run("kafka-replay", cluster=bootstrap, guarantee="exactly_once",
+                          pipeline=as_cell(fixed, "review_service"))
+    assert exp.run.exit_codes[0] == -9 and exp.run.exit_codes[-1] == 0, exp.run
+    r = exp.report  # against the input: every payment, once
+    assert (r.produced, r.delivered_unique, r.lost, r.duplicated) == (RECORDS, RECORDS, 0, 0), \
+        r.summary()
+    assert len(exp.committed) == RECORDS and {v for _, v in exp.committed} == {replay.V1[0]}
+    assert exp.mixed.valid and exp.aborted_in_log == nondeterminism.BATCH
+
+
+def test_a_loop_the_replay_cannot_kill_or_feed_is_refused_before_it_runs():
+    """Refused before any broker or worker starts (the cluster given is never reached)."""
+    without_point = edited(loop_cell(), '            crash_point("after-send-offsets-before-commit")\n',
+                           "")
+    with pytest.raises(LearnerCodeError, match="never calls crash_point"):
+        experiments.run("kafka-replay", cluster="localhost:1", guarantee="exactly_once",
+                        pipeline=as_cell(without_point, "review_service"))
+    asks_more = edited(loop_cell(), "threshold_table, group_protocol", "lookup_url, group_protocol")
+    with pytest.raises(LearnerCodeError, match=r"asks for \['lookup_url'\].*threshold_table"):
+        experiments.run("kafka-replay", cluster="localhost:1", guarantee="exactly_once",
+                        pipeline=as_cell(asks_more, "review_service"))

@@ -157,3 +157,31 @@ def test_every_transactional_loop_on_screen_follows_the_one_rule():
             broken += [f"{where} {function.name}: {b}" for b in breaks]
     assert found >= 6, found
     assert broken == [], "\n".join(broken)
+
+
+def test_08d_screens_in_the_reference_loop_and_changes_nothing_else():
+    """08d's Kafka replay runs the production loop with the threshold screening added: the
+    lookup as each batch is taken, the payments above it held back, the others tagged. Any
+    other line that drifts from the reference fails here."""
+    (shown,) = [c.source for c in read("08d_spark_replay_that_computes_something_else").cells
+                if c.cell_type == "code" and "def review_service(" in c.source]
+    expected = reference_code()
+    for old, new in {
+        "from labkit.pipelines.ctp import transform  # the card fee: 2.9 % + 30 cents\n":
+        "from labkit.pipelines.ctp import transform  # the card fee: 2.9 % + 30 cents\n"
+        "from labkit.pipelines.lookup import current_threshold\n",
+        "def fee_service(\n        bootstrap, input_topic, output_topic, group_id, "
+        "transactional_id, instance_id,\n        group_protocol=\"classic\"):":
+        "def review_service(\n        bootstrap, input_topic, output_topic, group_id, "
+        "transactional_id, instance_id,\n        threshold_table, group_protocol=\"classic\"):",
+        "        producer.begin_transaction()\n":
+        "        version, cents = current_threshold(threshold_table)  # now, e.g. (\"v1\", 50000)\n"
+        "        producer.begin_transaction()\n",
+        "                producer.produce(output_topic, key=msg.key(), value=json.dumps(payment))\n":
+        "                if payment[\"amount_cents\"] <= cents:  # above it: held back for review\n"
+        "                    producer.produce(output_topic, key=msg.key(), value=json.dumps(\n"
+        "                        {**payment, \"threshold_version\": version}))\n",
+    }.items():
+        assert expected.count(old) == 1, old
+        expected = expected.replace(old, new)
+    assert shown.strip() == expected.strip(), differences(expected, shown)

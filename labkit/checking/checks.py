@@ -166,6 +166,10 @@ class OneProcessing:
         topic = run.topics[self.role]
         committed = topics.read(run.bootstrap, topic, isolation="read_committed")
         in_log = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
+        if untagged := [r.value.get("id") for r in committed if self.field not in r.value]:
+            raise ValueError(f"{len(untagged)} output records have no {self.field!r} in their "
+                             f"value (e.g. {untagged[0]}): the audit reads it, so the pipeline "
+                             "must tag each record it writes")
         seen = [(r.value["id"], r.value[self.field]) for r in committed]
         mixed = checkers.single_processing([(r["id"], r["key"]) for r in run.inputs], seen,
                                            self.processings(run.inputs))
