@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -190,7 +189,8 @@ class _Loop:
         if error is None:
             return ""
         if kind(error) == "fatal":  # a new instance: new clients, the same ids
-            self.close()
+            refused = error.code() == KafkaError._FATAL  # the group's refusal: it holds nothing
+            self.close(settle_s=0 if refused else 20.0)
             self.consumer, self.producer = self._consumer(), self._producer()
             return "a new instance, initialised"
         if error.retriable():
@@ -207,8 +207,8 @@ class _Loop:
         for tp in self.consumer.committed(self.consumer.assignment(), timeout=30):
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
 
-    def close(self) -> None:
-        _close_within(self.consumer)
+    def close(self, settle_s: float = 20.0) -> None:
+        _close(self.consumer, settle_s)
 
 
 # A static member in a process of its own: it joins, says so once it holds partitions, and
@@ -267,7 +267,7 @@ def _rejoin(bootstrap: str, topic: str, group: str, protocol: str, killed: float
         consumer.subscribe([topic])
         refused = _until_assigned_or_refused(consumer, killed + within_s)
         seconds = round(time.monotonic() - killed, 1)
-        _close_within(consumer)
+        _close(consumer, settle_s=0 if refused else 20.0)
         if refused is None:
             return {"refused with": ", ".join(refusals) or "nothing",
                     "seconds until it had its partitions": seconds}
@@ -276,19 +276,39 @@ def _rejoin(bootstrap: str, topic: str, group: str, protocol: str, killed: float
     raise RuntimeError(f"the restarted member got no partitions in {within_s:.0f} s")
 
 
-def _close_within(consumer: Consumer, within_s: float = 15.0) -> None:
-    """``consumer`` closed, waiting at most ``within_s``: a close while the group was still
-    taking a restarted member in hung for minutes in a fresh clone's suite (06); one still
-    closing then is left to its session, and the table goes on."""
-    def close() -> None:
-        try:
-            consumer.close()
-        except KafkaException:  # a consumer the group fenced: nothing more to leave
-            pass
+def _close(consumer: Consumer, settle_s: float = 20.0) -> None:
+    """``consumer`` closed with nothing left to revoke or assign. A rebalance handed to the
+    application inside ``close()`` after its group has ended waits for good in librdkafka
+    (its issue 4041), and confluent-kafka makes that call holding the GIL, so the whole kernel
+    stopped (06 in fresh clones' suites, closing an instance whose join was still going; gdb
+    showed both). So a join in progress is let finish, and the partitions are given back in a
+    poll, while the group still answers. ``settle_s`` 0: a consumer the group refused (it
+    holds nothing and never will)."""
+    try:
+        if _holds_partitions(consumer, settle_s):
+            consumer.unsubscribe()
+            deadline = time.monotonic() + 5.0
+            while consumer.assignment() and time.monotonic() < deadline:
+                consumer.poll(0.1)  # what it returns is read again by the next instance
+    except (KafkaException, RuntimeError):  # a fenced consumer: nothing more to give back
+        pass
+    try:
+        consumer.close()
+    except KafkaException:
+        pass
 
-    closing = threading.Thread(target=close, name="error-classes-close", daemon=True)
-    closing.start()
-    closing.join(within_s)
+
+def _holds_partitions(consumer: Consumer, within_s: float) -> bool:
+    """Polls until ``consumer`` holds partitions; False at a fatal refusal or after
+    ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while not consumer.assignment():
+        if time.monotonic() >= deadline:
+            return False
+        msg = consumer.poll(0.1)
+        if msg is not None and msg.error() is not None and kind(msg.error()) == "fatal":
+            return False
+    return True
 
 
 def _until_assigned_or_refused(consumer: Consumer, deadline: float) -> str | None:
