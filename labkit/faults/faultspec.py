@@ -131,7 +131,7 @@ def error_code_of(spec: str, name: str) -> ErrorCode:
 class Rule:
     """An armed fault. api_key None matches every request."""
 
-    kind: str  # 'drop' | 'reset' | 'delay' | 'fail' | 'hold' | 'error' | 'kill'
+    kind: str  # 'drop' | 'reset' | 'delay' | 'fail' | 'hold' | 'error' | 'kill' | 'late'
     api_key: int | None
     nth: int = 1
     ms: int = 0

@@ -81,6 +81,7 @@ class FaultProxy:
         self._security = protocol.Security()  # the upstream side's, read at start()
         self._released = threading.Event()  # a held connection goes on (release_held)
         self._holding = False  # a hold rule fired and was not released yet
+        self._late: list[tuple[tuple[str, int], bytes]] = []  # (broker, request): faults/late.py
         if fault is not None:
             self.apply(fault)
 
@@ -340,6 +341,10 @@ class FaultProxy:
                 return
             if due > loop.time():
                 await asyncio.sleep(due - loop.time())
+            if action == "late":  # kept for faults/late.py to deliver; its connection stalls
+                self._late.append((link.upstream.get_extra_info("peername")[:2], payload))
+                self._count("requests_held")
+                await asyncio.Future()  # until its client times out and closes the connection
             if action == "hold":
                 self._holding = not self._released.is_set()
             if self._holding:
