@@ -195,9 +195,13 @@ def status(as_json: bool = typer.Option(False, "--json", help="machine-readable"
 
 @app.command()
 def down() -> None:
-    """Stop the lab cluster and the lab's PostgreSQL, and remove their data."""
+    """Stop the room's JupyterHub (its learners' servers and kernels), the lab cluster and
+    the lab's PostgreSQL, and remove their data (learners' homes are kept)."""
+    from labkit.room import hub
     from labkit.storage import postgres
 
+    if hub.stop():  # first: its learners' kernels are clients of the brokers
+        typer.echo("stopped the room's JupyterHub, its proxy and every learner's server.")
     if lab.external_from_env_no_check():
         typer.echo("LABKIT_BOOTSTRAP is set: the external cluster is not the lab's to stop.")
     else:
@@ -206,6 +210,7 @@ def down() -> None:
             typer.echo("nothing to stop: no lab cluster is running.")
         else:
             running.stop()
+            hub.remove_kafka_files()  # a room's CA and passwords: new ones at its next start
             typer.echo(f"stopped {len(running.brokers)} broker(s).")
     if postgres.stop():
         typer.echo("stopped the lab's PostgreSQL.")
@@ -313,6 +318,32 @@ def room_board(room: str = typer.Option("", help="the room (default: LABKIT_ROOM
         board.serve(lab.running_or_fail().bootstrap, room, host=host, port=port)
     except (ClusterError, settings.SettingsError, OSError) as exc:
         _fail(str(exc))
+
+
+@room_app.command("serve")
+def room_serve(learners: int = typer.Option(3, help="learner01..NN: hub logins, Kafka users"),
+               host: str = typer.Option("127.0.0.1", help="the address to serve on (0.0.0.0: "
+                                                          "the room's network)"),
+               port: int = typer.Option(8000, help="the hub's port"),
+               brokers: int = typer.Option(1, help="the room's Kafka: 1 or 3 brokers"),
+               room: str = typer.Option("", help="publish learners' checks to this board "
+                                                 "(LABKIT_ROOM in their servers)")) -> None:
+    """Serve the lab to a room of browsers: the room's secure Kafka (a SCRAM user and ACLs
+    per learner), PostgreSQL and JupyterHub; prints the address and each learner's password.
+    Runs in the background: `labkit down` stops all of it."""
+    from labkit.room import hub
+
+    if brokers not in (1, 3):
+        _fail(f"--brokers must be 1 or 3, not {brokers}")
+    try:
+        served = hub.serve(learners=learners, host=host, port=port, brokers=brokers, room=room)
+    except (hub.HubError, ClusterError, LabkitSetupError) as exc:
+        _fail(str(exc))
+    if not served.started_here:
+        typer.echo("the room's hub is already running", err=True)
+    typer.echo(served.sheet())
+    typer.echo("`labkit down` (make down) stops the hub, every learner's server, Kafka and "
+               "PostgreSQL; learners' homes are kept.")
 
 
 @app.command()
