@@ -1,0 +1,215 @@
+"""The room served by JupyterHub, in real browsers: `labkit room serve` (what `make room`
+runs) in a lab home of the test's own, three learners logged in at once in Chromium (Debian's,
+driven by Playwright: scripts/install-test-deps.sh), each running a cell in its own
+JupyterLab against the room's secure Kafka; the hub refusing one learner another's server;
+then `labkit down` (what `make down` runs) leaving none of the room's processes running.
+
+Needs the room's proxy: `make room` or `make test` installs it (npm ci in scripts/room).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+from playwright.async_api import async_playwright
+
+from labkit.kafka.ports import free_port
+from labkit.room.hub import PROXY_DIR
+from tests.test_browser import CHROMIUM_ARGS, CHROMIUM, chromium_or_fail
+
+ROOT = Path(__file__).resolve().parents[1]
+LEARNERS = ("learner01", "learner02", "learner03")
+# A learner's first cell: its namespace, one record written and read on the room's SASL_SSL
+# cluster, and every topic the broker lets it see (its ACLs: its own only).
+CHECK_CELL = """\
+from confluent_kafka.admin import AdminClient
+from labkit.kafka import cluster, names
+from labkit.kafka.clientlog import client_config
+from labkit.kafka import topics
+from labkit.pipelines import data
+
+lab = cluster.ensure()
+data.load_into_topic(lab.bootstrap, "hello", data.generate(1))
+got = topics.read(lab.bootstrap, "hello")
+seen = AdminClient(client_config({"bootstrap.servers": lab.bootstrap})).list_topics(timeout=20)
+visible = sorted(t for t in seen.topics if not t.startswith("__"))
+print(f"namespace={names.namespace()} records={len(got)} visible={visible}")
+"""
+
+
+def _notebook(source: str) -> str:
+    return json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "check", "metadata": {},
+                   "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5})
+
+
+def _labkit(env: dict, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labkit.cli", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def room_processes(home: Path) -> dict[int, str]:
+    """Every process with this room's lab home in its environment: the hub, its proxy, the
+    learners' servers and kernels, the brokers and PostgreSQL all inherit it."""
+    found = {}
+    for p in psutil.process_iter(["cmdline", "environ"]):
+        if p.pid != os.getpid() and (p.info["environ"] or {}).get("LABKIT_HOME") == str(home):
+            found[p.pid] = " ".join(p.info["cmdline"] or ())
+    return found
+
+
+def _short(found: dict[int, str]) -> str:
+    return "; ".join(f"{pid}: {cmd[:150]}" for pid, cmd in found.items())
+
+
+@pytest.fixture
+def room(tmp_path: Path):
+    """`labkit room serve` for three learners in a lab home of its own (not the suite's);
+    `labkit down` on every way out."""
+    chromium_or_fail()
+    if not (ROOT / PROXY_DIR / "node_modules" / ".bin" / "configurable-http-proxy").exists():
+        pytest.fail(f"the room's proxy is missing: run `make room` (npm ci --prefix {PROXY_DIR})")
+    home = tmp_path / "lab"
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "LABKIT_BOOTSTRAP", "LABKIT_KAFKA_CONFIG", "LABKIT_NAMESPACE", "LABKIT_PG_DSN",
+        "LABKIT_ROOM")}
+    env["LABKIT_HOME"] = str(home)
+    homes = home / "room" / "homes"
+    for name in LEARNERS:  # a notebook of its own in each home, before its first login
+        (homes / name).mkdir(parents=True)
+        (homes / name / "check.ipynb").write_text(_notebook(CHECK_CELL))
+    port = free_port()
+    try:
+        served = _labkit(env, "room", "serve", "--learners", str(len(LEARNERS)),
+                         "--port", str(port), timeout=240)
+        assert served.returncode == 0, served.stdout + served.stderr
+        passwords = dict(re.findall(r"^(learner\d\d) +(\S+)$", served.stdout, re.M))
+        assert sorted(passwords) == list(LEARNERS), served.stdout
+        yield {"url": f"http://127.0.0.1:{port}", "passwords": passwords, "home": home,
+               "homes": homes, "env": env}
+    finally:
+        _labkit(env, "down", timeout=120)
+
+
+async def _learner(browser, url: str, name: str, password: str, other: str) -> dict:
+    """One learner: logs in, runs its notebook's cell, tries another learner's server."""
+    context = await browser.new_context(viewport={"width": 1200, "height": 900})
+    page = await context.new_page()
+    try:
+        await page.goto(f"{url}/hub/login")
+        await page.get_by_label("Username:").fill(name)
+        await page.get_by_label("Password:").fill(password)
+        await page.get_by_role("button", name="Sign in").click()
+        # the hub spawns its server, then sends it to its JupyterLab
+        await page.wait_for_url(re.compile(f".*/user/{name}/lab.*"), timeout=90_000)
+        await page.goto(f"{url}/user/{name}/lab/tree/check.ipynb")
+        cell = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first
+        await cell.wait_for(timeout=60_000)
+        await _run_first_cell(page, cell)
+        output = page.locator(".jp-OutputArea-output", has_text="namespace=")
+        await output.wait_for(timeout=90_000)
+        text = await output.inner_text()
+        # the hub refuses this learner another's server (its files, its kernels)
+        theirs = await page.goto(f"{url}/user/{other}/api/contents/check.ipynb")
+        body = await page.content()
+        return {"output": text, "other_status": theirs.status,
+                "other_leaked": "load_into_topic" in body}
+    except Exception:
+        await page.screenshot(path=str(Path(tempfile.gettempdir()) / f"labkit-room-{name}.png"))
+        raise
+    finally:
+        await context.close()
+
+
+async def _run_first_cell(page, cell, attempts: int = 3) -> None:
+    """Ctrl+Enter on the notebook's cell once its kernel is connected. A cell run before the
+    session has its kernel is not queued (JupyterLab asks "Select Kernel" instead), so:
+    wait for the status bar's "Idle", answer that dialog if it comes, and try again while
+    the cell's prompt still says it never ran ("[ ]:"; never a second run of a started one)."""
+    await page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle")).first.wait_for(
+        timeout=90_000)
+    never_ran = "() => /\\[ \\]/.test(document.querySelector('.jp-Cell .jp-InputPrompt').textContent)"
+    for _ in range(attempts):
+        await cell.click()
+        await page.keyboard.press("Control+Enter")
+        select = page.locator(".jp-Dialog").get_by_role("button", name="Select")
+        try:
+            await page.wait_for_function(f"() => !({never_ran})()", timeout=15_000)
+            return
+        except PlaywrightTimeout:
+            if await select.count():
+                await select.click()
+    raise AssertionError("the notebook's cell never started running")
+
+
+async def _wrong_password(browser, url: str, name: str) -> str:
+    context = await browser.new_context()
+    page = await context.new_page()
+    try:
+        await page.goto(f"{url}/hub/login")
+        await page.get_by_label("Username:").fill(name)
+        await page.get_by_label("Password:").fill("not-the-password")
+        await page.get_by_role("button", name="Sign in").click()
+        error = page.locator("p.login_error")
+        await error.wait_for(timeout=30_000)
+        return await error.inner_text()
+    finally:
+        await context.close()
+
+
+async def _three_learners(url: str, passwords: dict[str, str]) -> tuple[list[dict], str]:
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                           headless=True)
+        try:
+            others = LEARNERS[1:] + LEARNERS[:1]
+            results = await asyncio.gather(*(
+                _learner(browser, url, name, passwords[name], other)
+                for name, other in zip(LEARNERS, others)))
+            refused = await _wrong_password(browser, url, LEARNERS[0])
+        finally:
+            await browser.close()
+    return list(results), refused
+
+
+def test_three_learners_in_browsers_then_down_leaves_nothing(room) -> None:
+    started = time.monotonic()
+    results, refused = asyncio.run(_three_learners(room["url"], room["passwords"]))
+    for name, result in zip(LEARNERS, results):
+        # its namespace, its record read back, and the broker shows it its own topic only
+        assert f"namespace={name} records=1 visible=['{name}.hello']" in result["output"], result
+        assert result["other_status"] in (403, 404), result
+        assert not result["other_leaked"], result
+        # its home got the lab's notebooks (copied once, at its first start)
+        assert (room["homes"] / name / "notebooks" / "01_at_most_once.ipynb").is_file()
+    assert "Invalid username or password" in refused
+    print(f"\nthree learners logged in and ran their cells in {time.monotonic() - started:.1f} s")
+
+    running = room_processes(room["home"])
+    commands = " ".join(running.values())
+    for part in ("jupyterhub -f", "configurable-http-proxy", "jupyterhub.singleuser",
+                 "ipykernel_launcher", "kafka.Kafka", "postgres"):
+        assert part in commands, f"no {part} among the room's processes: {_short(running)}"
+    down = _labkit(room["env"], "down", timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopped the room's JupyterHub" in down.stdout, down.stdout
+    deadline = time.monotonic() + 10
+    while (left := room_processes(room["home"])) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"`labkit down` left the room's processes running: {_short(left)}"
+    # the learners' work stays for the next start of the room
+    assert (room["homes"] / LEARNERS[0] / "check.ipynb").is_file()
