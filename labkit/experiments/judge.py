@@ -36,6 +36,7 @@ import time
 
 from confluent_kafka import KafkaException, Producer
 
+from labkit.checking import history
 from labkit.checking.checkers import Result
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
@@ -191,23 +192,60 @@ def _close_hanging(run) -> str | None:
     a right loop is open. One still open was left by an instance that died and was never
     fenced: every read_committed reader waits for it until its transaction.timeout.ms, and
     so does a successor that must read the offsets it sent (KIP-447's stable offsets). It
-    is a finding; then it is aborted as an operator would (a producer with its
-    transactional.id), as its timeout would: what waited for it goes on (the runner lets it),
-    and the audit counts what the loop delivered, never a wait as a loss."""
+    is a finding, unless no loop could have ended it (``_stranded``); then it is aborted as
+    an operator would (a producer with its transactional.id), as its timeout would: what
+    waited for it goes on (the runner lets it), and the audit counts what the loop
+    delivered, never a wait as a loss."""
     hanging = _open_transactions(run)
     began = time.monotonic()
     while hanging and time.monotonic() < min(began + HANG_AT_MOST_S, max(
             [began + HANG_GRACE_S] + [_started(run, t) + HANG_GRACE_S for t in hanging])):
         time.sleep(0.5)  # open throughout, not at one instant: an instance still alive (a
-        hanging = sorted(set(hanging) & set(_open_transactions(run)))  # zombie) may end it
-    run.facts["hanging"] = sorted({*run.facts.get("hanging", []), *hanging})
-    for transactional_id in hanging:
+        hanging = {t: s for t, s in _open_transactions(run).items()  # zombie) may end it
+                   if t in hanging}
+    stranded = _stranded(run, hanging)
+    run.facts["hanging"] = sorted({*run.facts.get("hanging", []), *(set(hanging) - stranded)})
+    run.facts["stranded"] = sorted({*run.facts.get("stranded", []), *stranded})
+    for transactional_id in sorted(hanging):
         producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
                                            "transactional.id": transactional_id}))
         _init(producer)  # fences it and aborts what it left open
         run.step(f"judge: aborted the transaction {transactional_id} left open")
-    return (f"the transaction {', '.join(hanging)} left open by a dead instance (aborted, "
-            "as its transaction.timeout.ms would)") if hanging else None
+    if not hanging:
+        return None
+    if stranded == set(hanging):
+        return (f"the transaction {', '.join(sorted(stranded))} of an instance the judge "
+                "stopped before its code could end it (aborted, as its transaction.timeout.ms "
+                "would)")
+    return (f"the transaction {', '.join(sorted(hanging))} left open by a dead instance "
+            "(aborted, as its transaction.timeout.ms would)")
+
+
+def _stranded(run, open_since: dict[str, int | None]) -> set[str]:
+    """The open transactions no loop could have ended: begun before the latest start of an
+    instance given their transactional.id, and none of those instances runs now. That
+    instance's first transactional call (``init_transactions``) aborts what its
+    predecessor left open: it was stopped before its code got there (a member leaving,
+    SIGTERMed while it still started on a loaded machine: the capstone's solution under
+    load), as a scale-down can do in production. Its readers wait out the transaction's
+    timeout: a wait, not the loop's finding. (A loop that takes a fresh transactional.id
+    at each start is not given the id it left open: never stranded.)"""
+    pool = run.clients.pool
+    given: dict[str, list[int]] = {}
+    for i, instance in enumerate(pool.instances):
+        given.setdefault(instance.kwargs.get("transactional_id"), []).append(i)
+    last_start: dict[str, float] = {}
+    for entry in history.read(run.history_file):
+        if entry.get("kind") == "started":
+            last_start[entry["instance"]] = max(entry["t"], last_start.get(entry["instance"], 0.0))
+    stranded = set()
+    for transactional_id, since_ms in open_since.items():
+        ids = given.get(transactional_id, [])
+        if since_ms is None or not ids or any(pool.running(i) for i in ids):
+            continue
+        if since_ms / 1000 < max(last_start.get(str(i), 0.0) for i in ids):
+            stranded.add(transactional_id)
+    return stranded
 
 
 def _started(run, transactional_id: str) -> float:
@@ -233,14 +271,15 @@ def _init(producer: Producer, within_s: float = 60.0) -> None:
             time.sleep(0.5)
 
 
-def _open_transactions(run) -> list[str]:
-    """The transactional ids with a transaction open on the output now."""
+def _open_transactions(run) -> dict[str, int | None]:
+    """The transactional ids with a transaction open on the output now, each with when the
+    broker says it began (epoch ms, None if it does not say)."""
     try:
         with Inspector(run.bootstrap, timeout_s=10) as inspector:
-            return sorted(t.transactional_id
-                          for t in inspector.transactions(topic=run.topics["output"]))
+            return {t.transactional_id: t.start_time_ms
+                    for t in inspector.transactions(topic=run.topics["output"])}
     except (InspectError, OSError):
-        return []
+        return {}
 
 
 def _summary(run) -> str:
