@@ -249,41 +249,6 @@ def test_topics_are_deleted_only_by_the_run_contexts_cleanup():
     assert topic_deletes(MODULES) == []
 
 
-MAX_BODIES, MAX_BODY_LINES = 5, 60
-
-
-def body_lines(body) -> int:
-    """The registered body's lines (inspect), with those of the functions of its own module
-    it calls: a body that hands its run to one long function of its module is that long."""
-    import types
-
-    def names(code: types.CodeType) -> set[str]:
-        inner = [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        return set(code.co_names).union(*map(names, inner))
-
-    called = {body.__globals__.get(n) for n in names(body.__code__)}
-    delegated = [f for f in called if isinstance(f, types.FunctionType) and f is not body
-                 and f.__module__ == body.__module__]
-    return sum(len(inspect.getsourcelines(f)[0]) for f in (body, *delegated))
-
-
-def long_bodies(experiments: dict) -> list[str]:
-    """Past the escape hatch's bounds: more than MAX_BODIES experiments with a body, or a
-    body over MAX_BODY_LINES lines."""
-    bodies = {name: body_lines(e.body) for name, e in sorted(experiments.items())
-              if e.body is not None}
-    found = [f"{name}: a body of {n} lines" for name, n in bodies.items() if n > MAX_BODY_LINES]
-    if len(bodies) > MAX_BODIES:
-        found.append(f"{len(bodies)} experiments keep a body: {', '.join(bodies)}")
-    return found
-
-
-def test_few_experiments_keep_a_body_and_none_is_long():
-    from labkit.experiments import catalog
-
-    assert long_bodies(catalog()) == []
-
-
 MADE_UP_ENGINE = "Some engine"
 
 
@@ -351,21 +316,6 @@ def test_the_shape_checks_catch_what_they_look_for(tmp_path, monkeypatch):
         "labkit.experiments.context:11 (OwnRun.timeline)"]  # its own cleanup is the one
     assert topic_deletes({"labkit.cli.made_up": made_up}) == []  # other layers may
 
-    from labkit.experiments.registry import Experiment
-
-    def long_run(run):
-        return delegate(run)
-
-    def short(run):
-        return run
-
-    bodies = {f"e{i}": Experiment(f"e{i}", "", body=short) for i in range(MAX_BODIES)}
-    assert long_bodies(bodies) == []
-    bodies["long"] = Experiment("long", "", body=long_run)
-    assert long_bodies(bodies) == [f"long: a body of {body_lines(long_run)} lines",
-                                   f"{MAX_BODIES + 1} experiments keep a body: "
-                                   f"e0, e1, e2, e3, e4, long"]
-    assert body_lines(long_run) == 2 + len(inspect.getsourcelines(delegate)[0]) > MAX_BODY_LINES
 
     # the list the CLI once had: an engine it does not name breaks `labkit scenario --help`
     from labkit.cli.scenarios import ScenarioGroup
@@ -378,67 +328,3 @@ def test_the_shape_checks_catch_what_they_look_for(tmp_path, monkeypatch):
     monkeypatch.setattr(ScenarioGroup, "list_commands", hard_coded)
     problems = engine_listing_problems()
     assert len(problems) == 1 and "labkit scenario --help failed" in problems[0], problems
-
-
-def delegate(run):  # a made-up body's long function: 62 lines
-    """A stand-in for a run written out in one function."""
-    steps = []
-    steps.append(0)
-    steps.append(1)
-    steps.append(2)
-    steps.append(3)
-    steps.append(4)
-    steps.append(5)
-    steps.append(6)
-    steps.append(7)
-    steps.append(8)
-    steps.append(9)
-    steps.append(10)
-    steps.append(11)
-    steps.append(12)
-    steps.append(13)
-    steps.append(14)
-    steps.append(15)
-    steps.append(16)
-    steps.append(17)
-    steps.append(18)
-    steps.append(19)
-    steps.append(20)
-    steps.append(21)
-    steps.append(22)
-    steps.append(23)
-    steps.append(24)
-    steps.append(25)
-    steps.append(26)
-    steps.append(27)
-    steps.append(28)
-    steps.append(29)
-    steps.append(30)
-    steps.append(31)
-    steps.append(32)
-    steps.append(33)
-    steps.append(34)
-    steps.append(35)
-    steps.append(36)
-    steps.append(37)
-    steps.append(38)
-    steps.append(39)
-    steps.append(40)
-    steps.append(41)
-    steps.append(42)
-    steps.append(43)
-    steps.append(44)
-    steps.append(45)
-    steps.append(46)
-    steps.append(47)
-    steps.append(48)
-    steps.append(49)
-    steps.append(50)
-    steps.append(51)
-    steps.append(52)
-    steps.append(53)
-    steps.append(54)
-    steps.append(55)
-    steps.append(56)
-    steps.append(57)
-    return steps

@@ -16,8 +16,7 @@ help, choices, bounds; the CLI's flags and the input checks both come from them)
 the phases under the watchdog (``labkit.faults.watchdog.watched``): the workload prepared,
 the clients run under the nemesis (set up before, torn down after, whatever happens), the
 checkers composed into the one audit, the run's topics and files cleaned up. Every
-experiment returns the same record (``labkit.checking.record.RunRecord``). A ``body`` is
-the escape hatch for the few whose faults depend on facts known only while they run.
+experiment returns the same record (``labkit.checking.record.RunRecord``).
 ``labkit scenario`` and its help are built from the same registry (``catalog``).
 """
 from __future__ import annotations
@@ -115,9 +114,6 @@ class Option:
 class Experiment:
     name: str
     help: str  # one line: what it shows
-    # the escape hatch: body(run, **options) -> AuditReport (facts in run.facts), for faults
-    # that depend on facts known only while it runs; None: the parts below
-    body: Callable[..., Any] | None = None
     options: tuple[Option, ...] = ()
     where: str = LAB
     stall_s: float = STALL_S
@@ -237,13 +233,7 @@ def perform(experiment: Experiment, run: RunContext) -> RunRecord:
     up (always), one record."""
     failed = True
     try:
-        if experiment.body is not None:
-            report = experiment.body(run, **run.options)
-            if not isinstance(report, AuditReport):
-                failed = False
-                return report  # not yet a composition (being converted: issue 39)
-        else:
-            report = _phases(experiment, run)
+        report = _phases(experiment, run)
         failed = False
     finally:
         run.close(failed)
@@ -260,7 +250,7 @@ def _phases(experiment: Experiment, run: RunContext) -> AuditReport:
     missing = [part for part in ("workload", "clients", "checkers")
                if getattr(experiment, part) is None]
     if missing:
-        raise TypeError(f"{experiment.name} has neither a body nor its {', '.join(missing)}")
+        raise TypeError(f"{experiment.name} lacks its {', '.join(missing)}")
     for attempt in range(1, experiment.attempts + 1):
         prepare(run, experiment.workload(run.o))
         clients = run.clients = experiment.clients(run)
