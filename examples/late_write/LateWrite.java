@@ -18,6 +18,7 @@ import org.apache.kafka.common.errors.InvalidProducerEpochException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.utils.internals.AppInfoParser;
 
 public class LateWrite {
     static final int REQUEST_TIMEOUT_MS = 2000;  // as late_write.py: the client gives up fast
@@ -82,7 +83,7 @@ public class LateWrite {
         BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             producer.initTransactions();
-            say("ready");
+            say("ready", "client", "kafka-clients " + AppInfoParser.getVersion());
             for (String txn : new String[] {"t1", "t2"}) {
                 // as late_write.intended: the held Produce's txn 1 aborts, the held EndTxn's commits
                 boolean commit = txn.equals("t1") == hold.equals("endtxn");

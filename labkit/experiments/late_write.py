@@ -133,6 +133,18 @@ def log_transactions(bootstrap: str, topic: str) -> list[dict]:
     return out
 
 
+def log_entries(bootstrap: str, topic: str) -> list[dict]:
+    """Every batch of the log in order, data and markers alike: its offset, what it is (a
+    record's id, or COMMIT / ABORT for a marker) and its producer epoch."""
+    with Inspector(bootstrap) as inspector:
+        offsets = inspector.offsets(topic)[0]
+        batches = inspector.batches(topic, 0, offsets.log_start, offsets.high_watermark)
+    return [{"offset": b.base_offset, "producer_epoch": b.producer_epoch,
+             "entry": f"{b.marker} marker" if b.is_control else
+             ", ".join(f"record {topics.decode(r.value)['id']}" for r in b.records)}
+            for b in batches]
+
+
 def carried(exchange: dict) -> dict:
     """What the late request itself said, decoded from its bytes: a Produce's record batch
     (producer id, epoch, sequence, record ids), an EndTxn's producer id, epoch and verdict."""
@@ -165,6 +177,7 @@ def late_audit(run: Any) -> AuditReport:
     committed and cannot read is lost, one it aborted and can read is an aborted read."""
     believed = outcomes(run.facts["client_said"])
     visible = audit.delivered_of(topics.read(run.bootstrap, run.topics["output"]))
+    run.facts["read_committed"] = [d.id for d in visible]
     committed = [{"id": txn, "key": "k"} for txn, how in believed.items() if how == "committed"]
     return audit.check(SCENARIO, "exactly_once", committed, visible,
                        fault=f"the first {API[run.o.hold]} delivered late",
@@ -181,10 +194,13 @@ def facts(run: Any) -> dict:
                      "error": late.exchange["error"], "kept_s": late.exchange["kept_s"],
                      "carried": carried(late.exchange)},
             "protocol": PROTOCOL[run.o.client],
+            "client": next(e.get("client") for e in run.facts["client_said"]
+                           if e["event"] == "ready"),
             "believed": outcomes(run.facts["client_said"]),
             "client_errors": {e["txn"]: e["error"] for e in run.facts["client_said"]
                               if e["event"] in ("written", "ended") and e.get("error")},
             "log": log_transactions(run.bootstrap, run.topics["output"]),
+            "batches": log_entries(run.bootstrap, run.topics["output"]),
             "wire": [{k: e.get(k) for k in ("api", "version", "error", "producer_epoch", "late")}
                      for e in late.exchanges]}
 
@@ -219,4 +235,5 @@ register(Experiment(
     checkers=lambda o: [late_audit],
     facts=facts,
     presentation=Presentation(summary=summary, json_facts=(
-        "protocol", "late", "broker_then", "believed", "client_errors", "log", "wire"))))
+        "client", "protocol", "late", "broker_then", "believed", "client_errors",
+        "read_committed", "log", "batches", "wire"))))

@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException, Producer, libversion
 
 from labkit import settings
 from labkit.kafka import jvm
@@ -102,7 +102,7 @@ def main(bootstrap: str, topic: str, transactional_id: str, hold: str) -> None:
         "linger.ms": 0})
     reports: list[str | None] = []
     producer.init_transactions(CALL_TIMEOUT_S)
-    say("ready")
+    say("ready", client=f"librdkafka {libversion()[0]}")
     plan = intended(hold)
     for txn in ("t1", "t2"):
         producer.begin_transaction()
