@@ -150,6 +150,18 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("for name, run in runs.items()", "classic   dead member's partitions idle"),
         ("for name, run in runs.items()", "a survivor left with no partitions: False; exactly once: True"),
     ],
+    "09c_the_late_write": [
+        ("this kernel's clients", "librdkafka 2.16.0"),
+        ('classic = experiments.run("late-write"', "client: librdkafka 2.16.0 (classic transaction protocol)"),
+        ('classic = experiments.run("late-write"', "the broker answered it: ACCEPTED"),
+        ('classic = experiments.run("late-write"', "read_committed sees: ['t1', 't2']"),
+        ('classic = experiments.run("late-write"', "NOT exactly once (aborted-read)"),
+        ('tv2 = experiments.run("late-write"', "client: kafka-clients 4.4.0 (transaction version 2)"),
+        ('tv2 = experiments.run("late-write"', "the broker answered it: PRODUCER_FENCED"),
+        ('record = experiments.run("late-write"', "the broker answered it: INVALID_PRODUCER_EPOCH"),
+        ("check_late_produce(my_answer, my_visible)", "🔁 Not yet"),
+        ("side = pd.DataFrame", "aborted-read"),
+    ],
     "07_stateful_exactly_once": [
         ('alo = run_count("at_least_once")', "duplicated=10 reordered=0 aborted_visible=0  state: DRIFTED"),
         ('eo = run_count("exactly_once")', "lost=0 duplicated=0 reordered=0 aborted_visible=0  state: matches"),
