@@ -37,6 +37,8 @@ AS_FUNCTION = set(TIMEOUT_AT) - {"committed"}
 # Calls of these names that are not Kafka's: (file, call as written) -> why it is fine.
 NOT_KAFKA = {
     ("labkit/spark/runner.py", "self._jobs.flush()"): "a pipe to the Spark worker process",
+    ("labkit/experiments/late_write.py", "app.stdin.flush()"): "a pipe to the producer's process",
+    ("labkit/experiments/late_write.py", "stderr.flush()"): "the run's log file",
 }
 PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%writefile")
 
