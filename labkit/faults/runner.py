@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,6 +141,7 @@ def run_zombie(worker: Callable | str, zombie: dict, successor: dict, stall_at: 
 
 def _main(target: str) -> None:
     """Child side: import the worker, read its kwargs from stdin, run it."""
+    _end_with_supervisor()
     module, _, func = target.partition(":")
     worker = getattr(importlib.import_module(module), func)
     kwargs = json.loads(sys.stdin.read())
@@ -148,6 +151,22 @@ def _main(target: str) -> None:
     except Exception as exc:  # what it raised, with its class, for a judge of its reactions
         history.record("raised", **error_class(exc))
         raise
+
+
+def _end_with_supervisor(every_s: float = 0.5) -> None:
+    """A worker never outlives the process that supervises it: once re-parented (that
+    process died), it ends itself. Workers started from a supervisor's thread get no death
+    signal (``labkit.proc.die_with_owner``), so a supervisor SIGKILLed without its clean-up
+    (a judged run whose notebook kernel ended) left them running: three in a fresh clone's
+    suite, after notebook 10."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)  # nobody is left to read it: no clean-up, as a SIGKILL would
+
+    threading.Thread(target=watch, name="labkit-supervisor-watch", daemon=True).start()
 
 
 def error_class(exc: BaseException) -> dict:
