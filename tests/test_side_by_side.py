@@ -14,10 +14,13 @@ from labkit.pipelines import production_loop
 
 
 def _group(pgid: int) -> list[psutil.Process]:
+    """The processes of group ``pgid`` still running (an exited one its parent has not reaped
+    yet, a zombie, runs nothing: once the run's process is gone, its orphans' parent is the
+    machine's init, which reaps when it will)."""
     found = []
     for p in psutil.process_iter():
         try:
-            if os.getpgid(p.pid) == pgid:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (ProcessLookupError, psutil.Error):
             pass
