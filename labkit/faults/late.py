@@ -24,6 +24,7 @@ from labkit.faults.faultspec import Rule, api_key_of, positive
 from labkit.faults.nemesis import Fault, Run, Trigger
 from labkit.faults.proxy import FaultProxy
 from labkit.faults.wire import open_upstream, read_frame, write_frame
+from labkit.faults.wire_faults import stop_proxy
 from labkit.kafka import exchanges
 
 DELIVER_TIMEOUT_S = 30.0  # the broker answers a Produce or an EndTxn in milliseconds
@@ -108,8 +109,4 @@ class LateRequest(Fault):
                         f"broker: answered {answer}")
 
     def teardown(self, run: Any) -> None:
-        if self.proxy is not None:
-            run.facts["fault_stats"] = self.proxy.stats()
-            self.proxy.stop()
-            self.proxy = None
-            run.client_bootstrap = run.bootstrap
+        self.proxy = stop_proxy(self.proxy, run)

@@ -116,11 +116,7 @@ class ProxyFault(Fault):
             self._out.write(json.dumps(exchange) + "\n")
 
     def teardown(self, run: Run) -> None:
-        if self.proxy is not None:
-            run.facts["fault_stats"] = self.proxy.stats()
-            self.proxy.stop()
-            self.proxy = None
-            run.client_bootstrap = run.bootstrap
+        self.proxy = stop_proxy(self.proxy, run)
         if self._out is not None:
             self._out.close()
             self._out = None
@@ -182,3 +178,13 @@ class HoldRequests(ProxyFault):
         if self.proxy is not None:
             self.release(run, told=False)  # the run is over: nothing more to observe
         super().teardown(run)
+
+
+def stop_proxy(proxy: FaultProxy | None, run: Run) -> None:
+    """A fault's proxy stopped, its counts kept in the run's facts, and the clients sent to
+    the broker itself again; returns None (the fault holds no proxy any more)."""
+    if proxy is not None:
+        run.facts["fault_stats"] = proxy.stats()
+        proxy.stop()
+        run.client_bootstrap = run.bootstrap
+    return None
