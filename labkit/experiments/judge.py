@@ -41,6 +41,7 @@ from labkit.checking.checkers import Result
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
 from labkit.experiments import judge_findings as findings
+from labkit.experiments import judge_java
 from labkit.experiments.app_run import AppClients
 from labkit.experiments.feed import feed
 from labkit.experiments.parts import Topic, Workload
@@ -99,6 +100,8 @@ def _member(run, i: int) -> dict:
                 "group_id": run.group_id, "transactional_id": run.transactional_id(i),
                 "instance_id": f"{run.base}-{i}", "group_protocol": run.o.group_protocol,
                 "batch_size": 10}
+    if judge_java.loop_of(run) is not None:  # a Java loop: these are its environment
+        return settings
     # the learner's function (or the lab's), sent as the text of its cell, called with the
     # settings it names
     loop = run.pipeline or production_loop.fee_service
@@ -108,7 +111,10 @@ def _member(run, i: int) -> dict:
 
 def _clients(run) -> AppClients:
     o = run.o  # the judge's options, or the coordinator phase's (no crash point, no fault)
-    return AppClients(None, lambda: {"bootstrap": run.client_bootstrap}, worker=learner.run_code,
+    java = judge_java.loop_of(run)
+    command, env, worker = (None, lambda: {"bootstrap": run.client_bootstrap}, learner.run_code) \
+        if java is None else (judge_java.command(run, java), lambda: judge_java.shared_env(run), None)
+    return AppClients(command, env, worker=worker,
                       members=_members(run, o.instances), timeout_s=o.timeout,
                       stall_s=o.stall_s, label=f"judge [{o.phase}]", feed=_feed,
                       restart_exited=True, on_done=_close_hanging, own_crashes=OWN_CRASHES,
