@@ -22,7 +22,7 @@ from labkit.paths import project_root
 APPS = project_root() / "examples" / "torture"
 # Kafka Streams' running count is judged by its counts, and killed between two of its
 # commits (as in tests/test_harness_streams.py) so that every kill interrupts work.
-STREAMS = {"check": "counts", "kill_clock": "commit", "kill_after_s": (0.5, 1.0)}
+STREAMS = {"check": "counts", "kill_clock": "commit", "kill_after": (0.5, 1.0)}
 RUNS = {  # name -> (command, input records, kills, more torture options)
     "Python (exactly_once_app.py --work-ms 5)":
         ([sys.executable, str(APPS / "exactly_once_app.py"), "--work-ms", "5"], 600, 3, {}),
@@ -41,8 +41,8 @@ def main() -> None:
     for name, (command, records, kills, options) in RUNS.items():
         if only and not any(word in name for word in only):
             continue
-        calm = harness.torture(command, input=records, kills=0, seed=1, timeout_s=300, **options)
-        tortured = harness.torture(command, input=records, kills=kills, seed=1, timeout_s=300,
+        calm = harness.torture(command, records=records, kills=0, seed=1, timeout=300, **options)
+        tortured = harness.torture(command, records=records, kills=kills, seed=1, timeout=300,
                                    **options)
         per_cycle = (tortured.seconds - calm.seconds) / max(tortured.kills, 1)
         respawn_ms = statistics.median(tortured.restart_s) * 1000

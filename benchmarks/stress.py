@@ -59,7 +59,7 @@ EXPERIMENTS = [
                                       "--freeze", "--records", "10", "--json"],
                lambda r: r.get("lost") == 0, "lost 0 (redelivered after the lock)"),
     Experiment("torture-broker-kills", [LABKIT, "torture", "--kills", "2", "--broker-kills", "1",
-                                        "--input", "200", "--timeout", "300", "--json", "--",
+                                        "--records", "200", "--timeout", "300", "--json", "--",
                                         sys.executable, str(EXAMPLES / "exactly_once_app.py")],
                _exact, "lost 0, duplicated 0"),
     Experiment("isolated-leader", [LABKIT, "scenario", "isolated-leader", "--acks", "all",

@@ -60,7 +60,7 @@ def no_process_left_behind():
 
 def test_a_transactional_app_is_exactly_once_under_kills(cluster):
     # 600 records take the app ~3 s of work: the seeded kills land while it works.
-    result = harness.torture(EXACT, input=600, kills=3, seed=1, cluster=cluster)
+    result = harness.torture(EXACT, records=600, kills=3, seed=1, cluster=cluster)
     assert (result.kills, result.restarts) == (3, 3)
     assert result.verdict == "exactly once", result.summary()
     r = result.report
@@ -78,8 +78,8 @@ def test_commit_before_flush_is_caught(cluster):
     # commits, so inside its work: counted from its start instead, all three once fell
     # before its first batch or after its last on a loaded machine (a start there takes
     # seconds), and the run was exact.
-    result = harness.torture(COMMIT_FIRST, input=600, kills=3, seed=1, cluster=cluster,
-                             kill_clock="commit", kill_after_s=(0.3, 1.0))
+    result = harness.torture(COMMIT_FIRST, records=600, kills=3, seed=1, cluster=cluster,
+                             kill_clock="commit", kill_after=(0.3, 1.0))
     assert result.kills == 3
     assert result.report.lost > 0 and result.report.duplicated == 0, result.summary()
     assert result.verdict == "at most once"
@@ -89,7 +89,7 @@ def test_commit_before_flush_is_caught(cluster):
 
 def test_cli_json_has_the_scenario_keys_and_the_harness_keys(bootstrap):
     env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
-    out = subprocess.run([str(LABKIT), "torture", "--input", "100", "--kills", "1", "--seed", "2",
+    out = subprocess.run([str(LABKIT), "torture", "--records", "100", "--kills", "1", "--seed", "2",
                           "--partitions", "2", "--json", "--", *EXACT], capture_output=True,
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -103,8 +103,8 @@ def test_cli_json_has_the_scenario_keys_and_the_harness_keys(bootstrap):
 def test_kafkas_own_transactional_copier_is_exactly_once_under_8_kills(cluster):
     # Kills 0.5-2 s after each start and 20,000 records, so all 8 land before the copier is
     # done even on a fast run (CI once saw it finish 10,000 records after 6 kills of 1-4 s).
-    result = harness.torture(apps.copier_command(), input=20_000, kills=8, seed=1,
-                             kill_after_s=(0.5, 2.0), timeout_s=240, cluster=cluster)
+    result = harness.torture(apps.copier_command(), records=20_000, kills=8, seed=1,
+                             kill_after=(0.5, 2.0), timeout=240, cluster=cluster)
     assert result.kills == 8, result.notes
     assert result.verdict == "exactly once", result.summary()
     assert result.report.delivered_unique == 20_000
@@ -127,7 +127,7 @@ def test_a_command_that_does_not_exist():
 def test_a_command_that_exits_at_once(cluster):
     crash = [sys.executable, "-c", "import sys; print('boom: no config file'); sys.exit(3)"]
     with pytest.raises(contract.HarnessError, match=r"exited with code 3 by itself[\s\S]*boom"):
-        harness.torture(crash, input=10, kills=2, cluster=cluster)
+        harness.torture(crash, records=10, kills=2, cluster=cluster)
 
 
 def test_an_app_that_never_reads_its_input_and_its_children_are_stopped(cluster):
@@ -135,7 +135,7 @@ def test_an_app_that_never_reads_its_input_and_its_children_are_stopped(cluster)
     # harness kills the whole process group, at each kill and at the end.
     idle = ["sh", "-c", "sleep 3141.5 & sleep 2718.5"]
     with pytest.raises(contract.HarnessError, match="input was not consumed within 6 s") as exc:
-        harness.torture(idle, input=10, kills=2, kill_after_s=(0.5, 1.0), timeout_s=6,
+        harness.torture(idle, records=10, kills=2, kill_after=(0.5, 1.0), timeout=6,
                         cluster=cluster)
     assert "$LABKIT_INPUT_TOPIC" in str(exc.value)
     assert not [p for p in psutil.process_iter(["cmdline"])
@@ -163,7 +163,7 @@ def test_an_app_that_writes_records_without_id(cluster, tmp_path):
     """))
     with pytest.raises(contract.HarnessError,
                         match=r"JSON objects with 'id'.*offset 0.*has none: \{\"amount_cents\""):
-        harness.torture([sys.executable, str(script)], input=20, kills=0, cluster=cluster)
+        harness.torture([sys.executable, str(script)], records=20, kills=0, cluster=cluster)
 
 
 def test_an_unreachable_broker():
@@ -214,8 +214,8 @@ def test_counts_are_compared_with_a_recount_of_the_input(cluster, tmp_path, kill
     script = tmp_path / "count.py"
     script.write_text(COUNTING_APP)
     # 300 records take the app ~3 s: a kill 1.5-2 s after its start lands while it counts.
-    result = harness.torture([sys.executable, str(script)], input=300, kills=kills, seed=4,
-                             check="counts", kill_after_s=(1.5, 2.0), cluster=cluster)
+    result = harness.torture([sys.executable, str(script)], records=300, kills=kills, seed=4,
+                             check="counts", kill_after=(1.5, 2.0), cluster=cluster)
     r = result.report
     assert sum(r.state_expected.values()) == 300  # the recount of the input
     if kills == 0:
@@ -231,7 +231,7 @@ def test_a_network_fault_between_the_app_and_the_broker(cluster):
     # and its idempotence (transactions imply it) keeps the log free of the copy. No kill
     # beside it: a kill while that Produce is on its way closes the app's connection before
     # the broker answers, leaving the proxy no answer to drop (the fault then never happens).
-    result = harness.torture(EXACT, input=100, kills=0, seed=5, fault="drop-ack:produce:2",
+    result = harness.torture(EXACT, records=100, kills=0, seed=5, fault="drop-ack:produce:2",
                              cluster=cluster)
     assert result.report.fault == "drop-ack:produce:2"
     assert result.fault_stats["responses_dropped"] == 1  # the fault did fire
@@ -248,7 +248,7 @@ def test_several_input_partitions_kept_topics_and_topics_deleted_by_default(clus
     from labkit.kafka import topics
 
     # Three input partitions (records spread by key), topics kept for a look afterwards.
-    result = harness.torture(EXACT, input=300, kills=1, seed=3, partitions=3, keep_topics=True,
+    result = harness.torture(EXACT, records=300, kills=1, seed=3, partitions=3, keep_topics=True,
                              cluster=cluster)
     kept = result.topics
     try:
@@ -270,7 +270,7 @@ def test_several_input_partitions_kept_topics_and_topics_deleted_by_default(clus
         topics.delete(cluster.bootstrap, kept["input"], kept["output"])
     # By default the run's topics are gone afterwards. (Listing every topic: asking for one
     # by name would let the lab broker auto-create it again.)
-    result = harness.torture(EXACT, input=20, kills=0, cluster=cluster)
+    result = harness.torture(EXACT, records=20, kills=0, cluster=cluster)
     assert result.verdict == "exactly once" and result.topics["kept"] is False
     listed = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).topics
     assert result.topics["input"] not in listed and result.topics["output"] not in listed

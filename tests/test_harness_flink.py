@@ -31,8 +31,8 @@ KILL_AFTER_S = (0.5, 1.5)
 def test_torture_finds_a_pyflink_exactly_once_job_exact(cluster):
     run = harness.torture(apps.flink_command("exactly_once", interval_ms=INTERVAL_MS,
                                              work_ms=WORK_MS),
-                          input=INPUT, kills=KILLS, seed=1, kill_clock="commit",
-                          kill_after_s=KILL_AFTER_S, timeout_s=300, stall_s=150,
+                          records=INPUT, kills=KILLS, seed=1, kill_clock="commit",
+                          kill_after=KILL_AFTER_S, timeout=300, stall_s=150,
                           cluster=cluster)
     assert (run.kills, run.restarts) == (KILLS, KILLS), run.summary()
     assert run.report.produced == INPUT

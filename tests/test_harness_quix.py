@@ -30,9 +30,9 @@ KILL_AFTER_S = (3.5, 6.0)
 
 @pytest.fixture(scope="module")
 def quix_runs(cluster) -> dict[str, RunRecord]:
-    return {g: harness.torture(apps.quix_command(g, COMMIT_INTERVAL_S), input=INPUT,
-                               kills=KILLS, seed=SEED, kill_after_s=KILL_AFTER_S,
-                               timeout_s=180, cluster=cluster)
+    return {g: harness.torture(apps.quix_command(g, COMMIT_INTERVAL_S), records=INPUT,
+                               kills=KILLS, seed=SEED, kill_after=KILL_AFTER_S,
+                               timeout=180, cluster=cluster)
             for g in apps.QUIX_GUARANTEES}
 
 

@@ -40,7 +40,7 @@ def group_gone(pgid: int) -> bool:
 def test_an_app_that_stalls_once_is_restarted_and_judged_exactly_once(cluster, tmp_path):
     # The first start hangs after 3 transactions (60 of 300 records), its 4th left open.
     hangs_once = [*EXACT, "--hang-after", "3", "--hang-once", str(tmp_path / "hung")]
-    result = harness.torture(hangs_once, input=300, kills=0, stall_s=5, timeout_s=90,
+    result = harness.torture(hangs_once, records=300, kills=0, stall_s=5, timeout=90,
                              cluster=cluster)
     assert (result.kills, result.restarts, len(result.stalls)) == (0, 1, 1), result.summary()
     stall = result.stalls[0]
@@ -75,16 +75,16 @@ def test_an_app_that_stalls_at_every_start_is_an_error_naming_the_stall(cluster)
     with pytest.raises(contract.HarnessError,
                         match=r"stalls every time it is started: 3 times[\s\S]*"
                               r"60 of 300 input offsets committed[\s\S]*hanging after 1") as exc:
-        harness.torture(hangs, input=300, kills=0, stall_s=3, timeout_s=90, cluster=cluster)
-    assert "--stall-after" in str(exc.value)
+        harness.torture(hangs, records=300, kills=0, stall_s=3, timeout=90, cluster=cluster)
+    assert "--stall-s" in str(exc.value)
     assert time.monotonic() - started < 45  # three stalls, not the timeout
 
 
 def test_the_cli_reports_the_stall_in_json_and_on_stderr(bootstrap, tmp_path):
     env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
     hangs_once = [*EXACT, "--hang-after", "2", "--hang-once", str(tmp_path / "hung")]
-    out = subprocess.run([str(LABKIT), "torture", "--input", "200", "--kills", "0",
-                          "--stall-after", "4", "--json", "--", *hangs_once],
+    out = subprocess.run([str(LABKIT), "torture", "--records", "200", "--kills", "0",
+                          "--stall-s", "4", "--json", "--", *hangs_once],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
@@ -97,8 +97,8 @@ def test_the_cli_reports_the_stall_in_json_and_on_stderr(bootstrap, tmp_path):
 
 def test_the_stall_option_is_documented_and_checked():
     result = CliRunner().invoke(cli.app, ["torture", "--help"], env={"COLUMNS": "200"})
-    assert "--stall-after" in result.output and "stalled" in result.output
-    (default,) = [o.default for o in catalog()["torture"].options if o.flag == "--stall-after"]
+    assert "--stall-s" in result.output and "stalled" in result.output
+    (default,) = [o.default for o in catalog()["torture"].options if o.flag == "--stall-s"]
     assert default == app_run.STALL_S
-    with pytest.raises(contract.HarnessError, match="positive stall time"):
+    with pytest.raises(contract.HarnessError, match="stall_s must be 1 or more"):
         harness.torture(EXACT, stall_s=0)

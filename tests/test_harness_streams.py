@@ -27,8 +27,8 @@ COMMIT_INTERVAL_MS = 1500
 # between two of its commits (1.5 s apart) whatever its JVM start took: what it processed
 # since that commit (~100-200 records at 5 ms each) has reached the output and the
 # changelog, and its input offsets have not. 1,200 records outlast two such kills.
-RUN = dict(input=RECORDS, kills=2, seed=1, check="counts", kill_after_s=(0.5, 1.0),
-           kill_clock="commit", timeout_s=240)
+RUN = dict(records=RECORDS, kills=2, seed=1, check="counts", kill_after=(0.5, 1.0),
+           kill_clock="commit", timeout=240)
 
 
 def test_kafka_streams_at_least_once_over_counts_exactly_once_v2_stays_exact(cluster):
@@ -73,5 +73,5 @@ def test_kafka_streams_at_least_once_over_counts_exactly_once_v2_stays_exact(clu
 def test_bad_guarantee_and_kill_clock_are_named():
     with pytest.raises(contract.HarnessError, match="at_least_once, exactly_once_v2"):
         apps.streams_command("exactly_once")
-    with pytest.raises(contract.HarnessError, match="unknown kill clock 'output'"):
+    with pytest.raises(contract.HarnessError, match="kill_clock must be one of start, commit"):
         harness.torture([sys.executable, "-c", "pass"], kill_clock="output")

@@ -176,7 +176,7 @@ def test_torture_hands_the_app_its_namespaced_names(bootstrap, monkeypatch):
     monkeypatch.setenv("LABKIT_NAMESPACE", "dave")
     app_ = [sys.executable, str(Path(__file__).parents[1] / "examples" / "torture" /
                                 "exactly_once_app.py"), "--work-ms", "5"]
-    result = harness.torture(app_, input=30, kills=1, seed=1, kill_after_s=(0.5, 1.0),
+    result = harness.torture(app_, records=30, kills=1, seed=1, kill_after=(0.5, 1.0),
                              keep_topics=True)
     assert result.verdict == "exactly once"
     made = [result.topics["input"], result.topics["output"]]

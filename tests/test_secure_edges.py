@@ -138,12 +138,12 @@ def test_torture_apps_on_the_secure_lab(secure_lab):
     # A Python app reads LABKIT_KAFKA_CONFIG itself; Kafka's copier (no option for client
     # properties) runs behind a proxy of its own; a fault puts the harness's proxy in front
     # of the Python app, whose side is then plaintext.
-    python_app = harness.torture(PYTHON_APP, input=200, kills=2, seed=1, cluster=secure_lab)
-    copier = harness.torture(COPIER, input=300, kills=1, seed=1, cluster=secure_lab)
+    python_app = harness.torture(PYTHON_APP, records=200, kills=2, seed=1, cluster=secure_lab)
+    copier = harness.torture(COPIER, records=300, kills=1, seed=1, cluster=secure_lab)
     # No kill in the faulted run: a kill landing while the 3rd Produce is on its way takes the
     # app's connection down before the broker's answer reaches the proxy, so there is no
     # answer left to drop (CI saw responses_dropped 0 once). The other two runs kill.
-    faulted = harness.torture(PYTHON_APP, input=100, kills=0, seed=1, cluster=secure_lab,
+    faulted = harness.torture(PYTHON_APP, records=100, kills=0, seed=1, cluster=secure_lab,
                               fault="drop-ack:produce:3")
     for result in (python_app, copier, faulted):
         r = result.report

@@ -29,8 +29,8 @@ from tests.test_harness import APPS, no_process_left_behind  # noqa: F401 (autou
 def test_an_app_with_kafkas_defaults_is_slow_not_stalled(app, fault, verdict, cluster):
     # a stall time shorter than the 45 s the replacement waits: the harness must tell that
     # wait from a stall (its default, 70 s, outlasts the session and would not have to)
-    run = harness.torture([sys.executable, str(APPS / app[0]), *app[1:]], input=400, kills=0,
-                          fault=fault, timeout_s=180, stall_s=30, cluster=cluster)
+    run = harness.torture([sys.executable, str(APPS / app[0]), *app[1:]], records=400, kills=0,
+                          fault=fault, timeout=180, stall_s=30, cluster=cluster)
     assert run.verdict == verdict, run.summary()
     assert run.restarts == 1 and run.faults_fired, run.summary()  # killed once, by the wire
     assert run.waited and not run.stalls and not run.notes, run.summary()

@@ -15,7 +15,7 @@ from tests.test_harness import APPS, LABKIT, no_process_left_behind  # noqa: F40
 def test_an_exactly_once_app_under_productions_faults(bootstrap):
     env = {**os.environ, "LABKIT_BOOTSTRAP": bootstrap}
     out = subprocess.run([str(LABKIT), "torture", "--schedule", "production", "--instances",
-                          "2", "--partitions", "4", "--kills", "0", "--input", "600",
+                          "2", "--partitions", "4", "--kills", "0", "--records", "600",
                           "--seed", "2", "--timeout", "240", "--json", "--",
                           sys.executable, str(APPS / "exactly_once_app.py")],
                          capture_output=True, text=True, env=env, timeout=400)

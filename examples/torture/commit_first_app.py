@@ -2,7 +2,7 @@
 flushed. A crash between the commit and the flush loses the records of that batch: the
 restarted app starts after them. ``labkit torture`` must catch this.
 
-    labkit torture --input 400 --kills 3 -- python examples/torture/commit_first_app.py
+    labkit torture --records 400 --kills 3 -- python examples/torture/commit_first_app.py
 
 Otherwise the same app as exactly_once_app.py, without transactions (``--kafka-defaults``:
 no static membership either).

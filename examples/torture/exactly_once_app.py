@@ -5,7 +5,7 @@ LABKIT_OUTPUT_TOPIC. Output records and the consumed offsets are committed in on
 transaction (KIP-447: the offsets carry the consumer's group metadata), so a crash anywhere
 replays exactly the records whose output was aborted: exactly-once.
 
-    labkit torture --input 400 --kills 3 -- python examples/torture/exactly_once_app.py
+    labkit torture --records 400 --kills 3 -- python examples/torture/exactly_once_app.py
 
 It runs until it is stopped, like a real streaming app. ``--work-ms`` is the processing
 time per record (a real app does something per record; it also gives the harness's kills
@@ -21,7 +21,7 @@ past its timeout (librdkafka #5456, #5511): after N committed transactions, the 
 writes its output and then sleeps forever, alive, before sending its offsets. With
 ``--hang-once FILE`` only the start that creates FILE hangs (the restarted app runs on):
 
-    labkit torture --kills 0 --stall-after 10 -- python examples/torture/exactly_once_app.py \
+    labkit torture --kills 0 --stall-s 10 -- python examples/torture/exactly_once_app.py \
         --hang-after 3 --hang-once /tmp/hung-once
 """
 import argparse

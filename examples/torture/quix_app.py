@@ -12,7 +12,7 @@ StreamingDataFrame that reads LABKIT_INPUT_TOPIC, adds a field to each record (k
 quixstreams 3.28 needs confluent-kafka < 2.13 while the lab pins 2.16.1, so this file runs
 in an environment of its own (``labkit.torture.apps.quix_command()`` creates it under .cache/):
 
-    labkit torture --input 2000 --kills 3 --seed 1 -- \\
+    labkit torture --records 2000 --kills 3 --seed 1 -- \\
         .cache/apps/quixstreams-venv/bin/python examples/torture/quix_app.py --guarantee at-least-once
 """
 import argparse

@@ -4,8 +4,7 @@ Nothing here is written per experiment or per engine: each command's options, de
 help come from its ``labkit.experiments.registry.Experiment`` (an option marked
 ``positional`` is the command's arguments, e.g. an app's command after ``--``), its group
 (the engine: Kafka, Spark, ...) orders the list as the catalog first names it, and every
-command also takes ``--json`` and ``--stall-after`` (unless the experiment has a stall time
-of its own). The catalog is loaded only when a scenario command is asked for, so the rest of
+command also takes ``--json`` and ``--stall-after`` (the run's watchdog). The catalog is loaded only when a scenario command is asked for, so the rest of
 ``labkit`` starts fast.
 """
 import inspect
@@ -80,18 +79,15 @@ def command(experiment, name: str | None = None):
     params.append(inspect.Parameter(
         "as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
         default=typer.Option(False, "--json", help="print the run as one JSON object")))
-    own_stall = any(o.flag == "--stall-after" for o in experiment.options)
-    if not own_stall:
-        params.append(inspect.Parameter(
-            "stall_after", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
-            default=typer.Option(None, "--stall-after", min=1, show_default=False,
-                                 help="no progress for this many seconds stops the run with "
-                                      "an error naming its last step (default "
-                                      f"{experiment.stall_s:g})")))
+    params.append(inspect.Parameter(
+        "stall_after", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
+        default=typer.Option(None, "--stall-after", min=1, show_default=False,
+                             help="no progress for this many seconds stops the run with "
+                                  "an error naming its last step (default "
+                                  f"{experiment.stall_s:g})")))
 
-    def callback(as_json: bool, **given: Any) -> None:
-        watchdog = None if own_stall else given.pop("stall_after")
-        run_from_terminal(experiment, as_json, watchdog, given)
+    def callback(as_json: bool, stall_after: float | None, **given: Any) -> None:
+        run_from_terminal(experiment, as_json, stall_after, given)
 
     callback.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     callback.__annotations__ = {}  # typer reads the signature's annotations

@@ -28,8 +28,8 @@ from labkit.exercises import Verdict, check, exercise
 # the app is inside a batch (read, partly written, not yet committed), never while a slow
 # start (imports, group join, init_transactions on a loaded machine) is still under way,
 # and before the app is done (measured: docs/measurements-harness.md).
-TORTURE = {"input": 600, "kills": 3, "seed": 12, "kill_after_s": (0.5, 1.5),
-           "kill_clock": "commit", "timeout_s": 120}
+TORTURE = {"records": 600, "kills": 3, "seed": 12, "kill_after": (0.5, 1.5),
+           "kill_clock": "commit", "timeout": 120}
 PREFIX = "own-pipeline-"
 
 

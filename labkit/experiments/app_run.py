@@ -373,7 +373,7 @@ class AppClients:
                 f"the run: {consumed} of {end} input offsets committed, {written} output "
                 "records. A client call that blocks past its timeout (e.g. librdkafka's "
                 "send_offsets_to_transaction(), librdkafka #5456, #5511)? A slow app needs a "
-                f"longer --stall-after. Its last lines:\n{self._tail()}")
+                f"longer --stall-s. Its last lines:\n{self._tail()}")
         line = (f"torture: app stalled: no commit and no output for {stall.stalled_s:.0f} s "
                 f"since t={stall.after_s:.1f} s; restarting it")
         self.say(line)

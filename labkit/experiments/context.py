@@ -59,6 +59,7 @@ class RunContext:
         self.history: list[dict] = []
         self.clients: Any = None
         self.workers: Any = None  # a labkit.faults.pool.WorkerPool, when the clients are one
+        self.db: Any = None  # the system beside Kafka (labkit.experiments.db), when it has one
         self.progress: Any = None  # an app's progress as Kafka shows it (GroupProgress)
         self.nemesis = Nemesis()
         self.keep_topics = bool(self.options.get("keep_topics", False))

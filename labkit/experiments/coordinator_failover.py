@@ -33,10 +33,11 @@ from typing import Any
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.context import RunContext
 from labkit.experiments.failover import BROKERS
 from labkit.experiments.parts import Workload
-from labkit.experiments.registry import FAILURE_LAB, Experiment, Option, register
+from labkit.experiments.registry import FAILURE_LAB, Experiment, register
 from labkit.faults.broker_faults import FreezeBroker, KillBroker, RestartBroker, ThawBroker
 from labkit.faults.nemesis import Nemesis, Observe, Until, WaitUntil, at_least, on
 from labkit.kafka.coordinators import (group_coordinated_by, next_coordinator,
@@ -138,9 +139,8 @@ def nemesis(o: Any) -> Nemesis:
 register(Experiment(
     SCENARIO, "the transaction coordinator SIGKILLed twice under an exactly-once loop",
     where=FAILURE_LAB, pipeline="the loop (as copy_fees)",
-    options=(Option("records", 60, "how many input records (50 or more)", kind=int,
-                    short="-n", minimum=BATCH * (KILL_AFTER_END_TXN + 1),
-                    why=f"batches of {BATCH}, the second kill at batch {KILL_AFTER_END_TXN}"),),
+    options=(common.records(60, minimum=BATCH * (KILL_AFTER_END_TXN + 1),
+                     why=f"batches of {BATCH}, the second kill at batch {KILL_AFTER_END_TXN}"),),
     workload=lambda o: Workload(SCENARIO, inputs=data.generate(o.records, prefix="c")),
     clients=placed, nemesis=nemesis,
     checkers=lambda o: [TopicAudit(SCENARIO, "exactly_once", fault="coordinator SIGKILLed twice")],

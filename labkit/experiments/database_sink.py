@@ -27,10 +27,12 @@ from __future__ import annotations
 from labkit.checking.checks import TableAudit
 from labkit.checking.record import Presentation
 from labkit.checking.table_progress import TableProgress
+from labkit.experiments import options as common
 from labkit.experiments.app_run import AppClients
 from labkit.experiments.feed import group_formed, write_input
 from labkit.experiments.judge_findings import raised_in
 from labkit.experiments.parts import Topic, Workload
+from labkit.experiments.db import Schema
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.crashpoints import CRASH_POINTS, named, per_instance
 from labkit.faults.nemesis import Nemesis, on
@@ -38,7 +40,6 @@ from labkit.faults.process_faults import CrashAt, Join
 from labkit.kafka.inspect import Inspector
 from labkit.pipelines import data, learner
 from labkit.pipelines import kafka_to_database as sink
-from labkit.storage import postgres
 from labkit.storage.db import Database
 
 NAME = "kafka-to-database"
@@ -53,23 +54,22 @@ QUIET_S = 1.0
 def _member(run, i: int) -> dict:
     """Instance ``i``'s settings: its own static member id, the run's database."""
     settings = {"input_topic": run.topics["input"], "group_id": run.group_id,
-                "instance_id": f"{run.base}-{i}", "dsn": run.facts["dsn"]}
+                "instance_id": f"{run.base}-{i}", "dsn": run.db.dsn}
     if run.pipeline is None:
         return {**settings, "approach": run.o.approach, "totals": run.o.totals}
     learner.check_parameters(run.pipeline, set(SETTINGS))
     return {**settings, "code": learner.code_of(run.pipeline), "function": run.pipeline.__name__}
 
 
+def _tables(run, dsn: str) -> str:
+    sink.create_tables(dsn, run.topics["input"], run.o.partitions,
+                       unique_ids=run.o.approach == "idempotent")
+    return "tables payments, accounts and offsets"
+
+
 def _clients(run) -> AppClients:
-    """A database of the run's own, its tables; the consumers as supervised processes."""
+    """The consumers as supervised processes (their tables made by the run's db part)."""
     o = run.o
-    name, server = postgres.name_for(run.base), postgres.ensure()
-    run.facts["dsn"] = postgres.fresh_schema(name, server)
-    if not o.keep_database:
-        run.on_close(lambda: postgres.drop_schema(name, server))
-    sink.create_tables(run.facts["dsn"], run.topics["input"], o.partitions,
-                       unique_ids=o.approach == "idempotent")
-    run.step(f"PostgreSQL schema {name}: tables payments, accounts and offsets")
     worker = REFERENCE if run.pipeline is None else learner.run_code
     return AppClients(None, lambda: {"bootstrap": run.client_bootstrap}, worker=worker,
                       members=[_member(run, i) for i in range(o.instances)],
@@ -78,7 +78,7 @@ def _clients(run) -> AppClients:
 
 
 def _progress(run) -> TableProgress:
-    return TableProgress(run.bootstrap, run.topics["input"], run.group_id, db=run.facts["dsn"],
+    return TableProgress(run.bootstrap, run.topics["input"], run.group_id, db=run.db.dsn,
                          rows=sink.ROWS, positions=sink.POSITIONS, history_file=run.history_file)
 
 
@@ -107,7 +107,7 @@ def _nemesis(o) -> Nemesis:
 
 def _checkers(o) -> list:
     return [TableAudit(NAME, sink.GUARANTEES[o.approach], "payments",
-                       db=lambda run: run.facts["dsn"], crash_at=",".join(named(o.crash_at))
+                       db=lambda run: run.db.dsn, crash_at=",".join(named(o.crash_at))
                        or None, fault=JOINED if o.rebalance else None,
                        counts=sink.COUNTS if o.totals else None, key_column="account")]
 
@@ -122,7 +122,7 @@ def _check(approach, crash_at, instances, **_) -> None:
 
 def _facts(run) -> dict:
     app: AppClients = run.clients
-    with Database(run.facts["dsn"], readonly=True) as db:
+    with Database(run.db.dsn, readonly=True) as db:
         stored = dict(db.query("SELECT part, off FROM offsets WHERE topic = ? ORDER BY part",
                                (run.topics["input"],)))
     with Inspector(run.bootstrap) as inspector:
@@ -134,7 +134,7 @@ def _facts(run) -> dict:
             "errors": [{"instance": f["instance"], "attempt": f["attempt"],
                         "raised": raised_in(f["log"])} for f in app.pool.result.failures],
             "seconds": app.seconds, "waited": app.waited,
-            "database": run.facts["dsn"] if run.o.keep_database else None}
+            "database": run.db.dsn if run.o.keep_database else None}
 
 
 def _summary(run) -> str:
@@ -161,19 +161,18 @@ register(Experiment(
                kind=bool),
         Option("instances", 2, "consumers in one group", kind=int, minimum=1),
         Option("partitions", 3, "partitions of the input", kind=int, minimum=1),
-        Option("records", 80, "input records", kind=int, short="-n", minimum=20,
-               why="half of them written before the rebalance, a batch of 10 for each "
+        common.records(80, minimum=20, why="half of them written before the rebalance, a batch of 10 for each "
                    "instance's first crash"),
-        Option("seed", 0, "the input's seed", kind=int),
-        Option("timeout", 120.0, "seconds for the whole run", kind=float),
+        common.seed(),
+        common.timeout(120.0),
         Option("keep_database", False, "keep the run's tables until the lab's PostgreSQL "
                "stops (the DSN that finds them: the fact 'database')", kind=bool),
-        Option("keep_topics", False, "keep the run's topics", kind=bool),
+        common.keep_topics(False),
         Option("keep_workdir", False, "keep the run's directory (the instances' logs)",
                kind=bool, cli=False)),
     workload=lambda o: Workload(f"k2db-{o.approach}", (Topic("input", o.partitions),),
                                 data.generate(o.records, seed=o.seed,
                                               keys=data.keys_for(o.partitions))),
-    check=_check, clients=_clients, nemesis=_nemesis, checkers=_checkers, facts=_facts,
+    check=_check, db=lambda o: Schema(_tables, keep=o.keep_database), clients=_clients, nemesis=_nemesis, checkers=_checkers, facts=_facts,
     presentation=Presentation(summary=_summary, json_facts=(
         "offsets_table", "group_offsets", "crashed", "faults_fired", "errors", "seconds"))))

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from labkit.checking.checks import TableAudit, TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workers, Workload
+from labkit.experiments.db import Schema
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis
 from labkit.faults.process_faults import CrashAt
 from labkit.pipelines import data, dual_write, learner
-from labkit.storage import postgres
 from labkit.storage.db import Database
 
 NAME = "dual-write"
@@ -31,14 +32,14 @@ GUARANTEES = {"table-first": "at_most_once", "kafka-first": "at_least_once",
 CRASH_HIT = 2  # the second batch: one batch is stored and announced before the crash
 
 
-def _clients(run) -> Workers:
-    name, server = postgres.name_for(run.base), postgres.ensure()
-    dsn = run.facts["dsn"] = postgres.fresh_schema(name, server)
-    run.on_close(lambda: postgres.drop_schema(name, server))
+def _tables(run, dsn: str) -> str:
     outbox = run.o.order == "outbox"
     dual_write.create_table(dsn, outbox=outbox)
-    tables = "tables payments and outbox" if outbox else "table payments"
-    run.step(f"PostgreSQL schema {name}: {tables}")
+    return "tables payments and outbox" if outbox else "table payments"
+
+
+def _clients(run) -> Workers:
+    dsn, outbox = run.db.dsn, run.o.order == "outbox"
     member = {"dsn": dsn, "payments": run.inputs,
               **({} if outbox else {"topic": run.topics["events"]})}
     if run.pipeline is None:
@@ -55,7 +56,7 @@ def _point(o) -> str | None:
 
 
 def _facts(run) -> dict:
-    with Database(run.facts["dsn"], readonly=True) as db:
+    with Database(run.db.dsn, readonly=True) as db:
         (rows, unique), = db.query("SELECT COUNT(*), COUNT(DISTINCT id) FROM payments")
     return {"table_rows": rows, "table_unique": unique, "crashed": run.facts["run"].crashed_at,
             "attempts": run.facts["run"].attempts, "errors": run.facts["run"].failures}
@@ -63,7 +64,7 @@ def _facts(run) -> dict:
 
 def _checkers(o) -> list:
     if o.order == "outbox":  # the events are the outbox's rows (it keeps no insertion order)
-        return [TableAudit(NAME, GUARANTEES[o.order], "outbox", db=lambda run: run.facts["dsn"],
+        return [TableAudit(NAME, GUARANTEES[o.order], "outbox", db=lambda run: run.db.dsn,
                            crash_at=_point(o), key_column="aggregateid", order_by="id")]
     return [TopicAudit(NAME, GUARANTEES[o.order], _point(o), role="events")]
 
@@ -85,14 +86,13 @@ register(Experiment(
                tuple(dual_write.ORDERS), short="-o"),
         Option("crash", True, "SIGKILL the service between its two writes, on its 2nd batch",
                kind=bool),
-        Option("records", 40, "payments", kind=int, short="-n", minimum=20,
-               why="batches of 10: the crash comes on the second"),
-        Option("seed", 0, "the payments' seed", kind=int),
-        Option("keep_topics", False, "keep the run's topics", kind=bool)),
+        common.records(40, "payments", minimum=20, why="batches of 10: the crash comes on the second"),
+        common.seed("the payments"),
+        common.keep_topics(False)),
     workload=lambda o: Workload(f"dual-write-{o.order}",
                                 (Topic("events"),) if o.order != "outbox" else (),
                                 data.generate(o.records, seed=o.seed)),
-    clients=_clients,
+    db=lambda o: Schema(_tables), clients=_clients,
     nemesis=lambda o: Nemesis(*([CrashAt(_point(o), CRASH_HIT)] if o.crash else [])),
     checkers=_checkers,
     facts=_facts, presentation=Presentation(summary=_summary, json_facts=(

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from labkit import progress
 from labkit.checking.checks import AcknowledgedWrites
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.acknowledged import AcknowledgingProducer, check_loop, halves
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import FAILURE_LAB, REQUIRED, Experiment, Option, register
@@ -305,8 +306,8 @@ register(Experiment(
                "left out of the ISR first)", kind=bool),
         Option("out_of_sync", False, "freeze the followers until they leave the ISR "
                "(implied by --unclean)", kind=bool),
-        Option("records", 100, "how many records (half before the fault)", kind=int,
-               short="-n", minimum=2, why="half before the fault, half during"),
+        common.records(100, "records (half before the fault)", minimum=2,
+                why="half before the fault, half during"),
         Option("settings", None, "the producer's settings (as producer_settings(bootstrap, "
                "acks))", kind=object, cli=False),
     ),

@@ -25,6 +25,7 @@ from typing import Any
 
 from labkit.checking.audit import audit_topic
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, on
@@ -121,9 +122,8 @@ GUARANTEE = Option("guarantee", REQUIRED, " | ".join(GUARANTEES) + ": the sink's
 INTERVAL = Option("checkpoint_interval_ms", 1000, "a checkpoint every this many ms", kind=int,
                   minimum=100, maximum=60_000)
 RATE = Option("rate", 100.0, "payments a second", kind=float, minimum=1, maximum=5000)
-SEED = Option("seed", 0, "seeds the payments and a random kill's moment", kind=int)
-KEEP = Option("keep_topics", True, "keep the run's topics (for later cells)", kind=bool,
-              cli_default=False)
+SEED = common.seed("the payments and a random kill's moment")
+KEEP = common.keep_topics(True)
 
 
 def _timeout(default: int) -> Option:

@@ -51,6 +51,7 @@ from collections import Counter
 from labkit import progress
 from labkit.checking.checks import AcknowledgedWrites
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.acknowledged import AcknowledgingProducer, check_loop, halves
 from labkit.experiments.failover import replica_state
 from labkit.experiments.parts import Topic, Workload
@@ -205,8 +206,8 @@ register(Experiment(
     where=FAILURE_LAB, stall_s=STALL_S, partitions=True, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
         Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2"), kind=int),
-        Option("records", 40, "how many records (half during the split)", kind=int,
-               short="-n", minimum=4, why="half before the split, half during"),
+        common.records(40, "records (half during the split)", minimum=4,
+                why="half before the split, half during"),
         Option("settings", None, "the producer's settings (as producer_settings(bootstrap, "
                "acks))", kind=object, cli=False),
     ),

@@ -40,6 +40,7 @@ from labkit.checking import history
 from labkit.checking.checkers import Result
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments import judge_findings as findings
 from labkit.experiments import judge_java
 from labkit.experiments.app_run import AppClients
@@ -303,17 +304,16 @@ COMMON = (
         Option("instances", 2, "instances of the loop in one group", kind=int, minimum=1),
         Option("partitions", 6, "partitions of the input and the output (several for each "
                "instance: a batch spans partitions)", kind=int, minimum=1),
-        Option("records", 300, "input records", kind=int, short="-n", minimum=1),
+        common.records(300),
         Option("aborted_input", 20, "input records written in aborted transactions, as an "
                "upstream's (a loop must never process them)", kind=int, minimum=0),
-        Option("seed", 0, "the input's seed and the schedule's", kind=int),
+        common.seed("the input and the schedule"),
         Option("group_protocol", "classic", "classic | consumer (KIP-848)", GROUP_PROTOCOLS),
         Option("isolation", "read_committed", "how downstream reads the output",
                tuple(ISOLATION_LEVELS)),
-        Option("timeout", 240.0, "seconds for the whole run", kind=float),
-        Option("stall_s", 30.0, "seconds without progress (its group not waiting) that make "
-               "an instance stalled", kind=float),
-        Option("keep_topics", False, "keep the run's topics", kind=bool),
+        common.timeout(240.0),
+        common.stall_s(30.0),
+        common.keep_topics(False),
         Option("keep_workdir", False, "keep the run's directory (each instance's log, the "
                "history)", kind=bool, cli=False))
 PARTS = dict(

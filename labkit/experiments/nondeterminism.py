@@ -31,6 +31,7 @@ from typing import Any
 from labkit.checking.checks import OneProcessing
 from labkit.checking.group_progress import GroupProgress
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.context import RunContext
 from labkit.experiments.parts import Topic, Workers, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
@@ -115,7 +116,7 @@ register(Experiment(
     "fee_service, with threshold_table)", check_pipeline=check_loop,
     options=(Option("guarantee", REQUIRED, "exactly_once | at_least_once", tuple(CRASH_AT),
                     short="-g"),
-             Option("records", 30, "how many input records", kind=int, short="-n")),
+             common.records(30)),
     workload=lambda o: Workload(f"{SCENARIO}-{o.guarantee}",
                                 (Topic("input", loaded=True), Topic("output")),
                                 data.generate(o.records, seed=0)),

@@ -6,8 +6,9 @@ support (KIP-618) keeps each event once.
     run.report.duplicated == len(run.sent_by_killed)     # all it sent after its offsets, twice
     run.stored_at_kill, run.slot_at_kill, run.open_before_kill   # what was kept where
 
-A composition: the Connect worker and Debezium's connector are its clients (``Outbox``),
-the worker's SIGKILL is a ``Kill`` fault fired by the event the clients report once
+A composition: the Connect worker, the service's schema and Debezium's slot are its db
+part (``System``: set up before the clients, torn down after the audit), the service and
+the connector its clients (``Outbox``), the worker's SIGKILL is a ``Kill`` fault fired by the event the clients report once
 ``kill_after`` events of the second part are in the topic, the audit of the events topic
 is the checker. The run: a worker of its own (its group and three topics), the service's
 tables in a PostgreSQL schema of the run's own, Debezium's slot; ``first`` payments written
@@ -24,6 +25,7 @@ from typing import Any
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, on
@@ -59,32 +61,58 @@ def wait_count(bootstrap: str, topic: str, n: int, timeout_s: float = VISIBLE_TI
     return seen
 
 
-class Outbox:
-    """The clients: the service's tables and Debezium's slot, a Connect worker running the
-    connector. To the process faults it is one instance, 0: the worker (``kill``)."""
+class System:
+    """The outbox's db part: a Connect worker, and in a PostgreSQL schema of the run's own the
+    service's tables, Debezium's publication and slot; all gone after the run."""
 
-    def attach(self, run: Any) -> None:
-        self.run, o = run, run.o
+    def __init__(self, o: Any):
+        self.o = o
+        self.worker: ConnectWorker | None = None
+        self.source: OutboxSource | None = None
+        self.name = self.server = self.dsn = ""
+
+    def setup(self, run: Any) -> None:
+        o = self.o
         # the worker's JVM starts first: PostgreSQL is made ready while it does
         self.worker = ConnectWorker(run.bootstrap, run.base, exactly_once=o.exactly_once,
                                     commit_interval_ms=o.commit_interval_ms,
                                     home=run.workdir / "connect")
-        run.on_close(self.worker.kill)  # its data is thrown away: no graceful stop needed
         run.owns(self.worker.names.configs, self.worker.names.offsets,
                  self.worker.names.statuses)
         self.worker.start(wait=False)
-        name, server = postgres.name_for(run.base), postgres.ensure()
-        self.dsn = postgres.fresh_schema(name, server)
-        run.on_close(lambda: postgres.drop_schema(name, server))
+        self.name, self.server = postgres.name_for(run.base), postgres.ensure()
+        self.dsn = postgres.fresh_schema(self.name, self.server)
         self.source = OutboxSource(run.base, self.dsn, run.topics["events"],
                                    slot=pg_name(run.base), publication=f"{pg_name(run.base)}_pub",
-                                   schema=name)
+                                   schema=self.name)
         outbox.create_tables(self.dsn)
         self.source.prepare()
-        run.on_close(self.source.drop)
-        run.on_close(self.worker.kill)  # before the slot goes: Debezium would make it again
-        run.step(f"PostgreSQL schema {name}: payments, outbox, publication and slot "
+        run.step(f"PostgreSQL schema {self.name}: payments, outbox, publication and slot "
                  f"{self.source.slot}")
+
+    def teardown(self, run: Any) -> None:
+        # the worker first (its data is thrown away: no graceful stop needed), before the
+        # slot goes: Debezium would make it again
+        undo = [self.worker and self.worker.kill, self.source and self.source.drop,
+                self.name and (lambda: postgres.drop_schema(self.name, self.server))]
+        first: BaseException | None = None
+        for step in filter(None, undo):
+            try:
+                step()
+            except BaseException as exc:  # the rest is undone all the same
+                first = first or exc
+        if first is not None:
+            raise first
+
+
+class Outbox:
+    """The clients: the service writing payments and its outbox rows, the connector on the
+    run's Connect worker (``System``). To the process faults it is one instance, 0: the
+    worker (``kill``)."""
+
+    def attach(self, run: Any) -> None:
+        self.run, o, system = run, run.o, run.db
+        self.worker, self.source, self.dsn = system.worker, system.source, system.dsn
         self.service = outbox.PacedService(self.dsn, run.inputs[o.first:], o.rate)
         run.on_close(self.service.stop)
         run.workers = self
@@ -206,12 +234,12 @@ register(Experiment(
                "killed", kind=int, minimum=1),
         Option("commit_interval_ms", connect.DEFAULT_COMMIT_INTERVAL_MS, "offset.flush."
                "interval.ms until the kill (Kafka's default: a minute)", kind=int, minimum=100),
-        Option("keep_topics", False, "keep the run's topics", kind=bool)),
+        common.keep_topics(False)),
     check=_check,
     workload=lambda o: Workload(f"outbox-{'eos' if o.exactly_once else 'alos'}",
                                 (Topic("events"),), data.generate(o.first + o.second,
                                                                   seed=0)),
-    clients=lambda run: Outbox(),
+    db=System, clients=lambda run: Outbox(),
     nemesis=lambda o: Nemesis(*([Kill(0, on("streamed"), name=KILLED)] if o.kill else [])),
     checkers=lambda o: [TopicAudit(NAME, "exactly_once" if o.exactly_once else
                                    "at_least_once", fault=KILLED if o.kill else None,

@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, on
@@ -183,8 +184,7 @@ register(Experiment(
     text=_text, pipeline="the loop instance B runs (as copy_fees)",
     options=(Option("fencing", "group", "A's offsets carry its group metadata (KIP-447) or "
                     "the group id only", FENCING),
-             Option("records", 20, "how many input records", kind=int, short="-n",
-                    minimum=2 * BATCH, why=f"A's batch of {BATCH} and more")),
+             common.records(20, minimum=2 * BATCH, why=f"A's batch of {BATCH} and more")),
     workload=lambda o: Workload(f"poll-zombie-{o.fencing}",
                                 (Topic("input", loaded=True), Topic("output")),
                                 data.generate(o.records, prefix="z")),

@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload, in_thread
 from labkit.experiments.registry import OWN_BROKER, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis
@@ -100,8 +101,7 @@ register(Experiment(
         Option("expiration_ms", EXPIRATION_MS, "the broker's producer.id.expiration.ms "
                f"(Kafka's: {KAFKA_DEFAULT_MS})", kind=int, minimum=1,
                why=f"Kafka's default is {KAFKA_DEFAULT_MS}"),
-        Option("records", 10, "how many records (one batch)", kind=int, short="-n",
-               minimum=1, maximum=1000, why="they go out as one batch")),
+        common.records(10, "records (one batch)", maximum=1000, why="they go out as one batch")),
     broker=lambda o: {"producer.id.expiration.ms": o.expiration_ms,
                       "producer.id.expiration.check.interval.ms": CHECK_INTERVAL_MS},
     workload=lambda o: Workload("expiry", (Topic("output"),), data.generate(o.records, prefix="e")),

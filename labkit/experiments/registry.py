@@ -33,6 +33,8 @@ from labkit.checking.audit import AuditReport
 from labkit.checking.checks import Checker, compose
 from labkit.checking.record import PLAIN, Presentation, RunRecord
 from labkit.experiments.context import RunContext, options_view
+from labkit.experiments.db import Db, owned
+from labkit.experiments.options import REQUIRED, Option  # noqa: F401 (experiments import them here)
 from labkit.experiments.parts import Workload, prepare
 from labkit.faults.nemesis import Nemesis
 from labkit.faults.watchdog import watched
@@ -59,57 +61,6 @@ class Run(Protocol):
     def timeline(self) -> str: ...
 
 
-REQUIRED = object()  # an option's default: the caller must choose
-
-
-@dataclass(frozen=True)
-class Option:
-    """One setting of an experiment: its Python name, default and help. The CLI's flag is
-    the name with dashes (a bool: a --name/--no-name switch); ``cli=False`` for data only
-    Python can give (a list of records, a dict); ``cli_default`` where the terminal's
-    default differs (topics are kept for a notebook's next cells, deleted by the CLI)."""
-
-    name: str
-    default: Any
-    help: str
-    choices: tuple[str, ...] = ()
-    kind: type = str
-    cli: bool = True
-    cli_default: Any = REQUIRED
-    short: str = ""  # e.g. "-g"
-    minimum: float | None = None  # the least value it takes (numbers)
-    maximum: float | None = None  # the most
-    why: str = ""  # why those values, said with the refusal
-    positional: bool = False  # the CLI's arguments (a command after `--`), not a flag
-    cli_flag: str = ""  # the CLI's flag where it is not the name with dashes
-
-    def checked(self, experiment: str, value: Any) -> None:
-        """A ValueError that says what to use, for a value not among its choices or out of
-        bounds ("min_insync must be 1, 2 or 3 (why), not 4")."""
-        bounded = self.choices or self.minimum is not None or self.maximum is not None
-        if value is None or not bounded:
-            return
-        why = f" ({self.why})" if self.why else ""
-        if self.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"{experiment}: {self.name} must be a whole number, not {value!r}")
-        if self.choices and str(value) not in self.choices:
-            if self.kind in (int, float):  # numbers read as a list: "1, 2 or 3"
-                *rest, last = self.choices
-                spoken = f"{', '.join(rest)} or {last}" if rest else last
-                raise ValueError(f"{self.name} must be {spoken}{why}, not {value}")
-            raise ValueError(f"{experiment}: {self.name} must be one of "
-                             f"{', '.join(self.choices)}{why}, not {value!r}")
-        low, high = self.minimum, self.maximum
-        if (low is not None and value < low) or (high is not None and value > high):
-            bounds = (f"{low:g} to {high:g}" if low is not None and high is not None else
-                      f"{low:g} or more" if low is not None else f"{high:g} or less")
-            raise ValueError(f"{self.name} must be {bounds}{why}, not {value}")
-
-    @property
-    def flag(self) -> str:
-        return self.cli_flag or "--" + self.name.replace("_", "-")
-
-
 @dataclass(frozen=True)
 class Experiment:
     name: str
@@ -132,6 +83,9 @@ class Experiment:
     workload: Callable[[Any], Workload] | None = None  # workload(o)
     clients: Callable[[RunContext], Callable[[RunContext], Any]] | None = None  # clients(run)
     nemesis: Callable[[Any], Nemesis] | None = None  # nemesis(o)
+    # the system beside Kafka (PostgreSQL, a Connect worker): set up before the clients,
+    # torn down after the checkers (labkit.experiments.db)
+    db: Callable[[Any], Db] | None = None  # db(o)
     checkers: Callable[[Any], Sequence[Checker]] | None = None  # checkers(o)
     facts: Callable[[RunContext], dict] | None = None  # what the run found, besides the audit
     presentation: Presentation = PLAIN  # its summary and JSON, when not the audit's
@@ -253,6 +207,8 @@ def _phases(experiment: Experiment, run: RunContext) -> AuditReport:
         raise TypeError(f"{experiment.name} lacks its {', '.join(missing)}")
     for attempt in range(1, experiment.attempts + 1):
         prepare(run, experiment.workload(run.o))
+        if experiment.db is not None:
+            owned(run, experiment.db(run.o))
         clients = run.clients = experiment.clients(run)
         if hasattr(clients, "attach"):
             clients.attach(run)  # e.g. a pool the nemesis arms a crash point in

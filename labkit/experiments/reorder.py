@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload, in_thread
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis
@@ -61,8 +62,7 @@ register(Experiment(
     "reorder them?",
     pipeline="the producer (as send_payments)",
     options=(Option("idempotent", REQUIRED, "the producer's enable.idempotence", kind=bool),
-             Option("records", 20, "how many payments", kind=int, short="-n",
-                    minimum=4 * BATCH, why=f"batches of {BATCH}; the 3rd fails while the 4th "
+             common.records(20, "payments", minimum=4 * BATCH, why=f"batches of {BATCH}; the 3rd fails while the 4th "
                                            "is in flight")),
     workload=lambda o: Workload(SCENARIO, (Topic("output"),),
                                 [dict(p, key=ACCOUNT) for p in data.generate(o.records, prefix="o")]),

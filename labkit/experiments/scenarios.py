@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from labkit.checking.checks import TableAudit, TopicAudit
+from labkit.experiments import options as common
 from labkit.experiments.context import RunContext
 from labkit.experiments.parts import Topic, Workers, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
@@ -215,7 +216,7 @@ OPTIONS = (
            short="-g"),
     Option("crash_at", None, "a crash point (see `labkit crash-points`)"),
     Option("fault", None, "a network fault, e.g. drop-ack:produce:1"),
-    Option("records", 200, "how many input records", kind=int, short="-n"),
+    common.records(200),
     Option("instances", 1, "worker processes in one consumer group", kind=int),
     Option("partitions", 1, "partitions of the input topic", kind=int),
     Option("group_protocol", "classic", "classic | consumer (KIP-848)", GROUP_PROTOCOLS),
@@ -224,8 +225,8 @@ OPTIONS = (
     Option("trace", None, "write the workers' Kafka requests to this file (JSON lines)"),
     Option("isolation", "read_committed", "how the audit reads the output",
            tuple(ISOLATION_LEVELS)),
-    Option("keep_topics", True, "keep the run's topics", kind=bool, cli_default=False),
-    Option("seed", 0, "the input's seed and the kills' times", kind=int, cli=False),
+    common.keep_topics(True),
+    common.seed("the input and the kills' times"),
     Option("hit", CRASH_HIT, "crash on this visit of the point", kind=int, cli=False),
     Option("crash_instance", 0, "the instance that crashes", kind=int, cli=False),
     Option("inputs", None, "records to use instead of generated ones", kind=list, cli=False),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from labkit.checking.checks import QueueAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workers, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.experiments.scenarios import AMO, ALO, CRASH_HIT, batch_size, check_guarantee
@@ -165,7 +166,7 @@ register(Experiment(
         Option("guarantee", "at_least_once", "at_most_once | at_least_once (a queue has no "
                "exactly-once)", short="-g"),
         Option("crash_at", None, "a crash point (see `labkit crash-points`)"),
-        Option("records", 40, "how many input records", kind=int, short="-n", minimum=1),
+        common.records(40),
         Option("instances", 1, "share consumers (processes)", kind=int, minimum=1),
         Option("ack_mode", "explicit", "explicit | implicit acknowledgement",
                ("explicit", "implicit")),
@@ -173,11 +174,11 @@ register(Experiment(
         Option("freeze", False, "freeze (SIGSTOP) the consumer at --crash-at past its record "
                "lock, then thaw it", kind=bool),
         Option("hit", None, "crash on this visit of the point", kind=int, cli=False),
-        Option("seed", 0, "the input's seed", kind=int, cli=False),
+        common.seed(),
         Option("record_lock_ms", None, "this group's record lock", kind=int, cli=False),
         Option("delivery_limit", None, "this group's delivery limit (the broker's: 5)",
                kind=int),
-        Option("keep_topics", True, "keep the run's topics", kind=bool, cli_default=False),
+        common.keep_topics(True),
     ),
     workload=_workload,
     clients=_clients,

@@ -20,6 +20,7 @@ from __future__ import annotations
 from functools import partial
 
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import REQUIRED, Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, on
@@ -77,8 +78,8 @@ def _registered(name: str, guarantees: dict[str, str]) -> Experiment:
                    " | ".join(choices), choices, short="-g"),
             Option("crash_at", None, "a crash point (see `labkit crash-points`)",
                    SPARK_CRASH_POINTS),
-            Option("records", 60, "how many input records (3 or more)", kind=int, short="-n"),
-            Option("keep_topics", True, "keep the run's topics", kind=bool, cli_default=False),
+            common.records(60, minimum=3),
+            common.keep_topics(True),
             Option("keep_workdir", True, "keep the run's directory (its checkpoint and tables)",
                    kind=bool, cli_default=False),
             Option("resume", None, "where a restart starts: checkpoint | database",
@@ -105,7 +106,7 @@ register(Experiment(
     check_pipeline=replay.check_transform,
     options=(
         Option("sink", REQUIRED, " | ".join(replay.SINKS), replay.SINKS),
-        Option("records", 60, "how many input records", kind=int, short="-n"),
+        common.records(60),
         *SPARK_OPTIONS),
     workload=lambda o: Workload(f"replay-{o.sink}", (Topic("input", replay.PARTITIONS,
                                                            loaded=True),),

@@ -14,6 +14,7 @@ does: ``labkit.spark.realtime``.
 from __future__ import annotations
 
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, after, on
@@ -45,7 +46,7 @@ register(Experiment(
         Option("after_kill", 1.0, "seconds of payments after the kill", kind=float, minimum=0),
         Option("spare", False, "start a spare Spark worker for the next run", kind=bool,
                cli=False),
-        Option("keep_topics", True, "keep the run's topics", kind=bool, cli_default=False),
+        common.keep_topics(True),
     ),
     workload=lambda o: Workload("spark-rt", (Topic("input", realtime.PARTITIONS),
                                              Topic("output", realtime.PARTITIONS)), _payments(o)),

@@ -37,6 +37,7 @@ from labkit import progress, settings
 from labkit.checking import history
 from labkit.checking.checks import CountsAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workers, Workload
 from labkit.faults.background import Background
 from labkit.experiments.registry import Experiment, Option, register
@@ -173,8 +174,7 @@ register(Experiment(
     "from the changelog, with or without transactional state stores (KIP-892)",
     options=(Option("transactional_stores", False, "enable.transactional.statestores (KIP-892)",
                     kind=bool),
-             Option("records", 1000, "how many input records (100 or more)", kind=int,
-                    short="-n", minimum=100, why="the kill lands half way"),
+             common.records(1000, minimum=100, why="the kill lands half way"),
              Option("key_bytes", 0, "pad each key to this many bytes (16384: a state RocksDB "
                     "flushes to disk while the app runs)", kind=int)),
     workload=lambda o: Workload(SCENARIO, (Topic("input", loaded=True), Topic("output")),

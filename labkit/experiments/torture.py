@@ -33,6 +33,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from labkit.checking.record import Presentation, RunRecord
+from labkit.experiments import options as common
 from labkit.experiments.app_run import STALL_S, AppClients
 from labkit.experiments.feed import feed
 from labkit.experiments.parts import Topic, Workload
@@ -66,30 +67,13 @@ def kill_window(value: Any) -> tuple[float, float]:
         raise HarnessError(f"--kill-after must be MIN,MAX seconds, e.g. 1.0,4.0 (not "
                            f"{value!r})") from None
     if not 0 < window[0] <= window[1]:
-        raise HarnessError(f"kill_after_s must be (min, max) seconds with 0 < min <= max, "
+        raise HarnessError(f"kill_after must be (min, max) seconds with 0 < min <= max, "
                            f"not {window}")
     return window  # type: ignore[return-value]
 
 
-def _check(command, input, kills, broker_kills, timeout, check, kill_after, kill_clock,
-           fault, partitions, stall_s, instances, **_) -> None:
+def _check(command, kill_after, fault, **_) -> None:
     contract.checked_command(command)
-    if input < 1 or kills < 0 or broker_kills < 0 or timeout <= 0:
-        raise HarnessError(f"need input >= 1, kills >= 0, broker kills >= 0 and a positive "
-                           f"timeout (got input={input}, kills={kills}, "
-                           f"broker_kills={broker_kills}, timeout={timeout})")
-    if partitions < 1 or instances < 1:
-        raise HarnessError(f"need at least one input partition and one instance (got "
-                           f"partitions={partitions}, instances={instances})")
-    if stall_s <= 0:
-        raise HarnessError(f"need a positive stall time (got stall_s={stall_s})")
-    if kill_clock not in CLOCKS:
-        raise HarnessError(f"unknown kill clock {kill_clock!r}: use 'start' (delays count from "
-                           "the app's start) or 'commit' (from its first offset commit after a "
-                           "start)")
-    if check not in CHECKS:
-        raise HarnessError(f"unknown check {check!r}: use 'records' (output records keep the "
-                           "input's id) or 'counts' (output records carry a count per key)")
     if fault is not None:
         try:
             parse_fault_spec(fault)
@@ -221,31 +205,30 @@ register(Experiment(
     "judged by the audit of its output", stall_s=3600.0,
     pipeline="", group="Any app", options=(
         Option("command", None, "the app's command, after `--`", kind=list, positional=True),
-        Option("input", 200, "input records (unique ids)", kind=int, short="-n"),
-        Option("kills", 3, "SIGKILLs of the app at random times", kind=int),
+        common.records(200, "input records (unique ids)"),
+        Option("kills", 3, "SIGKILLs of the app at random times", kind=int, minimum=0),
         Option("schedule", "random", "random: --kills SIGKILLs and --broker-kills | production: "
                "the judge's faults besides (kills at random and as the app sends its output "
                "and its commit, a lost ack and a refused record, a member joining and one "
                f"leaving, a zombie, refused offsets, a fenced instance) | one kind of them: "
                f"{', '.join(KINDS)}", SCHEDULES),
-        Option("seed", 0, "seeds the input and the kill times", kind=int),
-        Option("broker_kills", 0, "SIGKILL + restart the lab broker (local lab only)", kind=int),
+        common.seed("the input and the kill times"),
+        Option("broker_kills", 0, "SIGKILL + restart the lab broker (local lab only)", kind=int,
+               minimum=0),
         Option("fault", None, "a network fault between app and broker, e.g. drop-ack:produce:3"),
-        Option("timeout", 120.0, "seconds for the whole run", kind=float),
-        Option("check", "records", "records (output keeps input ids) | counts (a count per key)"),
+        common.timeout(120.0),
+        Option("check", "records", "records (output keeps input ids) | counts (a count per key)",
+               CHECKS),
         Option("kill_after", "1.0,4.0", "MIN,MAX seconds between faults (seeded uniform)"),
         Option("kill_clock", "start", "start | commit: the delay counts from the app's "
-               "(re)start or from its first offset commit after it"),
-        Option("partitions", 1, "partitions of the input (and output)", kind=int),
-        Option("instances", 1, "instances of the app at once, in one consumer group", kind=int),
-        Option("keep_topics", False, "keep the run's input and output topics (deleted by "
-               "default)", kind=bool),
+               "(re)start or from its first offset commit after it", CLOCKS),
+        Option("partitions", 1, "partitions of the input (and output)", kind=int, minimum=1),
+        Option("instances", 1, "instances of the app at once, in one consumer group", kind=int,
+               minimum=1),
+        common.keep_topics(False),
         Option("plaintext", False, "the app reads no LABKIT_KAFKA_CONFIG: on a cluster with "
                "TLS/credentials, the lab's proxy stands in front of it", kind=bool),
-        Option("stall_s", STALL_S, "an app alive but without an offset commit or output "
-               "for this many seconds, its input not consumed and its group not waiting, is "
-               "reported as stalled and restarted (3 stalls: error)", kind=float,
-               cli_flag="--stall-after"),
+        common.stall_s(STALL_S),
         Option("keep_workdir", True, "keep the run's directory (the app's logs, the history)",
                kind=bool, cli=False)),
     about="The lab writes --input JSON records with unique ids to a new input topic and "
@@ -258,7 +241,7 @@ register(Experiment(
     workload=lambda o: Workload(NAME, (Topic("input", o.partitions,
                                              loaded=o.schedule == "random"),
                                        Topic("output", o.partitions)),
-                                data.generate(o.input, seed=o.seed,
+                                data.generate(o.records, seed=o.seed,
                                               keys=data.keys_for(o.partitions))),
     clients=_clients, nemesis=_nemesis, checkers=_audit, facts=_facts,
     presentation=Presentation(summary=_summary, json=_json)))

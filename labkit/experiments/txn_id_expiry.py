@@ -26,6 +26,7 @@ from confluent_kafka import KafkaException, Producer
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.acknowledged import halves
 from labkit.pipelines.fee_loop import classified
 from labkit.experiments.parts import Topic, Workload, in_thread
@@ -120,9 +121,8 @@ register(Experiment(
         Option("expiration_ms", EXPIRATION_MS, "the broker's transactional.id.expiration.ms "
                f"(Kafka's: {KAFKA_DEFAULT_MS})", kind=int, minimum=1,
                why=f"Kafka's default is {KAFKA_DEFAULT_MS}"),
-        Option("records", 10, "how many records (even: A commits the first half)", kind=int,
-               short="-n", minimum=2, why="A commits the first half, B and the zombie the "
-                                          "second")),
+        common.records(10, "records (even: A commits the first half)", minimum=2,
+                why="A commits the first half, B and the zombie the second")),
     broker=lambda o: {"transactional.id.expiration.ms": o.expiration_ms,
                       "transaction.remove.expired.transaction.cleanup.interval.ms":
                           CLEANUP_INTERVAL_MS},

@@ -28,6 +28,7 @@ from typing import Any
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.faults.nemesis import Nemesis, Observe, Until, WaitUntil, on
@@ -122,8 +123,7 @@ register(Experiment(
     SCENARIO, "an exactly-once loop whose batch 2 outlasts transaction.timeout.ms",
     pipeline="the loop (as copy_fees)",
     text=lambda run: f"{run.report.summary()}\nerrors: {', '.join(run.errors)}\n{run.timeline()}",
-    options=(Option("records", 30, "how many input records (30 or more)", kind=int, short="-n",
-                    minimum=BATCH * (SLOW_BATCH + 1),
+    options=(common.records(30, minimum=BATCH * (SLOW_BATCH + 1),
                     why=f"batches of {BATCH}, batch {SLOW_BATCH} the slow one, one after it"),
              Option("cut", False, "instead of a slow batch, cut the app's commit off from "
                     "its transaction coordinator until the coordinator aborts", kind=bool)),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
+from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workers, Workload
 from labkit.experiments.registry import Experiment, Option, register
 from labkit.experiments.scenarios import batch_size
@@ -94,9 +95,9 @@ register(Experiment(
                ("exactly_once",), short="-g"),
         Option("fencing", "group", "the offsets carry the group metadata (KIP-447) or the "
                "group id only", FENCING_MODES),
-        Option("records", 40, "how many input records", kind=int, short="-n", minimum=1),
+        common.records(40),
         Option("group_protocol", "classic", "classic | consumer (KIP-848)", GROUP_PROTOCOLS),
-        Option("keep_topics", True, "keep the run's topics", kind=bool, cli_default=False),
+        common.keep_topics(True),
     ),
     workload=lambda o: Workload("zombie", (Topic("input", loaded=True), Topic("output")),
                                 data.generate(o.records)),
