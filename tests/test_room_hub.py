@@ -1,8 +1,11 @@
 """The room served by JupyterHub, in real browsers: `labkit room serve` (what `make room`
 runs) in a lab home of the test's own, three learners logged in at once in Chromium (Debian's,
 driven by Playwright: scripts/install-test-deps.sh), each running a cell in its own
-JupyterLab against the room's secure Kafka; the hub refusing one learner another's server;
-then `labkit down` (what `make down` runs) leaving none of the room's processes running.
+JupyterLab against the room's secure Kafka and its own PostgreSQL schema; the hub refusing
+one learner another's server and the board; the instructor (the hub's admin) seeing the
+three on the board; the limits on the learners' processes; a learner's second login and its
+killed server (tests/test_room_hub_faults.py, on the same room); then `labkit down` (what
+`make down` runs) leaving none of the room's processes running.
 
 Needs the room's proxy: `make room` or `make test` installs it (npm ci in scripts/room).
 """
@@ -43,7 +46,17 @@ data.load_into_topic(lab.bootstrap, "hello", data.generate(1))
 got = topics.read(lab.bootstrap, "hello")
 seen = AdminClient(client_config({"bootstrap.servers": lab.bootstrap})).list_topics(timeout=20)
 visible = sorted(t for t in seen.topics if not t.startswith("__"))
-print(f"namespace={names.namespace()} records={len(got)} visible={visible}")
+from labkit.room import board
+from labkit.storage import postgres
+from labkit.storage.db import Database
+
+board.publish_verdict("01_at_most_once", "hub-check", True, "ran in the room's hub")
+with Database(postgres.ensure()) as db:  # LABKIT_PG_DSN: its own role and schema
+    db.execute("CREATE TABLE IF NOT EXISTS mine (who text)")
+    db.execute("INSERT INTO mine VALUES (?)", (names.namespace(),))
+    pg = "/".join(db.query("SELECT current_user, current_schema()")[0])
+open("work.txt", "w").write(f"{names.namespace()}'s work")  # what a reload must not lose
+print(f"namespace={names.namespace()} records={len(got)} visible={visible} pg={pg}")
 """
 
 
@@ -75,10 +88,12 @@ def _short(found: dict[int, str]) -> str:
     return "; ".join(f"{pid}: {cmd[:150]}" for pid, cmd in found.items())
 
 
-@pytest.fixture
-def room(tmp_path: Path):
-    """`labkit room serve` for three learners in a lab home of its own (not the suite's);
-    `labkit down` on every way out."""
+@pytest.fixture(scope="module")
+def room(tmp_path_factory):
+    """`labkit room serve` for three learners in a lab home of its own (not the suite's, nor
+    a `labkit up` lab's: `labkit down` here stops only what this home holds); `labkit down`
+    on every way out."""
+    tmp_path = tmp_path_factory.mktemp("room")
     chromium_or_fail()
     if not (ROOT / PROXY_DIR / "node_modules" / ".bin" / "configurable-http-proxy").exists():
         pytest.fail(f"the room's proxy is missing: run `make room` (npm ci --prefix {PROXY_DIR})")
@@ -98,21 +113,28 @@ def room(tmp_path: Path):
         assert served.returncode == 0, served.stdout + served.stderr
         passwords = dict(re.findall(r"^(learner\d\d) +(\S+)$", served.stdout, re.M))
         assert sorted(passwords) == list(LEARNERS), served.stdout
+        admin = re.search(r"log in as (\w+): (\S+);", served.stdout)
+        assert admin, served.stdout
         yield {"url": f"http://127.0.0.1:{port}", "passwords": passwords, "home": home,
-               "homes": homes, "env": env}
+               "homes": homes, "env": env, "admin": (admin[1], admin[2])}
     finally:
         _labkit(env, "down", timeout=120)
 
 
+async def login(page, url: str, name: str, password: str) -> None:
+    await page.goto(f"{url}/hub/login")
+    await page.get_by_label("Username:").fill(name)
+    await page.get_by_label("Password:").fill(password)
+    await page.get_by_role("button", name="Sign in").click()
+
+
 async def _learner(browser, url: str, name: str, password: str, other: str) -> dict:
-    """One learner: logs in, runs its notebook's cell, tries another learner's server."""
+    """One learner: logs in, runs its notebook's cell, tries another learner's server and
+    the instructor's board."""
     context = await browser.new_context(viewport={"width": 1200, "height": 900})
     page = await context.new_page()
     try:
-        await page.goto(f"{url}/hub/login")
-        await page.get_by_label("Username:").fill(name)
-        await page.get_by_label("Password:").fill(password)
-        await page.get_by_role("button", name="Sign in").click()
+        await login(page, url, name, password)
         # the hub spawns its server, then sends it to its JupyterLab
         await page.wait_for_url(re.compile(f".*/user/{name}/lab.*"), timeout=90_000)
         await page.goto(f"{url}/user/{name}/lab/tree/check.ipynb")
@@ -125,8 +147,12 @@ async def _learner(browser, url: str, name: str, password: str, other: str) -> d
         # the hub refuses this learner another's server (its files, its kernels)
         theirs = await page.goto(f"{url}/user/{other}/api/contents/check.ipynb")
         body = await page.content()
+        # the board is the hub admin's: the hub's OAuth refuses a learner
+        board = await page.goto(f"{url}/services/board/")
+        board_body = await page.content()
         return {"output": text, "other_status": theirs.status,
-                "other_leaked": "load_into_topic" in body}
+                "other_leaked": "load_into_topic" in body, "board_status": board.status,
+                "board_leaked": "data-learner" in board_body or "<h1>Room" in board_body}
     except Exception:
         await page.screenshot(path=str(Path(tempfile.gettempdir()) / f"labkit-room-{name}.png"))
         raise
@@ -170,8 +196,27 @@ async def _wrong_password(browser, url: str, name: str) -> str:
         await context.close()
 
 
-async def _three_learners(url: str, passwords: dict[str, str]) -> tuple[list[dict], str]:
+async def _instructor(browser, url: str, name: str, password: str) -> list[str]:
+    """The hub's admin logs in, lands on the board, and sees every learner's row."""
+    context = await browser.new_context()
+    page = await context.new_page()
+    try:
+        await login(page, url, name, password)
+        await page.wait_for_url(re.compile(".*/services/board/.*"), timeout=60_000)
+        rows = page.locator("tr[data-learner]")
+        await page.wait_for_function(
+            f"() => document.querySelectorAll('tr[data-learner]').length >= {len(LEARNERS)}",
+            timeout=60_000)
+        return [await r.get_attribute("data-learner") for r in await rows.all()]
+    except Exception:
+        await page.screenshot(path=str(Path(tempfile.gettempdir()) / "labkit-room-board.png"))
+        raise
+    finally:
+        await context.close()
 
+
+async def _three_learners(url: str, passwords: dict[str, str],
+                          admin: tuple[str, str]) -> tuple[list[dict], str, list[str]]:
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
                                            headless=True)
@@ -181,28 +226,129 @@ async def _three_learners(url: str, passwords: dict[str, str]) -> tuple[list[dic
                 _learner(browser, url, name, passwords[name], other)
                 for name, other in zip(LEARNERS, others)))
             refused = await _wrong_password(browser, url, LEARNERS[0])
+            board = await _instructor(browser, url, *admin)
         finally:
             await browser.close()
-    return list(results), refused
+    return list(results), refused, board
 
 
-def test_three_learners_in_browsers_then_down_leaves_nothing(room) -> None:
+def learner_servers(home: Path) -> dict[str, psutil.Process]:
+    """Each learner's running JupyterLab server (its USER is the learner's name)."""
+    found = {}
+    for pid, cmd in room_processes(home).items():
+        if "jupyterhub.singleuser" in cmd:
+            p = psutil.Process(pid)
+            found[p.environ()["USER"]] = p
+    return found
+
+
+def _pg_refusal(dsn: str, other: str) -> str:
+    """What the server answers one learner's role reading another's schema."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=20) as conn:
+        own = conn.execute("SELECT who FROM mine").fetchall()
+        try:
+            conn.execute(f"SELECT who FROM {other}.mine").fetchall()
+            return f"read it (own rows {own})"
+        except psycopg.errors.InsufficientPrivilege as exc:
+            return f"own rows {own}; refused: {exc}"
+
+
+def test_three_learners_in_browsers(room) -> None:
     started = time.monotonic()
-    results, refused = asyncio.run(_three_learners(room["url"], room["passwords"]))
+    results, refused, board = asyncio.run(
+        _three_learners(room["url"], room["passwords"], room["admin"]))
     for name, result in zip(LEARNERS, results):
-        # its namespace, its record read back, and the broker shows it its own topic only
-        assert f"namespace={name} records=1 visible=['{name}.hello']" in result["output"], result
+        # its namespace, its record read back, the broker showing it its own topic only (and
+        # the board's, which its ACLs let it write, not read), and its PostgreSQL role in
+        # its own schema
+        assert (f"namespace={name} records=1 visible=['labkit-room-room', '{name}.hello'] "
+                f"pg={name}/{name}" in result["output"]), result
         assert result["other_status"] in (403, 404), result
         assert not result["other_leaked"], result
+        assert result["board_status"] == 403 and not result["board_leaked"], result
         # its home got the lab's notebooks (copied once, at its first start)
         assert (room["homes"] / name / "notebooks" / "01_at_most_once.ipynb").is_file()
     assert "Invalid username or password" in refused
-    print(f"\nthree learners logged in and ran their cells in {time.monotonic() - started:.1f} s")
+    assert sorted(board) == list(LEARNERS), board  # each one's verdict, on the admin's board
+    print(f"\nthree learners and the board in {time.monotonic() - started:.1f} s")
 
+    servers = learner_servers(room["home"])
+    assert sorted(servers) == list(LEARNERS), servers
+    for name, server in servers.items():
+        # the memory limit, set at spawn, in the server and its kernel alike
+        for p in (server, *server.children(recursive=True)):
+            assert p.rlimit(psutil.RLIMIT_DATA) == (4 * 1024 ** 3,) * 2, (name, p.cmdline())
+    # the PostgreSQL server itself refuses learner01's role learner02's schema
+    dsn = servers["learner01"].environ()["LABKIT_PG_DSN"]
+    answer = _pg_refusal(dsn, "learner02")
+    assert "refused: permission denied for schema learner02" in answer, answer
+    assert "[('learner01',)]" in answer, answer
+
+
+async def _second_login_and_killed_server(url: str, name: str, password: str,
+                                          home: Path) -> dict:
+    """learner01 in two browsers at once, then its server SIGKILLed under the first one."""
+    lab = re.compile(f".*/user/{name}/lab.*")
+    work = f"{url}/user/{name}/api/contents/work.txt"
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                           headless=True)
+        try:
+            first, second = await browser.new_context(), await browser.new_context()
+            a, b = await first.new_page(), await second.new_page()
+            await login(a, url, name, password)
+            await a.wait_for_url(lab, timeout=60_000)
+            await b.goto(f"{url}/hub/login")
+            notice = await b.locator(".announcement").inner_text()
+            await login(b, url, name, password)
+            await b.wait_for_url(lab, timeout=60_000)  # the same server, not a second one
+            both = [await (await page.goto(work)).json() for page in (a, b)]
+            server = learner_servers(home)[name]
+            server.kill()
+            server.wait(10)
+            messages = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # the learner reloads until it can start it
+                await a.goto(f"{url}/user/{name}/lab")
+                text = await a.locator("body").inner_text()
+                messages.append(" ".join(text.split())[:300])
+                if await a.locator("#labkit-kept").count():
+                    break
+                await asyncio.sleep(2)
+            await a.locator("#start").click()
+            await a.wait_for_url(lab, timeout=90_000)
+            after = await (await a.goto(work)).json()
+        finally:
+            await browser.close()
+    return {"notice": notice, "both": [m["content"] for m in both], "messages": messages,
+            "after": after["content"], "restarted": server.pid not in learner_servers(home)}
+
+
+def test_second_login_and_killed_server(room) -> None:
+    """A learner's second login gets the same JupyterLab (said on the login page); a killed
+    server gets the hub's page saying its files are kept and a Start button; its saved work
+    is there after both."""
+    name = LEARNERS[0]
+    started = time.monotonic()
+    got = asyncio.run(_second_login_and_killed_server(room["url"], name,
+                                                      room["passwords"][name], room["home"]))
+    assert "opens the same JupyterLab" in got["notice"], got
+    assert got["both"] == [f"{name}'s work"] * 2, got
+    assert "Your saved files are kept" in got["messages"][-1], got
+    assert any("is not running" in m for m in got["messages"]), got
+    assert got["after"] == f"{name}'s work", got
+    print(f"\nsecond login and killed server in {time.monotonic() - started:.1f} s: "
+          f"{got['messages']}")
+
+
+def test_down_leaves_nothing(room) -> None:
     running = room_processes(room["home"])
     commands = " ".join(running.values())
     for part in ("jupyterhub -f", "configurable-http-proxy", "jupyterhub.singleuser",
-                 "ipykernel_launcher", "kafka.Kafka", "postgres"):
+                 "ipykernel_launcher", "kafka.Kafka", "postgres", "labkit.room.board_service",
+                 "jupyterhub_idle_culler"):
         assert part in commands, f"no {part} among the room's processes: {_short(running)}"
     down = _labkit(room["env"], "down", timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -326,8 +326,14 @@ def room_serve(learners: int = typer.Option(3, help="learner01..NN: hub logins, 
                                                           "the room's network)"),
                port: int = typer.Option(8000, help="the hub's port"),
                brokers: int = typer.Option(1, help="the room's Kafka: 1 or 3 brokers"),
-               room: str = typer.Option("", help="publish learners' checks to this board "
-                                                 "(LABKIT_ROOM in their servers)")) -> None:
+               room: str = typer.Option("", help="the board's room (LABKIT_ROOM in the "
+                                                 "learners' servers; default: room)"),
+               mem_limit: str = typer.Option("4G", help="memory per process of a learner's "
+                                                        "server and kernels (RLIMIT_DATA); 0: none"),
+               max_procs: int = typer.Option(0, help="processes and threads of the one system "
+                                                     "user (room-wide, RLIMIT_NPROC); 0: none"),
+               cull_idle: int = typer.Option(3600, help="stop a learner's server idle this many "
+                                                        "seconds (its files stay)")) -> None:
     """Serve the lab to a room of browsers: the room's secure Kafka (a SCRAM user and ACLs
     per learner), PostgreSQL and JupyterHub; prints the address and each learner's password.
     Runs in the background: `labkit down` stops all of it."""
@@ -336,7 +342,9 @@ def room_serve(learners: int = typer.Option(3, help="learner01..NN: hub logins, 
     if brokers not in (1, 3):
         _fail(f"--brokers must be 1 or 3, not {brokers}")
     try:
-        served = hub.serve(learners=learners, host=host, port=port, brokers=brokers, room=room)
+        served = hub.serve(learners=learners, host=host, port=port, brokers=brokers, room=room,
+                           mem_limit=hub.parse_bytes(mem_limit), max_procs=max_procs,
+                           cull_idle_s=cull_idle)
     except (hub.HubError, ClusterError, LabkitSetupError) as exc:
         _fail(str(exc))
     if not served.started_here:

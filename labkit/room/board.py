@@ -200,8 +200,11 @@ td.stuck { background: #ffb3b3; font-weight: bold; }
 <script>
 const cell = (c) => !c ? ["", ""] : c.passed ? ["passed", "✅"]
   : [c.hints >= 3 ? "stuck" : "hint", "🔁 " + c.hints];
+// behind JupyterHub (labkit.room.board_service) a script's request needs the hub's xsrf
+// token, which the hub's OAuth leaves in the _xsrf cookie; the plain board has none
+const xsrf = (document.cookie.match(/(?:^|;\\s*)_xsrf=([^;]*)/) || [])[1];
 async function refresh() {
-  const s = await (await fetch("state")).json();
+  const s = await (await fetch("state", {headers: xsrf ? {"X-XSRFToken": decodeURIComponent(xsrf)} : {}})).json();
   const head = "<tr><th class='learner'>learner</th>" +
     s.exercises.map(e => `<th>${e}</th>`).join("") + "</tr>";
   const rows = Object.entries(s.learners).map(([who, row]) =>

@@ -44,6 +44,11 @@ STATE_FILE = "hub.json"
 PROXY_DIR = Path("scripts") / "room"  # package.json: configurable-http-proxy, pinned
 HUB_MARKER = "jupyterhub"
 READY_TIMEOUT_S = 90.0
+DEFAULT_ROOM = "room"  # the board's topic when --room is not given: the hub always has one
+# Per process of a learner's server (RLIMIT_DATA): a kernel with a Spark driver JVM stays
+# under it (docs/room.md); 0 for none.
+DEFAULT_MEM_LIMIT = 4 * 1024 ** 3
+CULL_EVERY_S = 300
 
 
 class HubError(RuntimeError):
@@ -62,12 +67,28 @@ class Room:
         """What the instructor reads out or prints: the address, each name and password, and
         how the instructor's own terminal reaches the room's Kafka (the board, the doctor)."""
         admin = RoomFiles(self.log.parents[1] / "kafka", "").admin_file
+        from labkit.room.hubconfig import ADMIN
+
         lines = [f"JupyterHub: {self.url}  (log: {self.log})",
+                 f"the board: {self.url}/services/board/ (log in as {ADMIN}: "
+                 f"{self.passwords.get(ADMIN, '?')}; learners are refused it)",
                  f"the room's Kafka, as its admin: export LABKIT_BOOTSTRAP={self.bootstrap} "
                  f"LABKIT_KAFKA_CONFIG={admin}",
                  "learner    password"]
-        lines += [f"{name:<10} {password}" for name, password in self.passwords.items()]
+        lines += [f"{name:<10} {password}" for name, password in self.passwords.items()
+                  if name != ADMIN]
         return "\n".join(lines)
+
+
+def parse_bytes(text: str) -> int:
+    """``4G``, ``512M``, ``0`` (none) as bytes; a clear error otherwise."""
+    units = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+    value, unit = text.strip().upper()[:-1], text.strip().upper()[-1:]
+    if unit.isdigit():
+        value, unit = text.strip(), ""
+    if unit not in units or not value.isdigit():
+        raise HubError(f"--mem-limit {text!r}: give bytes with K, M or G, e.g. 4G (0: none)")
+    return int(value) * units[unit]
 
 
 def room_dir(home: Path | None = None) -> Path:
@@ -112,11 +133,19 @@ def running(home: Path | None = None) -> dict | None:
 
 
 def serve(learners: int = 3, host: str = "127.0.0.1", port: int = 8000, brokers: int = 1,
-          room: str = "") -> Room:
-    """Start the room (cluster, PostgreSQL, hub) or find the one running; its sheet."""
+          room: str = "", mem_limit: int = DEFAULT_MEM_LIMIT, max_procs: int = 0,
+          cull_idle_s: int = 3600) -> Room:
+    """Start the room (cluster, PostgreSQL, hub) or find the one running; its sheet.
+    ``mem_limit`` bytes per process of a learner's server, ``max_procs`` the one system
+    user's processes and threads (room-wide: hubconfig says why), ``cull_idle_s`` how long
+    a learner's server may sit idle before the culler stops it (its files stay)."""
     if not 1 <= learners <= 99:
         raise HubError(f"--learners must be 1-99, not {learners}")
+    if cull_idle_s < 60:
+        raise HubError(f"--cull-idle must be 60 s or more, not {cull_idle_s}")
+    room = room or DEFAULT_ROOM
     check_jupyterhub()
+    from labkit.room.hubconfig import ADMIN  # imports JupyterHub: once it is known there
     proxy = proxy_command()
     base = room_dir()
     hub_dir, homes, kafka_dir = base / "hub", base / "homes", base / "kafka"
@@ -126,7 +155,7 @@ def serve(learners: int = 3, host: str = "127.0.0.1", port: int = 8000, brokers:
         if learners > len(found["learners"]):
             raise HubError(f"the room running has {len(found['learners'])} learners, not "
                            f"{learners}: `labkit down` first to serve a bigger one")
-        return Room(found["url"], passwords(hub_dir, names), found["bootstrap"],
+        return Room(found["url"], passwords(hub_dir, [ADMIN, *names]), found["bootstrap"],
                     Path(found["log"]), started_here=False)
     _check_port_free(host, port)
     for d in (hub_dir, homes):
@@ -135,9 +164,12 @@ def serve(learners: int = 3, host: str = "127.0.0.1", port: int = 8000, brokers:
     try:
         if started:
             _start_postgres()
-        sheet = passwords(hub_dir, names)
+        sheet = passwords(hub_dir, [ADMIN, *names])
         config = _write_config(hub_dir, homes, kafka_dir, proxy, host, port, names,
-                               cluster.bootstrap, room)
+                               cluster.bootstrap, room,
+                               limits={"data_bytes": mem_limit, "procs": max_procs},
+                               cull={"timeout": cull_idle_s,
+                                     "every": min(CULL_EVERY_S, max(10, cull_idle_s // 4))})
         url = f"http://{host}:{port}"
         log = hub_dir / "hub.log"
         _start_hub(config, hub_dir, log, url, cluster.bootstrap, names)
@@ -152,6 +184,8 @@ def serve(learners: int = 3, host: str = "127.0.0.1", port: int = 8000, brokers:
 
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
+        # as the proxy (Node) binds: a hub stopped a moment ago leaves TIME_WAIT, not a taker
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
@@ -190,7 +224,8 @@ def _start_postgres() -> None:
 
 
 def _write_config(hub_dir: Path, homes: Path, kafka_dir: Path, proxy: Path, host: str,
-                  port: int, names: list[str], bootstrap: str, room: str) -> Path:
+                  port: int, names: list[str], bootstrap: str, room: str, limits: dict,
+                  cull: dict) -> Path:
     from labkit.room import hubconfig
 
     keep = {k: v for k in hubconfig.KEEP_FROM_HUB if (v := os.environ.get(k))}
@@ -203,6 +238,8 @@ def _write_config(hub_dir: Path, homes: Path, kafka_dir: Path, proxy: Path, host
         "passwords_file": str(hub_dir / "passwords.json"), "learners": names,
         "notebooks": str(project_root() / "notebooks"), "bootstrap": bootstrap,
         "clients": str(RoomFiles(kafka_dir, str(kafka_dir)).clients_dir), "room": room,
+        "admin_kafka": str(RoomFiles(kafka_dir, str(kafka_dir)).admin_file),
+        "board_port": free_port(), "limits": limits, "cull": cull,
         "keep": keep, "singleuser": [sys.executable, "-m", "jupyterhub.singleuser"],
         # Jupyter refuses to run as root unless told to (containers, CI-like machines)
         "singleuser_args": ["--allow-root"] if os.geteuid() == 0 else [],

@@ -16,18 +16,33 @@ docs/room.md: the *hub* keeps learners apart (it refuses anyone's URL but one's 
 *broker* keeps their Kafka names apart (ACLs), but code a learner runs in a kernel could
 read another's home directory. For a room that must be sealed, use system users or
 Kubernetes.
+
+Limits (``LearnerSpawner.limits``), set with ``setrlimit`` in the server's process before it
+runs (inherited by its kernels and their JVMs, each on its own): RLIMIT_DATA bounds each
+process's private writable memory (heap, anonymous mappings), not a learner's total; the
+optional RLIMIT_NPROC counts every process and thread of the one system user all learners
+share, so it is a room-wide ceiling against a fork bomb, not a share, and root ignores it.
+A learner's total needs a cgroup per learner (Kubernetes, or ``systemd-run --user --scope``).
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import os
+import resource
 import shutil
+import sys
 from pathlib import Path
 
 from jupyterhub.auth import Authenticator
 from jupyterhub.spawner import SimpleLocalProcessSpawner
+from jupyterhub.utils import url_path_join
 from traitlets import Dict, Unicode
+
+from labkit.room import learner_db
+
+ADMIN = "instructor"  # the hub's admin: the board, the admin page; no server of its own
 
 # The instructor's variables a learner's server keeps (where the lab's jars, Java and state
 # are); the cluster, the credentials and the namespace are set per learner below instead.
@@ -61,6 +76,8 @@ class LearnerSpawner(SimpleLocalProcessSpawner):
     notebooks = Unicode(config=True, help="the project's notebooks/ folder, copied once")
     kafka = Dict(config=True, help="bootstrap, clients dir (learnerNN.properties), room name")
     keep = Dict(config=True, help="variables of the instructor's environment kept")
+    limits = Dict(config=True, help="data_bytes, procs (0: none): setrlimit at spawn")
+    pg_dsn = Unicode("", help="this learner's PostgreSQL DSN, made at each start")
 
     def _prepare_home(self) -> Path:
         home = Path(self.home_dir)
@@ -88,11 +105,73 @@ class LearnerSpawner(SimpleLocalProcessSpawner):
         })
         if self.kafka.get("room"):
             env["LABKIT_ROOM"] = self.kafka["room"]
+        if self.pg_dsn:
+            env["LABKIT_PG_DSN"] = self.pg_dsn
         return env
 
+    def make_preexec_fn(self, name: str):
+        home_and_cwd = super().make_preexec_fn(name)
+        wanted = [(resource.RLIMIT_DATA, int(self.limits.get("data_bytes") or 0)),
+                  (resource.RLIMIT_NPROC, int(self.limits.get("procs") or 0))]
+
+        def preexec() -> None:  # in the forked child, before exec: the server and all it starts
+            home_and_cwd()
+            for which, value in wanted:
+                if value:
+                    _, hard = resource.getrlimit(which)
+                    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                    resource.setrlimit(which, (value, value))
+
+        return preexec
+
+    def _make_pg(self) -> str:
+        admin = learner_db.admin_dsn(self.keep.get("LABKIT_HOME"), self.keep.get("LABKIT_PG_DSN"))
+        if admin is None:
+            self.log.warning("no PostgreSQL for %s: the lessons that need one will say so",
+                             self.user.name)
+            return ""
+        return learner_db.learner_dsn(admin, self.user.name)
+
     async def start(self):
-        self._prepare_home()
+        if self.user.name == ADMIN:
+            raise RuntimeError(f"{ADMIN} has no server of its own: the board is at "
+                               "/services/board/, the learners at /hub/admin")
+        # files and SQL off the hub's event loop: other learners' logins go on meanwhile
+        await asyncio.to_thread(self._prepare_home)
+        self.pg_dsn = await asyncio.to_thread(self._make_pg)
         return await super().start()
+
+
+def _landing(handler) -> str:
+    """Where a login lands: the instructor on the board, a learner in its JupyterLab."""
+    user = handler.current_user
+    if user is not None and user.name == ADMIN:
+        return url_path_join(handler.base_url, "services/board/")
+    return ""  # the hub's own default: the learner's server, spawned if need be
+
+
+def _services(c, room: dict, hub_dir: Path) -> None:
+    """The board (admin only: the hub's OAuth) and the idle culler, both run by the hub in
+    its directory (so ``labkit down`` finds whatever of them is left)."""
+    board_env = {**room.get("keep", {}), "LABKIT_BOOTSTRAP": room["bootstrap"],
+                 "LABKIT_KAFKA_CONFIG": room["admin_kafka"]}
+    cull = room.get("cull", {})
+    c.JupyterHub.services = [
+        {"name": "board", "url": f"http://127.0.0.1:{room['board_port']}",
+         "command": [sys.executable, "-m", "labkit.room.board_service", "--room", room["room"]],
+         "environment": board_env, "cwd": str(hub_dir), "oauth_no_confirm": True,
+         "display": False},
+        {"name": "idle-culler", "cwd": str(hub_dir),
+         # no Kafka, no database: the lab home only, where `labkit down` looks for the room
+         "environment": {k: v for k, v in room.get("keep", {}).items() if k == "LABKIT_HOME"},
+         "command": [sys.executable, "-m", "jupyterhub_idle_culler",
+                     f"--timeout={int(cull.get('timeout', 3600))}",
+                     f"--cull-every={int(cull.get('every', 300))}"]},
+    ]
+    # the culler's scopes, as its README gives them for JupyterHub 2+
+    c.JupyterHub.load_roles = [{"name": "idle-culler", "services": ["idle-culler"],
+                                "scopes": ["list:users", "read:users:activity",
+                                           "read:servers", "delete:servers"]}]
 
 
 def configure(c, room_file: str | os.PathLike) -> None:
@@ -115,6 +194,16 @@ def configure(c, room_file: str | os.PathLike) -> None:
     c.JupyterHub.authenticator_class = LearnerPasswords
     c.LearnerPasswords.passwords_file = room["passwords_file"]
     c.Authenticator.allowed_users = set(room["learners"])
+    c.Authenticator.admin_users = {ADMIN}
+    c.JupyterHub.default_url = _landing
+    _services(c, room, hub_dir)
+    # A learner's bad input, said on the hub's own pages: a second login, a server gone
+    # (templates/: the proxy's 503 and the hub's "not running" say the files are kept).
+    c.JupyterHub.template_paths = [str(Path(__file__).with_name("templates"))]
+    c.JupyterHub.template_vars = {"announcement_login": (
+        "Signed in on another browser already? Signing in here opens the same JupyterLab: "
+        "the same files and running notebooks, nothing is lost. Two tabs editing one "
+        "notebook: save in one, and JupyterLab asks the other which version to keep.")}
 
     c.JupyterHub.spawner_class = LearnerSpawner
     c.LearnerSpawner.home_dir_template = str(Path(room["homes"]) / "{username}")
@@ -122,9 +211,16 @@ def configure(c, room_file: str | os.PathLike) -> None:
     c.LearnerSpawner.kafka = {"bootstrap": room["bootstrap"], "clients": room["clients"],
                               "room": room.get("room", "")}
     c.LearnerSpawner.keep = room.get("keep", {})
+    limits = room.get("limits", {})
+    c.LearnerSpawner.limits = limits
+    if limits.get("data_bytes"):
+        c.Spawner.mem_limit = limits["data_bytes"]  # shown to the server as MEM_LIMIT too
     c.Spawner.cmd = room["singleuser"]
     c.Spawner.default_url = "/lab/tree/notebooks"
     c.Spawner.args = room.get("singleuser_args", [])
     # A 2-core machine starting several JupyterLabs at once: seconds each, not the default 30.
     c.Spawner.http_timeout = 120
     c.Spawner.start_timeout = 120
+    # a killed server noticed in seconds, not the default 30: its learner's reload then gets
+    # the hub's "not running" page with its Start button instead of the proxy's error
+    c.Spawner.poll_interval = 5
