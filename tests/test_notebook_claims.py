@@ -162,6 +162,17 @@ KEY_CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("check_late_produce(my_answer, my_visible)", "🔁 Not yet"),
         ("side = pd.DataFrame", "aborted-read"),
     ],
+    "09d_the_java_loop": [
+        ("the Java loop's client", "kafka-clients-4.4.0"),
+        ("parent = java_loop.parents(", "ApplicationRecoverableException"),
+        ("parent = java_loop.parents(", "max.block.ms = 30000 ms"),
+        ('point = experiments.run("judge"', "lost=0 duplicated=0"),
+        ('point = experiments.run("judge"', "fired: ['after-send-offsets-before-commit', 'mid-batch']"),
+        ('fenced = experiments.run("judge"', "lost=0 duplicated=0"),
+        ('fenced = experiments.run("judge"', "raised an ApplicationRecoverableException, fatal: True"),
+        ('fenced = experiments.run("judge"', "findings beside the audit: none"),
+        ("check_without_transaction(my_verdict, my_lost)", "🔁 Not yet"),
+    ],
     "07_stateful_exactly_once": [
         ('alo = run_count("at_least_once")', "duplicated=10 reordered=0 aborted_visible=0  state: DRIFTED"),
         ('eo = run_count("exactly_once")', "lost=0 duplicated=0 reordered=0 aborted_visible=0  state: matches"),

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labkit.exercises.java_loop import NO_TRANSACTION, CRASH_AT
 from labkit.pipelines import java_loop
 from labkit.pipelines.java_loop import JavaLoop
 
 TRANSACTIONAL_ID = '        p.put("transactional.id", Lab.setting("transactional_id"));\n'
-SEND_OFFSETS = """                    producer.sendOffsetsToTransaction(
-                        positions(consumer),  // next to read, every partition
-                        consumer.groupMetadata());
-"""
 
 
 @dataclass(frozen=True)
@@ -32,13 +29,8 @@ class WrongJava:
 
 WRONG_JAVA: dict[str, WrongJava] = {
     "at-least-once": WrongJava(
-        {TRANSACTIONAL_ID: "        // no transactional.id: no transaction\n",
-         "            producer.initTransactions();  // fences an older instance and aborts what it left open\n": "",
-         "                producer.beginTransaction();\n": "",
-         SEND_OFFSETS: "                    consumer.commitSync(positions(consumer));  // after the output\n",
-         "                    commit(producer);  // again while it times out\n": "",
-         "                    producer.abortTransaction();  // drop the output and the offsets...\n": ""},
-        "duplicated", {"phase": "point", "crash_at": "in-transaction-before-commit"},
+        NO_TRANSACTION,
+        "duplicated", {"phase": "point", "crash_at": CRASH_AT},
         "produce, flush, commitSync: no transaction, a crash between output and offsets "
         "writes the batch again"),
     "new-transactional-id": WrongJava(

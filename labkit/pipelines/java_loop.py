@@ -111,6 +111,16 @@ def reference() -> JavaLoop:
     return JavaLoop.from_file(project_root() / FOLDER / f"{REFERENCE}.java")
 
 
+def parents(classes: list[str]) -> dict[str, str]:
+    """Each class's superclass (simple names), as the kafka-clients jar the loop runs on
+    declares it (javap): how the Java client sorts its errors (KIP-1050) is its class tree."""
+    jar = next(jvm.jar_dir("tools").glob("kafka-clients-*.jar"))
+    done = subprocess.run([str(Path(_javac()).with_name("javap")), "-cp", str(jar), *classes],
+                          capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    found = re.findall(r"class ([\w.$]+) extends ([\w.$]+)", done.stdout)
+    return {name.rsplit(".", 1)[-1]: parent.rsplit(".", 1)[-1] for name, parent in found}
+
+
 def as_java(pipeline: object) -> JavaLoop | None:
     """``pipeline`` as a Java loop (a JavaLoop, or the path of a .java file); None if it is
     a Python one."""
