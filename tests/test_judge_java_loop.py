@@ -47,13 +47,14 @@ def test_each_wrong_java_loop_is_a_small_edit_of_the_reference():
 
 
 def test_the_java_loop_passes_every_crash_point(bootstrap):
-    """Its six points, two at a time (one per instance): exact, nothing found, each fired."""
+    """Its six points, three at a time (three instances, one point each): exact, nothing
+    found, each fired."""
     points = _java_points()
-    for pair in (points[i:i + 2] for i in range(0, len(points), 2)):
+    for three in (points[i:i + 3] for i in range(0, len(points), 3)):
         run = experiments.run("judge", cluster=bootstrap, pipeline=java_loop.reference(),
-                              phase="point", crash_at=",".join(pair))
+                              phase="point", instances=3, crash_at=",".join(three))
         assert run.report.exactly_once and not run.findings, run.summary()
-        assert sorted(run.crashed) == sorted(pair), run.summary()
+        assert sorted(run.crashed) == sorted(three), run.summary()
 
 
 @pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
@@ -76,3 +77,9 @@ def test_a_wrong_java_loop_fails_with_its_finding(bootstrap, name):
     assert wrong.finding in found(run), (name, run.summary())
     assert not run.report.exactly_once or run.findings, run.summary()
     assert run.report.lost == 0, run.summary()  # a wait, or a duplicate, is not a loss
+
+
+def test_a_java_loop_is_given_as_a_loop_or_as_its_file():
+    path = project_root() / java_loop.FOLDER / f"{java_loop.REFERENCE}.java"
+    assert java_loop.as_java(str(path)) == java_loop.reference()
+    assert java_loop.as_java(production_loop.fee_service) is None

@@ -5,7 +5,8 @@
     run.verdict, run.findings, run.faults_fired, run.errors, run.waited
 
 The loop (the learner's function, or the lab's reference ``production_loop.fee_service``;
-any function of plain confluent-kafka that takes the settings it names) runs as
+any function of plain confluent-kafka that takes the settings it names; or a Java loop,
+``labkit.pipelines.java_loop``, each instance a JVM: ``judge_java``) runs as
 ``instances`` members of one consumer group over ``partitions`` partitions, as supervised
 processes: a killed one is started again, one that exits with an error too (what it raised
 is kept with Kafka's class of it: ``errors``), one that stops before its input is consumed
