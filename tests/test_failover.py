@@ -271,8 +271,8 @@ def test_every_experiment_shows_its_watchdog_limit_and_refuses_a_bad_one(tmp_pat
         words = " ".join(help_text.replace("│", " ").split())  # rich wraps the help in a box
         # one meaning: no option takes the watchdog's flag (an app's stall is --stall-s)
         assert not any(o.flag == "--stall-after" for o in experiment.options), name
-        assert f"naming its last step (default {experiment.stall_s:g})" in words, (name, words)
-    assert catalog()["spark-naive"].stall_s > catalog()["leader-failover"].stall_s
+        assert f"naming its last step (default {experiment.stall_after:g})" in words, (name, words)
+    assert catalog()["spark-naive"].stall_after > catalog()["leader-failover"].stall_after
     out = CliRunner().invoke(app, ["scenario", "leader-failover", "--acks", "1",
                                    "--stall-after", "0"])
     assert out.exit_code == 2 and "--stall-after" in out.stderr, out.output

@@ -106,8 +106,11 @@ class GroupProgress:
             return self.last
         self.ok, self.failing_since = True, None
         if now != self.last and self.history_file is not None:
+            # unread: what a restart from these offsets would read again, by partition (a
+            # checker's "offsets behind" is a function of the history)
+            again = {str(p): n for p, n in self.unread.items() if n}
             history.append(self.history_file, "progress", committed=now[0], end=now[1],
-                           output=now[2])
+                           output=now[2], **({"unread": again} if again else {}))
         self.last = now
         return self.last
 

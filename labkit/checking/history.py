@@ -16,6 +16,12 @@ from pathlib import Path
 from labkit import settings
 
 ENV_FILE, ENV_INSTANCE, ENV_ATTEMPT = settings.HISTORY, settings.INSTANCE, settings.ATTEMPT
+# What the runner itself writes beside the processes' events: a fault it invoked (``fault``),
+# a transactional exchange the fault proxy saw (``wire``), what the supervision read at the
+# end (``finished``: the group's offsets, the input's end, who was still running), the
+# transactions it found open then (``open-transactions``). The checkers read them; the
+# processes' timeline (``labkit.checking.timeline.text``) leaves them out.
+RUNNER_KINDS = frozenset({"fault", "wire", "finished", "open-transactions"})
 # LABKIT_ATTEMPT: 1 for an instance's first start, 2 after its first restart
 
 
@@ -33,8 +39,10 @@ def record(kind: str, **fields: object) -> None:
 
 
 def append(path: str | Path, kind: str, **fields: object) -> None:
-    """Append one event to ``path`` (the supervisor's side: it names the instance itself)."""
-    event = {"t": round(time.time(), 3), "kind": kind, **fields}
+    """Append one event to ``path`` (the supervisor's side: it names the instance itself;
+    an entry of the runner's own names none: ``instance`` None)."""
+    event = {"t": round(time.time(), 3), "kind": kind,
+             **({"instance": None} if kind in RUNNER_KINDS else {}), **fields}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(event) + "\n")
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from labkit.checking import history
+
 KILLED = -9  # the exit code of a SIGKILLed worker
 
 
@@ -145,6 +147,7 @@ def torture_story(events: list[dict]) -> TortureStory:
 def text(events: list[dict]) -> str:
     """A run's history as its timeline: one line per event, seconds since the first event,
     who (an instance, or the supervisor), what, and the event's details."""
+    events = [e for e in events if e.get("kind") not in history.RUNNER_KINDS]
     if not events:
         return ""
     start = events[0]["t"]

@@ -84,7 +84,7 @@ def command(experiment, name: str | None = None):
         default=typer.Option(None, "--stall-after", min=1, show_default=False,
                              help="no progress for this many seconds stops the run with "
                                   "an error naming its last step (default "
-                                  f"{experiment.stall_s:g})")))
+                                  f"{experiment.stall_after:g})")))
 
     def callback(as_json: bool, stall_after: float | None, **given: Any) -> None:
         run_from_terminal(experiment, as_json, stall_after, given)

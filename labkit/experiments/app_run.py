@@ -97,7 +97,6 @@ class AppClients:
         self.members = members or [{} for _ in range(instances)]
         self.instances = len(self.members)
         self.feed, self.restart_after_exit, self.on_done = feed, restart_exited, on_done
-        self.alive_at_done: list[int] = []  # instances still running when it was done
         self._feeder: threading.Thread | None = None
         self._fed_at: float | None = None
         self._feed_error: list[BaseException] = []
@@ -115,7 +114,6 @@ class AppClients:
         self.idle_s, self.audit_stalled = idle_s, audit_stalled
         self.behind: tuple[int, int] | None = None  # (committed, end) it stopped at
         self.final: tuple[int, int, int] | None = None  # (committed, end, output) at the end
-        self.stall_killed: set[int] = set()  # instances the stall restarts SIGKILLed
         self._went_on = False  # once done, went on after ``on_done`` removed a wait
         self._stalls_before = 0  # stalls before it went on: the next one is its own
 
@@ -319,8 +317,7 @@ class AppClients:
 
     def _finish(self) -> None:
         self.final = self.watch.sample(fresh=True)
-        self.alive_at_done = [i for i in range(len(self.pool.instances))
-                              if self.pool.running(i)]
+        history.append(self.run.history_file, "finished", running=self._running())
         # before anything is stopped: e.g. what is still open. An ``on_done`` that removed
         # what the app waited for (a dead instance's transaction, holding back the offsets
         # its successor must read) says so: an app short of its input's end goes on, once
@@ -360,7 +357,8 @@ class AppClients:
                       stacks=self._save_stacks(len(self.stalls) + 1))
         self.stalls.append(stall)
         history.append(self.run.history_file, "stalled", attempt=stall.attempt,
-                       stalled_s=stall.stalled_s, committed=consumed, end=end, output=written)
+                       stalled_s=stall.stalled_s, committed=consumed, end=end, output=written,
+                       running=self._running())  # each of them restarted below
         if len(self.stalls) >= MAX_STALLS and self.audit_stalled:
             self._stopped_behind(consumed, end)
             return
@@ -379,8 +377,10 @@ class AppClients:
         self.say(line)
         print(line, file=sys.stderr, flush=True)  # stays above the spinner (rich redirects it)
         for i in range(len(self.pool.instances)):
-            if self.pool.kill(i):
-                self.stall_killed.add(i)
+            self.pool.kill(i)
+
+    def _running(self) -> list[int]:
+        return [i for i in range(len(self.pool.instances)) if self.pool.running(i)]
 
     def _save_stacks(self, stall: int) -> str:
         """Each running instance's stacks before the restart kills it (what a stalled app

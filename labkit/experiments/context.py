@@ -146,7 +146,12 @@ class RunContext:
 
     def _close_files_and_topics(self, failed: bool) -> None:
         if self._workdir is not None and self._workdir.exists():
-            self.history = history.read(self.history_file) or self.history
+            written = history.read(self.history_file)
+            # clients that keep their own events (Spark's attempts) keep them; the file
+            # then holds only the runner's entries
+            if not self.history or any(e.get("kind") not in history.RUNNER_KINDS
+                                       for e in written):
+                self.history = written
             if not self.keep_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
         if self._made and (failed or not self.keep_topics) and self.bootstrap:
@@ -187,10 +192,13 @@ class RunContext:
         fault fires before this returns); whether one fired (and told the timeline)."""
         return self.nemesis.notify(self, Event(kind, fields))
 
-    def fired(self, fault: Fault, what: str) -> None:
-        """What a fault did: a step of the timeline, and a fault the verdict can name (the
-        run still waits for what its clients' last step said)."""
+    def fired(self, fault: Fault, what: str, **fields: Any) -> None:
+        """What a fault did: a step of the timeline, a fault the verdict can name (the run
+        still waits for what its clients' last step said) and an entry of the run's history
+        (``fields``: plain data a checker reads, e.g. the instances it acted on)."""
         self.fired_faults.append(FiredFault(self.elapsed(), fault.name, what))
+        history.append(self.history_file, "fault", fault=type(fault).__name__, name=fault.name,
+                       what=what, **fields)
         self.step(what, None)
 
     def saying(self, say: Callable[[str], None]) -> None:

@@ -144,7 +144,7 @@ def _down(default: str) -> Option:
 def _flink(name: str, help: str, options: tuple[Option, ...], about: str = "",
            check: Callable[..., None] | None = _check_kills) -> Experiment:
     return register(Experiment(
-        name, help, group=GROUP, stall_s=STALL_S, options=options, about=about, check=check,
+        name, help, group=GROUP, stall_after=STALL_S, options=options, about=about, check=check,
         pipeline="the job function (a PyFlink job: its imports inside it, the parameters it "
                  "names from labkit.flink.runsetup.JOB_PROVIDES)",
         check_pipeline=check_pipeline, text=lambda run: f"{run.summary()}\n{run.timeline()}",
@@ -206,7 +206,7 @@ def _refused(run: Any) -> RefusedStart:
 register(Experiment(
     "flink-refused-start", "Flink's sink with a transaction.timeout.ms above the broker's "
     "transaction.max.timeout.ms: the job fails as it starts, in the broker's words",
-    group=GROUP, stall_s=STALL_S, check_pipeline=check_pipeline,
+    group=GROUP, stall_after=STALL_S, check_pipeline=check_pipeline,
     pipeline="the job function (as for flink-crash)",
     options=(Option("transaction_timeout_ms", LEGACY_FLINK_TIMEOUT_MS, "the sink's "
                     "transaction.timeout.ms (default: the legacy FlinkKafkaProducer's hour)",

@@ -203,7 +203,7 @@ register(Experiment(
     "acknowledging while the controller elects another: what acks=1 loses when it heals",
     pipeline="the produce loop (as write_payments(producer, topic, payments, acknowledged, "
              "failed))", check_pipeline=check_loop,
-    where=FAILURE_LAB, stall_s=STALL_S, partitions=True, options=(
+    where=FAILURE_LAB, stall_after=STALL_S, partitions=True, options=(
         Option("acks", REQUIRED, "the producer's acks", ACKS),
         Option("min_insync", 1, "the topic's min.insync.replicas", ("1", "2"), kind=int),
         common.records(40, "records (half during the split)", minimum=4,

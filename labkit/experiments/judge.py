@@ -142,7 +142,7 @@ def _check(phase, crash_at, instances, **_) -> None:
 
 def _nemesis(o) -> Nemesis:
     # the proxy's trace of the transactional APIs and Produce: how each instance reacted
-    proxy = ProxyFault(o.fault, trace=findings.Ledger(), trace_apis=findings.LEDGER_APIS) \
+    proxy = ProxyFault(o.fault, to_history=True, trace_apis=findings.LEDGER_APIS) \
         if o.fault or o.phase != "point" else None
     if o.phase == "point":
         # one point per instance (their first visit): every instance has partitions, the
@@ -160,8 +160,7 @@ def _nemesis(o) -> Nemesis:
 def behaviour(run) -> list[Result]:
     """What production would see besides the data (``judge_findings``): the audit's verdict
     stays the data's; a judge fails a loop on these too."""
-    proxies = run.nemesis.of(ProxyFault)
-    return findings.behaviour(run, proxies[0].trace if proxies else None)
+    return findings.behaviour(findings.events(run))
 
 
 def _checkers(o) -> list:
@@ -175,7 +174,7 @@ def _checkers(o) -> list:
 def _errors(run) -> list[dict]:
     """What each instance that exited with an error raised, and its class."""
     found = []
-    for e in findings.raised(run):
+    for e in findings.raised(findings.events(run)):
         kind = ("fatal" if e.get("fatal") else "abortable" if e.get("abortable") else
                 "retriable" if e.get("retriable") else "not retriable") if "code" in e else ""
         what = f"{e['code']} ({kind})" if kind else e["error"]
@@ -212,8 +211,9 @@ def _close_hanging(run) -> str | None:
         hanging = {t: s for t, s in _open_transactions(run).items()  # zombie) may end it
                    if t in hanging}
     stranded = _stranded(run, hanging)
-    run.facts["hanging"] = sorted({*run.facts.get("hanging", []), *(set(hanging) - stranded)})
-    run.facts["stranded"] = sorted({*run.facts.get("stranded", []), *stranded})
+    # what the findings read (``hanging-transaction``): the history, not this run's state
+    history.append(run.history_file, "open-transactions", hanging=sorted(set(hanging) - stranded),
+                   stranded=sorted(stranded))
     for transactional_id in sorted(hanging):
         producer = Producer(client_config({"bootstrap.servers": run.bootstrap,
                                            "transactional.id": transactional_id}))
@@ -328,7 +328,7 @@ PARTS = dict(
 
 register(Experiment(
     NAME, "a consume-transform-produce loop as production runs it: a group of instances, "
-    "crashes, rebalances, a zombie, abortable and fatal errors", stall_s=600.0, options=(
+    "crashes, rebalances, a zombie, abortable and fatal errors", stall_after=600.0, options=(
         Option("phase", "point", " | ".join(f"{k}: {v}" for k, v in PHASES.items()
                                             if k != "coordinator"),
                tuple(p for p in PHASES if p != "coordinator")),

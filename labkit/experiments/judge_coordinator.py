@@ -43,14 +43,14 @@ def _nemesis(o) -> Nemesis:
     kills = [KillBroker(coordinator_of(o.seed + n), restart=True,
                         name="the transaction coordinator's broker SIGKILLed")
              for n in range(o.kills)]
-    return Nemesis(ProxyFault(trace=findings.Ledger(), trace_apis=findings.LEDGER_APIS), Schedule(
+    return Nemesis(ProxyFault(to_history=True, trace_apis=findings.LEDGER_APIS), Schedule(
         kills, BETWEEN_S, seed=o.seed, clock="commit", name=judge.PHASES[o.phase],
         offsets_committed=lambda run: run.progress.sample(fresh=True)[0]))
 
 
 register(Experiment(
     NAME, "a consume-transform-produce loop as the judge runs it while its transaction "
-    "coordinator's broker is SIGKILLed (a failure lab of three brokers)", stall_s=600.0,
+    "coordinator's broker is SIGKILLed (a failure lab of three brokers)", stall_after=600.0,
     where=FAILURE_LAB, options=(
         Option("phase", "coordinator", "the judge's phase this is", ("coordinator",),
                cli=False),

@@ -16,10 +16,13 @@ reactions, each a finding named like the audit's anomalies.
 - ``aborted-input-read``: records of the input's aborted transactions (an upstream's) in
   the output: the loop read its input read_uncommitted. Data, so the audit's verdict too.
 
-The transactions are seen on the wire (the proxy's trace of the transactional APIs), the
-processes in the run's history: what each instance raised (``labkit.faults.runner``), when
-each started. Neither needs the loop's cooperation: a loop the lab did not write is judged
-the same way.
+Every finding is a function of the run's history alone (``labkit.checking.history``): the
+transactions as the proxy saw them on the wire (``wire``: the transactional APIs), the
+processes as the supervisor and the workers recorded them (when each started, with which
+transactional.id; what each raised), the faults (``fault``: which instance a successor
+fenced), the group's offsets as last read (``progress``) and the transactions left open at
+the end (``open-transactions``). None needs the loop's cooperation: a loop the lab did not
+write is judged the same way, and a stored history can be judged again.
 """
 from __future__ import annotations
 
@@ -28,8 +31,6 @@ import re
 from labkit.checking import history
 from labkit.checking.checkers import Result
 from labkit.experiments.feed import ABORTED_PREFIX
-from labkit.faults.process_faults import Replace
-from labkit.faults.schedule import Schedule
 from labkit.kafka import topics
 
 # The APIs a transactional loop speaks to its coordinators, and Produce: what the ledger
@@ -41,13 +42,15 @@ FENCING = {"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTIONAL_ID_NOT_FO
 
 
 class Ledger:
-    """The transactional exchanges a run's clients had through the proxy, in order."""
+    """The transactional exchanges a run's clients had through the proxy, in order (the
+    history's ``wire`` entries)."""
 
-    def __init__(self) -> None:
-        self.exchanges: list[dict] = []
+    def __init__(self, exchanges: list[dict]) -> None:
+        self.exchanges = exchanges
 
-    def __call__(self, exchange: dict) -> None:
-        self.exchanges.append(exchange)
+    @classmethod
+    def of(cls, events: list[dict]) -> "Ledger":
+        return cls([e for e in events if e["kind"] == "wire"])
 
     def fresh_inits(self, transactional_id: str) -> list[float]:
         """When ``transactional_id`` was initialised anew (InitProducerId without a producer
@@ -67,9 +70,9 @@ def events(run) -> list[dict]:
     return history.read(run.history_file)
 
 
-def raised(run) -> list[dict]:
+def raised(events: list[dict]) -> list[dict]:
     """What each instance that exited with an error raised (the runner's record of it)."""
-    return [e for e in events(run) if e["kind"] == "raised"]
+    return [e for e in events if e["kind"] == "raised"]
 
 
 KAFKA_ERROR = re.compile(r"KafkaError\{code=(\w+),val=-?\d+,str=\"([^\"]*)\"(.*?)\}")
@@ -89,62 +92,79 @@ def raised_in(log: str) -> str:
     return lines[-1] if lines else "(nothing in its log)"
 
 
-def starts(run, transactional_id: str) -> list[float]:
+def given(events: list[dict]) -> dict[str, str]:
+    """Each instance's transactional.id, as its starts recorded it."""
+    return {e["instance"]: e["transactional_id"] for e in events
+            if e["kind"] == "started" and e.get("transactional_id")}
+
+
+def starts(events: list[dict], transactional_id: str) -> list[float]:
     """When a process with ``transactional_id`` in its settings started."""
-    instances = run.workers.instances
-    return [e["t"] for e in events(run) if e["kind"] == "started"
-            and instances[int(e["instance"])].kwargs.get("transactional_id") == transactional_id]
+    return [e["t"] for e in events if e["kind"] == "started"
+            and e.get("transactional_id") == transactional_id]
 
 
-def ran_on(run, ledger: Ledger | None) -> list[str]:
+def ran_on(events: list[dict]) -> list[str]:
     """Instances that went on after they were fenced."""
     found = []
-    successors = {f.successor: f for s in run.nemesis.of(Schedule) for f in s.done
-                  if isinstance(f, Replace)}
-    for e in raised(run):  # a successor fenced in its turn: the old one came back
-        if int(e.get("instance") or -1) in successors and e.get("fatal"):
+    successors = {str(e["successor"]): e for e in events
+                  if e["kind"] == "fault" and e.get("fault") == "Replace"}
+    for e in raised(events):  # a successor fenced in its turn: the old one came back
+        if str(e.get("instance")) in successors and e.get("fatal"):
             found.append(f"instance {e['instance']} (a successor) fenced in its turn: "
                          f"{e.get('code')}")
-    if ledger is None:
-        return found
-    ids = sorted({i.kwargs.get("transactional_id") for i in run.workers.instances} - {None})
-    for transactional_id in ids:
-        inits, started = ledger.fresh_inits(transactional_id), starts(run, transactional_id)
+    ledger, ids = Ledger.of(events), given(events)
+    for transactional_id in sorted(set(ids.values())):
+        inits, started = (ledger.fresh_inits(transactional_id),
+                          starts(events, transactional_id))
         if len(inits) > len(started):
             found.append(f"{transactional_id} initialised {len(inits)} times by "
                          f"{len(started)} process start(s): a fenced producer made anew")
-    app = run.clients
-    for fault in successors.values():
-        old = run.workers.instances[fault.fenced].kwargs.get("transactional_id")
-        since = min((e["t"] for e in events(run) if e["kind"] == "started"
-                     and e["instance"] == str(fault.successor)), default=0.0)
-        went_on = fault.fenced in app.alive_at_done or fault.fenced in app.stall_killed
+    finished = [e for e in events if e["kind"] == "finished"]
+    alive_at_done = {str(i) for i in (finished[-1]["running"] if finished else [])}
+    stall_killed = {str(i) for e in events if e["kind"] == "stalled"
+                    for i in e.get("running", [])}
+    for successor, fault in successors.items():
+        fenced = str(fault["fenced"])
+        old = ids.get(fenced)
+        since = min((e["t"] for e in events if e["kind"] == "started"
+                     and e["instance"] == successor), default=0.0)
+        went_on = fenced in alive_at_done or fenced in stall_killed
         if old and went_on and ledger.fenced_at(old, since):
-            found.append(f"instance {fault.fenced} was told it was fenced and went on running")
+            found.append(f"instance {fenced} was told it was fenced and went on running")
     return found
 
 
-def behind(run) -> list[str]:
+def behind(events: list[dict]) -> list[str]:
     """What a restart from the group's committed offsets would read again (as a
-    read_committed consumer receives it: never a marker or an upstream's aborted record)."""
-    final = run.clients.final or run.clients.watch.last
-    committed, end = final[0], final[1]
+    read_committed consumer receives it: never a marker or an upstream's aborted record),
+    by the group's offsets as last read."""
+    read = [e for e in events if e["kind"] == "progress"]
+    if not read:
+        return []
+    committed, end = read[-1]["committed"], read[-1]["end"]
     if committed >= end:
         return []
-    again = {p: n for p, n in run.clients.watch.unread.items() if n}
+    again = {int(p): n for p, n in (read[-1].get("unread") or {}).items() if n}
     if not again:
         return [f"{committed} of {end} input offsets committed"]
     return [f"a restart from the committed offsets reads {sum(again.values())} record(s) again "
             f"(partition(s) {', '.join(map(str, sorted(again)))})"]
 
 
-def behaviour(run, ledger: Ledger | None) -> list[Result]:
-    """The findings that hold (each a Result with its examples), in a fixed order."""
-    hanging = run.facts.get("hanging", [])
+def hanging(events: list[dict]) -> list[str]:
+    """The transactions found open once the run was done that no instance ended."""
+    return sorted({t for e in events if e["kind"] == "open-transactions"
+                   for t in e.get("hanging", [])})
+
+
+def behaviour(events: list[dict]) -> list[Result]:
+    """The findings that hold (each a Result with its examples), in a fixed order: a
+    function of the run's history alone."""
     abortable = [f"instance {e['instance']}: {e.get('code')} {e.get('text', '')[:160]}"
-                 for e in raised(run) if e.get("abortable") and not e.get("fatal")]
-    found = [("hanging-transaction", hanging), ("fenced-ran-on", ran_on(run, ledger)),
-             ("abortable-raised", abortable), ("offsets-behind", behind(run))]
+                 for e in raised(events) if e.get("abortable") and not e.get("fatal")]
+    found = [("hanging-transaction", hanging(events)), ("fenced-ran-on", ran_on(events)),
+             ("abortable-raised", abortable), ("offsets-behind", behind(events))]
     return [Result(name, False, len(examples), examples) for name, examples in found if examples]
 
 

@@ -219,7 +219,7 @@ def _summary(run) -> str:
 
 register(Experiment(
     NAME, "the outbox read by Debezium on a Kafka Connect worker, SIGKILLed while it streams: "
-    "at-least-once or exactly-once sources (KIP-618)", group="Kafka Connect", stall_s=180.0,
+    "at-least-once or exactly-once sources (KIP-618)", group="Kafka Connect", stall_after=180.0,
     options=(
         Option("exactly_once", REQUIRED, "the worker's exactly.once.source.support, and the "
                "connector asking for it", kind=bool),

@@ -67,7 +67,7 @@ class Experiment:
     help: str  # one line: what it shows
     options: tuple[Option, ...] = ()
     where: str = LAB
-    stall_s: float = STALL_S
+    stall_after: float = STALL_S  # the watchdog's default: no progress this long stops the run
     pipeline: str = ""  # what ``pipeline=`` replaces, in words ("" takes none)
     check: Callable[..., None] | None = None  # checks the options together, before anything starts
     # checks the learner's function against the options (``check_pipeline(pipeline, o)``),
@@ -171,7 +171,7 @@ def run(name: str, *, pipeline: Callable | None = None, cluster: Any = None,
         raise ValueError(f"{name} runs a fixed pipeline: it takes no pipeline=")
     if pipeline is not None and experiment.check_pipeline is not None:
         experiment.check_pipeline(pipeline, options_view(values))
-    stall_s = experiment.stall_s if stall_after is None else stall_after
+    stall_s = experiment.stall_after if stall_after is None else stall_after
     if stall_s <= 0:
         raise ValueError(f"stall_after must be a positive number of seconds, not {stall_after!r}")
     with _context(experiment, cluster, announce, values) as (bootstrap, lab):

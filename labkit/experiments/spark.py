@@ -70,7 +70,7 @@ def _registered(name: str, guarantees: dict[str, str]) -> Experiment:
     return Experiment(
         name, f"Spark into a {' / '.join(dict.fromkeys(guarantees.values()))} sink, its driver "
         "killed and restarted from its checkpoint", group="Spark",
-        stall_s=STALL_S, pipeline="the foreachBatch sink function",
+        stall_after=STALL_S, pipeline="the foreachBatch sink function",
         crash_points=lambda guarantee=None: SPARK_CRASH_POINTS,
         check=partial(check_options, name), check_pipeline=check_sink,
         options=(
@@ -101,7 +101,7 @@ for _name, _guarantees in PIPELINES.items():
 
 register(Experiment(
     "spark-replay", "Spark's sink crashed before its commit while the lookup changes: does "
-    "the table match one processing?", group="Spark", stall_s=STALL_S,
+    "the table match one processing?", group="Spark", stall_after=STALL_S,
     pipeline="the transform of each micro-batch's rows (rows, threshold_table -> rows)",
     check_pipeline=replay.check_transform,
     options=(

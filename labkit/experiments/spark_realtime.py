@@ -33,7 +33,7 @@ def _payments(o) -> list[dict]:
 register(Experiment(
     realtime.SCENARIO, "Spark's real-time mode or a micro-batch, Kafka to Kafka: the driver "
     "SIGKILLed mid-batch and restarted; latency and what the crash wrote twice",
-    group="Spark", stall_s=STALL_S, check=realtime.check_rate,
+    group="Spark", stall_after=STALL_S, check=realtime.check_rate,
     check_pipeline=realtime.check_learner_query,
     pipeline="the query function (Kafka source to Kafka sink, its own trigger)",
     text=lambda run: f"{run.summary()}\n{run.timeline()}",

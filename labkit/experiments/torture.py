@@ -202,7 +202,7 @@ def _summary(run: RunRecord) -> str:
 
 register(Experiment(
     NAME, "any app (the command after --) under SIGKILLs, broker kills and network faults, "
-    "judged by the audit of its output", stall_s=3600.0,
+    "judged by the audit of its output", stall_after=3600.0,
     pipeline="", group="Any app", options=(
         Option("command", None, "the app's command, after `--`", kind=list, positional=True),
         common.records(200, "input records (unique ids)"),

@@ -51,7 +51,11 @@ from labkit.progress import beat, check, status, step
 
 # What the supervisors write to the run's history themselves: not a worker's progress.
 OWN_EVENTS = frozenset({"started", "exited", "killed", "stopped", "stalled", "progress",
-                        "broker-killed", "broker-restarted"})
+                        "broker-killed", "broker-restarted", *history.RUNNER_KINDS})
+# An instance's settings that say who it is to Kafka, kept with each start in the history:
+# a checker ties a transaction or a member to the process that held it from the history
+# alone.
+IDENTITY = ("transactional_id", "instance_id")
 LEAVE_GRACE_S = 10.0  # a leaving member's SIGTERM, then SIGKILL (a batch to finish, a close)
 STOP_GRACE_S = 5.0  # the run's end: SIGTERM, then SIGKILL
 
@@ -353,7 +357,8 @@ class WorkerPool:
         pid = self._children.start(i, argv, data, log, env)
         if self.history_file:
             history.append(self.history_file, "started", instance=str(i),
-                           attempt=inst.attempts, pid=pid)
+                           attempt=inst.attempts, pid=pid,
+                           **{k: settings[k] for k in IDENTITY if settings.get(k) is not None})
         step(f"{self.label}: instance {i} started (attempt {inst.attempts})",
              f"instance {i} to process its input")
         self._untold.append(("instance-started", {"instance": i, "attempt": inst.attempts}))

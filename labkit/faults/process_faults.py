@@ -281,4 +281,4 @@ class Replace(Fault):
                        **{k: old[k] for k in self.keep if k in old}}
         self.successor = run.workers.replace(self.instance, **changes)
         run.fired(self, f"instance {self.successor} starts with instance {self.instance}'s "
-                        "transactional.id")
+                        "transactional.id", fenced=self.fenced, successor=self.successor)

@@ -52,7 +52,7 @@ class PoolRun:
              detail: str = "") -> None:
         step(what, waiting_for)
 
-    def fired(self, fault: Fault, what: str) -> None:
+    def fired(self, fault: Fault, what: str, **fields: Any) -> None:
         self.fired_faults.append(what)
         step(what)
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from labkit.checking import history
 from labkit.faults.faultspec import api_key_of, parse_fault_spec
 from labkit.faults.nemesis import Fault, Run, Says, Trigger, Until
 from labkit.faults.proxy import FaultProxy
@@ -53,8 +54,9 @@ class Arm(Fault):
 class ProxyFault(Fault):
     """``spec`` (a ``labkit.faults.faultspec`` form; several as a tuple or joined by "+";
     None: the proxy only) armed from the start, or when ``trigger`` fires; each exchange
-    handed to ``trace``, kept in ``exchanges`` (``keep=True``) and, with ``trace_file``,
-    written there as a JSON line (``trace_apis``: only those APIs' exchanges). ``only_if(run)``:
+    handed to ``trace``, kept in ``exchanges`` (``keep=True``), with ``trace_file``
+    written there as a JSON line, and with ``to_history`` appended to the run's history as a
+    ``wire`` entry, for its checkers (``trace_apis``: only those APIs' exchanges). ``only_if(run)``:
     whether the run needs the proxy at all (a plaintext app in front of a cluster that wants
     TLS or credentials). ``kill:<api>:N`` SIGKILLs the run's supervised instance that sent
     that request (``run.workers``)."""
@@ -62,13 +64,14 @@ class ProxyFault(Fault):
     def __init__(self, spec: str | Sequence[str] | None = None, trigger: Trigger | None = None,
                  trace: Callable[[dict], None] | None = None, trace_file: str | None = None,
                  keep: bool = False, only_if: Callable[[Run], bool] | None = None,
-                 trace_apis: set[str] | None = None):
+                 trace_apis: set[str] | None = None, to_history: bool = False):
         given = () if spec is None else spec.split("+") if isinstance(spec, str) else spec
         self.specs = tuple(given)
         for one in self.specs:
             parse_fault_spec(one)  # a bad form is refused here, listing the valid ones
         self.spec = ", ".join(self.specs) or None
-        self.trace, self.trace_file = trace, trace_file
+        self.trace, self.trace_file, self.to_history = trace, trace_file, to_history
+        self._history: str | None = None
         self.trace_apis = trace_apis  # only these APIs' exchanges (None: all)
         self._out = None
         self.exchanges: list[dict] | None = [] if keep else None
@@ -84,6 +87,8 @@ class ProxyFault(Fault):
             return
         if self.trace_file is not None:
             self._out = open(self.trace_file, "w", encoding="utf-8")
+        if self.to_history:
+            self._history = str(run.history_file)
         self.proxy = FaultProxy(run.bootstrap, trace=self._record, trace_apis=self.trace_apis,
                                 killer=lambda port, api: self._kill(run, port, api))
         if self.from_start:
@@ -114,6 +119,8 @@ class ProxyFault(Fault):
             self.trace(exchange)
         if self._out is not None:
             self._out.write(json.dumps(exchange) + "\n")
+        if self._history is not None:  # the exchange's own time, not the append's
+            history.append(self._history, "wire", **exchange)
 
     def teardown(self, run: Run) -> None:
         self.proxy = stop_proxy(self.proxy, run)
