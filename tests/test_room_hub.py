@@ -243,9 +243,15 @@ def learner_servers(home: Path) -> dict[str, psutil.Process]:
 
 
 def _pg_refusal(dsn: str, other: str) -> str:
-    """What the server answers one learner's role reading another's schema."""
+    """What the server answers one learner's role reading another's schema (after making a
+    lesson's per-run schema as that role, as the database lessons do)."""
     import psycopg
 
+    from labkit.storage import postgres
+
+    run = postgres.fresh_schema("learner01_a_run", dsn)
+    with psycopg.connect(run, autocommit=True, connect_timeout=20) as conn:
+        conn.execute("CREATE TABLE payments (id int)")
     with psycopg.connect(dsn, autocommit=True, connect_timeout=20) as conn:
         own = conn.execute("SELECT who FROM mine").fetchall()
         try:

@@ -133,6 +133,7 @@ public final class Lab {
     /** The loop as main() runs it: SIGTERM asks it to stop (it gets LEAVE_GRACE_S to close);
      *  what it raises is written to the run's history with its class, then exit 1. */
     public static void run(Loop loop) {
+        endWithSupervisor();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             stopping = true;
             try {
@@ -150,6 +151,25 @@ public final class Lab {
             System.err.flush();
             Runtime.getRuntime().halt(1);  // exit() would wait for the shutdown hook
         }
+    }
+
+    /** A loop never outlives the process that supervises it (labkit.faults.runner's
+     *  rule): started from a supervisor's thread it gets no death signal, so once it is
+     *  re-parented (that process died) it ends itself, as a SIGKILL would end it. */
+    private static void endWithSupervisor() {
+        long parent = ProcessHandle.current().parent().map(ProcessHandle::pid).orElse(-1L);
+        Thread watch = new Thread(() -> {
+            while (ProcessHandle.current().parent().map(ProcessHandle::pid).orElse(-1L) == parent) {
+                try {
+                    Thread.sleep(500);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+            Runtime.getRuntime().halt(1);  // nobody is left to read it: no clean-up
+        }, "labkit-supervisor-watch");
+        watch.setDaemon(true);
+        watch.start();
     }
 
     /** What the loop raised, as labkit.faults.runner.error_class writes a Python one's: the

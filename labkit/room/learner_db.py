@@ -10,13 +10,16 @@ What the server enforces: a schema's tables are its owner's; another learner's r
 another's schemas (not the owner). What it does not: the catalog (``pg_class``,
 ``information_schema``) lists every schema's and table's *names* to every role, as
 PostgreSQL does for everyone; and the room's roles share one database, its connections
-and its disk. Logical replication (05d's Debezium connector) needs the REPLICATION
+and its disk; and since every learner's kernel runs as the instructor's one system user, it
+can read the lab's ``postgres.json`` (the superuser's password) as it can read the other
+learners' homes (``labkit.room.hubconfig``). Logical replication (05d's Debezium connector) needs the REPLICATION
 attribute, which would let a role read the whole server's WAL: learners' roles do not get
 it, so 05d's outbox run is refused by the server in a room (docs/room.md).
 """
 from __future__ import annotations
 
 import secrets
+import threading
 from pathlib import Path
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -24,6 +27,9 @@ from labkit.storage import postgres
 from labkit.storage.db import Database, identifier
 
 PASSWORD_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
+# Learners spawned at once: two GRANTs on one database at the same moment fail with "tuple
+# concurrently updated" (both rewrite its ACL), so the hub's spawns make roles one by one.
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def admin_dsn(lab_home_dir: str | None, external: str | None = None) -> str | None:
@@ -40,7 +46,7 @@ def learner_dsn(admin: str, name: str) -> str:
     new password; the DSN its server gets, whose unqualified names mean its schema."""
     role = identifier(name)  # learnerNN: also safe to splice as SQL
     password = "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(20))
-    with Database(admin) as db:
+    with _ONE_AT_A_TIME, Database(admin) as db:
         if not db.query("SELECT 1 FROM pg_roles WHERE rolname = ?", (role,)):
             db.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
                        "NOREPLICATION")
@@ -49,7 +55,8 @@ def learner_dsn(admin: str, name: str) -> str:
         db.execute(f"CREATE SCHEMA IF NOT EXISTS {role} AUTHORIZATION {role}")
         database = urlsplit(admin).path.lstrip("/") or "postgres"
         # lessons make a schema per run (postgres.fresh_schema) beside the learner's own
-        db.execute(f"GRANT CREATE ON DATABASE {identifier(database)} TO {role}")
+        if not db.query("SELECT has_database_privilege(?, ?, 'CREATE')", (role, database))[0][0]:
+            db.execute(f"GRANT CREATE ON DATABASE {identifier(database)} TO {role}")
     url = urlsplit(admin)
     host = url.hostname or "127.0.0.1"
     netloc = f"{role}:{password}@{host}" + (f":{url.port}" if url.port else "")
