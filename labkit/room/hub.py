@@ -106,9 +106,11 @@ def proxy_command() -> Path:
 
 
 def check_jupyterhub() -> None:
-    if importlib.util.find_spec("jupyterhub") is None:
-        raise LabkitSetupError("JupyterHub is not installed in this environment: `make setup` "
-                               "installs it (or pip install -e '.[room]')")
+    for module, name in (("jupyterhub", "JupyterHub"),
+                         ("jupyterhub_idle_culler", "jupyterhub-idle-culler")):
+        if importlib.util.find_spec(module) is None:
+            raise LabkitSetupError(f"{name} is not installed in this environment: `make setup` "
+                                   "installs it (or pip install -e '.[room]')")
 
 
 def passwords(hub_dir: Path, names: list[str]) -> dict[str, str]:
