@@ -365,3 +365,14 @@ def test_down_leaves_nothing(room) -> None:
     assert not left, f"`labkit down` left the room's processes running: {_short(left)}"
     # the learners' work stays for the next start of the room
     assert (room["homes"] / LEARNERS[0] / "check.ipynb").is_file()
+
+
+def test_bad_limits_get_a_clear_message(tmp_path: Path) -> None:
+    """`labkit room serve` refuses limits it cannot apply before it starts anything."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
+    env["LABKIT_HOME"] = str(tmp_path / "lab")
+    memory = _labkit(env, "room", "serve", "--mem-limit", "4X", timeout=60)
+    assert memory.returncode != 0 and "give bytes with K, M or G" in memory.stderr, memory
+    idle = _labkit(env, "room", "serve", "--cull-idle", "10", timeout=60)
+    assert idle.returncode != 0 and "--cull-idle must be 60 s or more" in idle.stderr, idle
+    assert not room_processes(tmp_path / "lab")  # nothing was started
