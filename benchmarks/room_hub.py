@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -167,6 +168,7 @@ def main() -> int:
     finally:
         sampler.stop.set()
         subprocess.run([*cli, "down"], env=env, cwd=ROOT, capture_output=True, timeout=180)
+        shutil.rmtree(home.parent, ignore_errors=True)  # its learners' homes: nothing to keep
     busy = [s for s in sampler.samples if s not in idle]
     record = {
         "learners": args.learners, "notebook": args.notebook, "cores": psutil.cpu_count(),
