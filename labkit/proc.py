@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -55,24 +56,68 @@ def die_with_owner() -> Callable[[], None] | None:
     The kernel sends PR_SET_PDEATHSIG when the *thread* that forked the child ends, so it
     is only armed from the main thread: a child started in a background thread (a
     dashboard's experiment, a spare Spark worker) would otherwise be killed as soon as that
-    thread finished. Such children are still stopped by their owner's cleanup and atexit."""
+    thread finished. ``spawn`` forks such children from a thread that lives as long as
+    this process instead (``_Forker``), so they die with it too."""
     return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
+class _Forker:
+    """One thread, alive as long as this process, that forks the owned children other
+    threads start: their death signal then comes when this process ends, however it ends
+    (a notebook's kernel SIGKILLed while a nemesis thread had restarted a broker left that
+    broker running before)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def fork(self, start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        with self._lock:  # a forked copy of this process has the object but not the thread
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="labkit-forker",
+                                                daemon=True)
+                self._thread.start()
+        done, outcome = threading.Event(), {}
+        self._calls.put((start, outcome, done))
+        done.wait()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["child"]
+
+    def _serve(self) -> None:
+        while True:
+            start, outcome, done = self._calls.get()
+            try:
+                outcome["child"] = start()
+            except BaseException as exc:  # handed back to the thread that asked
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+
+_FORKER = _Forker()
 
 
 def spawn(cmd: Sequence[str], *, owned: bool = True, group: bool = False,
           as_user: tuple[int, int] | None = None, **popen_kwargs) -> subprocess.Popen:
     """``subprocess.Popen(cmd, **popen_kwargs)`` for a long-lived child.
 
-    ``owned``: it gets SIGKILL when this process dies (see ``die_with_owner``); False for a
-    child meant to outlive us (a detached lab). ``group``: it leads a session (and process
-    group) of its own, so Ctrl-C in a terminal or notebook does not reach it and
-    ``stop(..., group=True)`` reaches whatever it starts. ``as_user``: (uid, gid) it runs as,
-    no other groups (root starting a server that refuses root); it still dies with us: the
+    ``owned``: it gets SIGKILL when this process dies, also when started from a thread
+    that ends before it (``_Forker``); False for a child meant to outlive us (a detached
+    lab). ``group``: it leads a session (and process group) of its own, so Ctrl-C in a
+    terminal or notebook does not reach it and ``stop(..., group=True)`` reaches whatever
+    it starts. ``as_user``: (uid, gid) it runs as, no other groups (root starting a server that refuses root); it still dies with us: the
     death signal is armed after the user is changed, which would otherwise clear it."""
     if as_user is not None:
         popen_kwargs.update(user=as_user[0], group=as_user[1], extra_groups=[])
-    return subprocess.Popen(list(cmd), start_new_session=group,
-                            preexec_fn=die_with_owner() if owned else None, **popen_kwargs)
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(list(cmd), start_new_session=group,
+                                preexec_fn=_die_with_parent if owned else None, **popen_kwargs)
+    if owned and threading.current_thread() is not threading.main_thread():
+        return _FORKER.fork(start)
+    return start()
 
 
 # --------------------------------------------------------------------------- identity

@@ -178,3 +178,27 @@ def test_a_child_started_from_a_background_thread_outlives_that_thread():
         procs[0].kill()
         procs[0].wait()
     assert die_with_owner() is not None  # from the main thread it is armed
+
+
+def test_a_child_spawned_from_a_thread_that_ended_dies_with_its_owner(tmp_path):
+    """A broker a nemesis thread restarted, a worker a pool thread started: when their
+    owner dies however it dies (SIGKILL: no clean-up, no atexit), they die too."""
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import sys, threading, time\n"
+        "from labkit import proc\n"
+        "out = []\n"
+        "t = threading.Thread(target=lambda: out.append(proc.spawn([sys.executable, '-c', "
+        "'import time; time.sleep(60)'])))\n"
+        "t.start(); t.join()\n"
+        "print(out[0].pid, flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(owner.stdout.readline())
+        import time
+        time.sleep(0.5)
+        assert pid_alive(child)  # its starting thread ended: it lives on with its owner
+    finally:
+        owner.kill()
+        owner.wait()
+    from labkit.progress import wait_until
+    wait_until(lambda: not pid_alive(child), "the child's death with its owner", 5)
