@@ -1,11 +1,12 @@
 """The room served by JupyterHub, measured with browser learners (issue 52; run by hand).
 
     .venv/bin/python benchmarks/room_hub.py --learners 3 --notebook 01_at_most_once --out /tmp/hub3.json
+    .venv/bin/python benchmarks/room_hub.py --learners 3 --notebook CORE     # 00-07, the capstone
 
 Starts ``labkit room serve`` for N learners in a lab home of its own (never the lab's or
 another room's; ``labkit down`` on every way out), then N headless Chromium learners at once
 (Playwright, as tests/test_room_hub.py drives them): each logs in, waits for its JupyterLab,
-opens its copy of the notebook and runs all its cells (JupyterLab's Run > Run All Cells),
+opens its copy of each notebook in turn and runs all its cells (Run > Run All Cells),
 until no cell is queued or running. Recorded per learner: login to JupyterLab (the spawn),
 the notebook's run, its cells' tracebacks. Sampled every second with psutil: CPU
 (% of one core) and resident memory of the hub's own processes (hub, proxy, board, culler),
@@ -40,6 +41,9 @@ from tests.test_room_hub import login  # noqa: E402
 
 HUB_PARTS = ("jupyterhub -f", "configurable-http-proxy", "board_service", "idle_culler")
 QUIET_S = 3.0  # no cell queued or running for this long: the run is over
+CORE = ["00_tour", "01_at_most_once", "02_at_least_once", "03_idempotent_producer",
+        "04_transactions", "05_consume_transform_produce", "06_zombies",
+        "07_stateful_exactly_once", "10_capstone"]
 
 
 def kind(cmd: str) -> str:
@@ -75,7 +79,39 @@ class Sampler(threading.Thread):
             self.samples.append(row)
 
 
-async def learner(browser, url: str, name: str, password: str, notebook: str) -> dict:
+async def run_notebook(page, url: str, name: str, notebook: str) -> tuple[float, int]:
+    """All cells of ``notebook`` run in the learner's JupyterLab: seconds and tracebacks."""
+    # ?reset: a workspace with this notebook alone (no tab of the one before restored), so
+    # Run All Cells and the prompts watched below are this notebook's
+    await page.goto(f"{url}/user/{name}/lab/tree/notebooks/{notebook}.ipynb?reset")
+    await page.wait_for_function("() => document.querySelectorAll('.jp-Notebook').length === 1",
+                                 timeout=60_000)
+    await page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle")).first.wait_for(
+        timeout=180_000)
+    opened = time.monotonic()
+    await page.get_by_role("menuitem", name="Run", exact=True).click()
+    await page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    busy = ("() => [...document.querySelectorAll('.jp-InputPrompt')]"
+            ".some(p => p.textContent.includes('*'))")
+    await page.wait_for_function(busy, timeout=60_000)
+    quiet_since = None
+    while True:  # over once nothing is queued or running for QUIET_S
+        if await page.evaluate(busy):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= QUIET_S:
+            break
+        await asyncio.sleep(0.5)
+    # a traceback (the notebook's stored outputs have none: any is this run's)
+    errors = await page.locator(
+        ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").count()
+    return quiet_since - opened, errors
+
+
+async def learner(browser, url: str, name: str, password: str, notebooks: list[str]) -> dict:
+    """One learner: logs in, then runs the notebooks one after the other, as a learner goes
+    through a track (each one's kernel left running, as learners leave them)."""
     context = await browser.new_context(viewport={"width": 1200, "height": 900})
     page = await context.new_page()
     began = time.monotonic()
@@ -83,29 +119,11 @@ async def learner(browser, url: str, name: str, password: str, notebook: str) ->
         await login(page, url, name, password)
         await page.wait_for_url(re.compile(f".*/user/{name}/lab.*"), timeout=180_000)
         spawned = time.monotonic()
-        await page.goto(f"{url}/user/{name}/lab/tree/notebooks/{notebook}.ipynb")
-        await page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle")).first.wait_for(
-            timeout=180_000)
-        opened = time.monotonic()
-        await page.get_by_role("menuitem", name="Run", exact=True).click()
-        await page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-        busy = ("() => [...document.querySelectorAll('.jp-InputPrompt')]"
-                ".some(p => p.textContent.includes('*'))")
-        await page.wait_for_function(busy, timeout=60_000)
-        quiet_since = None
-        while True:  # over once nothing is queued or running for QUIET_S
-            if await page.evaluate(busy):
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= QUIET_S:
-                break
-            await asyncio.sleep(0.5)
-        ran = quiet_since - opened
-        # a traceback (the notebook's stored outputs have none: any is this run's)
-        errors = await page.locator(
-            ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").count()
-        return {"learner": name, "spawn_s": round(spawned - began, 1), "run_s": round(ran, 1),
+        runs, errors = {}, {}
+        for notebook in notebooks:
+            seconds, errors[notebook] = await run_notebook(page, url, name, notebook)
+            runs[notebook] = round(seconds, 1)
+        return {"learner": name, "spawn_s": round(spawned - began, 1), "runs": runs,
                 "errors": errors}
     except Exception as exc:  # recorded, not raised: one learner's failure is a finding
         await page.screenshot(path=str(Path(tempfile.gettempdir()) / f"room-hub-{name}.png"))
@@ -114,12 +132,12 @@ async def learner(browser, url: str, name: str, password: str, notebook: str) ->
         await context.close()
 
 
-async def learners(url: str, passwords: dict[str, str], notebook: str) -> list[dict]:
+async def learners(url: str, passwords: dict[str, str], notebooks: list[str]) -> list[dict]:
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
                                            headless=True)
         try:
-            return list(await asyncio.gather(*(learner(browser, url, n, p, notebook)
+            return list(await asyncio.gather(*(learner(browser, url, n, p, notebooks)
                                                for n, p in passwords.items())))
         finally:
             await browser.close()
@@ -137,7 +155,9 @@ def summary(values: list[float]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--learners", type=int, default=3)
-    parser.add_argument("--notebook", default="01_at_most_once")
+    parser.add_argument("--notebook", default="01_at_most_once",
+                        help="one notebook, or several comma-separated, run in that order "
+                             "(the Core track and the capstone: CORE)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="room-hub-bench-")) / "lab"
@@ -163,7 +183,8 @@ def main() -> int:
         time.sleep(3)  # the hub alone, before anyone logs in
         idle = list(sampler.samples)
         began = time.monotonic()
-        results = asyncio.run(learners(f"http://127.0.0.1:{port}", passwords, args.notebook))
+        notebooks = CORE if args.notebook == "CORE" else args.notebook.split(",")
+        results = asyncio.run(learners(f"http://127.0.0.1:{port}", passwords, notebooks))
         wall = time.monotonic() - began
     finally:
         sampler.stop.set()
@@ -175,7 +196,8 @@ def main() -> int:
         "memory_gib": round(psutil.virtual_memory().total / 2 ** 30, 1),
         "serve_s": round(serve_s, 1), "wall_s": round(wall, 1), "results": results,
         "spawn_s": summary([r["spawn_s"] for r in results if "spawn_s" in r]),
-        "run_s": summary([r["run_s"] for r in results if "run_s" in r]),
+        "run_s": {nb: summary([r["runs"][nb] for r in results if nb in r.get("runs", {})])
+                  for nb in notebooks},
         "hub_idle": {k: round(statistics.mean(s.get(k, 0) for s in idle), 1)
                      for k in ("hub_cpu", "hub_rss_mb")} if idle else {},
         "peak": {k: round(max((s.get(k, 0) for s in busy), default=0), 1)
