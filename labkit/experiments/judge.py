@@ -205,11 +205,14 @@ def _close_hanging(run) -> str | None:
     delivered, never a wait as a loss."""
     hanging = _open_transactions(run)
     began = time.monotonic()
-    while hanging and time.monotonic() < min(began + HANG_AT_MOST_S, max(
-            [began + HANG_GRACE_S] + [_started(run, t) + HANG_GRACE_S for t in hanging])):
-        time.sleep(0.5)  # open throughout, not at one instant: an instance still alive (a
-        hanging = {t: s for t, s in _open_transactions(run).items()  # zombie) may end it
-                   if t in hanging}
+    # open throughout, not at one instant, for those an instance may still end (alive, a
+    # zombie; or to be started again: its init_transactions() aborts it); one that no
+    # instance holds any more (it left, it was replaced; a loop's fresh id) waits for nothing
+    while (waiting := [t for t in hanging if _may_end(run, t)]) and time.monotonic() < min(
+            began + HANG_AT_MOST_S,
+            max(began + HANG_GRACE_S, *(_started(run, t) + HANG_GRACE_S for t in waiting))):
+        time.sleep(0.5)
+        hanging = {t: s for t, s in _open_transactions(run).items() if t in hanging}
     stranded = _stranded(run, hanging)
     # what the findings read (``hanging-transaction``): the history, not this run's state
     history.append(run.history_file, "open-transactions", hanging=sorted(set(hanging) - stranded),
@@ -254,6 +257,15 @@ def _stranded(run, open_since: dict[str, int | None]) -> set[str]:
         if since_ms / 1000 < max(last_start.get(str(i), 0.0) for i in ids):
             stranded.add(transactional_id)
     return stranded
+
+
+def _may_end(run, transactional_id: str) -> bool:
+    """Whether an instance given ``transactional_id`` runs, or is still supervised (started
+    again if it died): its next transactional call ends what the id left open."""
+    pool = run.clients.pool
+    return any(instance.kwargs.get("transactional_id") == transactional_id
+               and (pool.running(i) or not (instance.gone or instance.finished))
+               for i, instance in enumerate(pool.instances))
 
 
 def _started(run, transactional_id: str) -> float:
