@@ -33,6 +33,9 @@ def test_a_body_without_progress_is_stopped_with_its_last_step_named():
     assert stopped == ["brokers"]
     assert stalled.value.last_step == "batch 1: committed"
     assert "waiting for batch 2: send_offsets_to_transaction()" in str(stalled.value)
+    # where its code stood: the line it blocked on, the evidence a stall report needs
+    assert "release.wait(30)" in stalled.value.stood_in, stalled.value.stood_in
+    assert "in body" in str(stalled.value)
 
 
 def test_a_body_that_keeps_making_progress_is_left_to_finish():

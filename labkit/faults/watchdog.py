@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextvars
 import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -31,15 +33,17 @@ class ExperimentStalled(RuntimeError):
     """An experiment made no progress for its ``stall_s``; its processes were stopped."""
 
     def __init__(self, experiment: str, stall_s: float, last_step: str, last_step_s: float,
-                 waiting_for: str, stopped: str):
+                 waiting_for: str, stopped: str, stood_in: str = ""):
         self.experiment, self.stall_s = experiment, stall_s
         self.last_step, self.last_step_s, self.waiting_for = last_step, last_step_s, waiting_for
+        self.stood_in = stood_in  # where the experiment's own thread was, innermost last
         super().__init__(
             f"{experiment} made no progress for {stall_s:.0f} s, so it was stopped "
             f"({stopped}). Last step, at {last_step_s:.1f} s: {last_step}. It was waiting for "
             f"{waiting_for}. One known cause: a client call that blocks past its own timeout "
             "after a broker left the cluster (librdkafka issues 5511 and 5456). Run the "
-            "experiment again; if it stalls at the same step, report it with this message.")
+            "experiment again; if it stalls at the same step, report it with this message."
+            + (f" Its code stood in:\n{stood_in}" if stood_in else ""))
 
 
 class Watchdog:
@@ -94,9 +98,19 @@ class Watchdog:
             if self.stalled_for() > self.stall_s:
                 with self._lock:
                     at, step, waiting_for = self._last
+                stood_in = _stack_of(worker)  # before on_stall: the call it blocked in
                 on_stall()
                 raise ExperimentStalled(self.experiment, self.stall_s, step,
-                                        at - self._started, waiting_for, stopped)
+                                        at - self._started, waiting_for, stopped, stood_in)
+
+
+def _stack_of(thread: threading.Thread, frames: int = 4) -> str:
+    """The innermost ``frames`` lines of ``thread``'s Python stack (a client call blocked in
+    librdkafka shows as the Python line that made it)."""
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None:
+        return ""
+    return "".join(traceback.format_stack(frame)[-frames:]).rstrip()
 
 
 def watched(experiment: str, stall_s: float, body: Callable[[], T],
