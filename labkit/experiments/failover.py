@@ -48,7 +48,8 @@ from labkit.faults.broker_faults import (FreezeBroker, KillBroker, RestartBroker
                                          WholeLab)
 from labkit.faults.nemesis import Nemesis, on
 from labkit.kafka.brokerconfig import FAILURE_LAB_PROPERTIES
-from labkit.kafka.inspect import InspectError, Inspector, ReplicaMoment, ReplicaState
+from labkit.kafka.inspect import (InspectError, Inspector, ReplicaMoment, ReplicaState,
+                                  UnknownTopicError)
 from labkit.kafka.localcluster import LocalCluster
 from labkit.pipelines import data
 from labkit.pipelines.delivery_reports import write_payments
@@ -244,10 +245,18 @@ def replica_state(lab: LocalCluster, topic: str, at: int, timeout_s: float = 5) 
 
 
 def wait_until_replicated(lab: LocalCluster, topic: str, records: int) -> None:
-    """Until the high watermark reaches ``records``: every in-sync replica has them."""
+    """Until the high watermark reaches ``records``: every in-sync replica has them. A
+    broker an earlier run restarted may not know the run's new topic yet (its metadata
+    still catching up: UNKNOWN_TOPIC_OR_PARTITION, seen in a fresh clone's suite): not yet,
+    not an error."""
     with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
-        wait_until(lambda: inspector.offsets(topic)[0].high_watermark >= records,
-              "the followers to copy the first records", 30)
+        def high_watermark() -> int:
+            try:
+                return inspector.offsets(topic)[0].high_watermark
+            except UnknownTopicError:
+                return -1
+        wait_until(lambda: high_watermark() >= records,
+                   "the followers to copy the first records", 30)
 
 
 def _leader_seen_by(lab: LocalCluster, topic: str, broker: int) -> int | None:
