@@ -38,7 +38,6 @@ import time
 from confluent_kafka import KafkaException, Producer
 
 from labkit.checking import history
-from labkit.checking.checkers import Result
 from labkit.checking.checks import TopicAudit
 from labkit.checking.record import Presentation
 from labkit.experiments import options as common
@@ -157,12 +156,6 @@ def _nemesis(o) -> Nemesis:
         name=PHASES[o.phase]))
 
 
-def behaviour(run) -> list[Result]:
-    """What production would see besides the data (``judge_findings``): the audit's verdict
-    stays the data's; a judge fails a loop on these too."""
-    return findings.behaviour(findings.events(run))
-
-
 def _checkers(o) -> list:
     crash_at = ",".join(points(getattr(o, "crash_at", None))) or None
     return [TopicAudit(NAME, "exactly_once", crash_at, getattr(o, "fault", None) or
@@ -171,10 +164,10 @@ def _checkers(o) -> list:
             findings.aborted_input_read(o.isolation)]
 
 
-def _errors(run) -> list[dict]:
+def _errors(events: list[dict]) -> list[dict]:
     """What each instance that exited with an error raised, and its class."""
     found = []
-    for e in findings.raised(findings.events(run)):
+    for e in findings.raised(events):
         kind = ("fatal" if e.get("fatal") else "abortable" if e.get("abortable") else
                 "retriable" if e.get("retriable") else "not retriable") if "code" in e else ""
         what = f"{e['code']} ({kind})" if kind else e["error"]
@@ -185,13 +178,14 @@ def _errors(run) -> list[dict]:
 
 def _facts(run) -> dict:
     app: AppClients = run.clients
-    return {"errors": _errors(run),
+    events = findings.events(run)  # the history, read once for both
+    return {"errors": _errors(events),
             "faults_fired": [f.what for f in run.fired_faults],
             "waited": app.waited, "stalls": app.stalls, "notes": app.notes,
             "restarts": app.pool.result.attempts - len(app.pool.instances),
             "seconds": app.seconds, "fault_stats": run.facts.get("fault_stats"),
             "crashed": app.pool.result.crashed_at,
-            "findings": {r.name: r.examples for r in behaviour(run)}}
+            "findings": {r.name: r.examples for r in findings.behaviour(events)}}
 
 
 def _close_hanging(run) -> str | None:
@@ -263,16 +257,20 @@ def _may_end(run, transactional_id: str) -> bool:
     """Whether an instance given ``transactional_id`` runs, or is still supervised (started
     again if it died): its next transactional call ends what the id left open."""
     pool = run.clients.pool
-    return any(instance.kwargs.get("transactional_id") == transactional_id
-               and (pool.running(i) or not (instance.gone or instance.finished))
-               for i, instance in enumerate(pool.instances))
+    return any(pool.running(i) or not (pool.instances[i].gone or pool.instances[i].finished)
+               for i in _given(pool, transactional_id))
 
 
 def _started(run, transactional_id: str) -> float:
     """When the latest running instance given ``transactional_id`` started (0: none runs)."""
     pool = run.clients.pool
-    return max([pool.started_at(i) or 0.0 for i, instance in enumerate(pool.instances)
-                if instance.kwargs.get("transactional_id") == transactional_id] or [0.0])
+    return max([pool.started_at(i) or 0.0 for i in _given(pool, transactional_id)] or [0.0])
+
+
+def _given(pool, transactional_id: str) -> list[int]:
+    """The instances whose settings give them ``transactional_id``."""
+    return [i for i, instance in enumerate(pool.instances)
+            if instance.kwargs.get("transactional_id") == transactional_id]
 
 
 def _init(producer: Producer, within_s: float = 60.0) -> None:
