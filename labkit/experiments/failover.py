@@ -125,7 +125,7 @@ def fail_the_leader(run, client: AcknowledgingProducer) -> None:
                           "so far", replica_state(lab, topic, LEADER))
             run.event("sent")  # the leader is killed, the followers thawed
             run.facts["frozen_s"] = round(time.monotonic() - frozen_at, 1)
-            new = _wait_for_new_leader(lab, topic)
+            new = _wait_for_new_leader(lab, topic, unclean=run.o.unclean)
             if new.leader is None:
                 step("leader killed: no replica may lead", new)
                 run.event("offline")  # the old leader is started again
@@ -266,16 +266,22 @@ def _leader_seen_by(lab: LocalCluster, topic: str, broker: int) -> int | None:
         return None
 
 
-def _wait_for_new_leader(lab: LocalCluster, topic: str) -> ReplicaState:
+def _wait_for_new_leader(lab: LocalCluster, topic: str, unclean: bool) -> ReplicaState:
     """The partition once the controller has acted on the leader's death, as a follower
-    sees it: led by another replica, or by none (``leader`` None: offline)."""
+    sees it: led by another replica, or by none (``leader`` None: offline).
+
+    With unclean election on, "none" is not the outcome yet. The thawed followers were
+    fenced while frozen; the controller elects one of them, out of sync, as soon as it is
+    unfenced (its first heartbeats after the thaw; ReplicationControlManager's
+    handleBrokerUnfenced). A CI run that took the first "none" for the outcome restarted
+    the old leader, which then lost that race and cut its log back to the follower's."""
     found: list[ReplicaState] = []
 
     def decided() -> bool:
         for b in FOLLOWERS:
             with contextlib.suppress(OSError):  # a thawed broker may still be catching up
                 state = replica_state(lab, topic, b)
-                if state.leader != LEADER:
+                if state.leader != LEADER and not (unclean and state.leader is None):
                     found.append(state)
                     return True
         return False
