@@ -240,6 +240,20 @@ def test_a_lost_ack_is_deduplicated_by_the_idempotent_producer(bootstrap: str, t
     assert collections.Counter(read_log(bootstrap, topic_name)) == {f"id-{i}": 1 for i in range(6)}
 
 
+def test_a_forged_error_is_traced_as_the_client_read_it(bootstrap: str, topic_name: str) -> None:
+    """The trace (a run's history) says what the client was told: the proxy's error, marked
+    as the proxy's, not the broker's success it replaced."""
+    topics.create(bootstrap, topic_name)
+    traced: list[dict] = []
+    with FaultProxy(bootstrap, "error:produce:2:NOT_ENOUGH_REPLICAS", trace=traced.append,
+                    trace_apis={"Produce"}) as proxy:
+        reports = produce_one_by_one(proxy.bootstrap, topic_name, 3, **{"enable.idempotence": True})
+    assert [err for _, err, _ in reports] == [None] * 3  # a retriable error: retried, written
+    produces = [e for e in traced if e["api"] == "Produce"]
+    assert [(e["error"], e.get("forged", False)) for e in produces] == [
+        (None, False), ("NOT_ENOUGH_REPLICAS", True), (None, False), (None, False)], produces
+
+
 def test_reset_cuts_the_connection_before_the_broker_sees_the_request(
         bootstrap: str, topic_name: str) -> None:
     topics.create(bootstrap, topic_name)

@@ -385,18 +385,19 @@ class FaultProxy:
             info, action, request, sent = link.pending.popleft()
             with self._lock:
                 self._bytes["response_bytes"][api_name(info.api_key)] += len(payload) + 4
-            if request is not None:
-                self._record(request, payload, sent, dropped=action == "drop")
             if info.correlation_id != correlation_id:
                 raise protocol.ProtocolError(
                     f"response for correlation id {correlation_id} where {info.correlation_id} "
                     f"({API_NAMES.get(info.api_key)}) was expected: the broker answers in order")
+            forged = action is not None and action.startswith("error:")
+            if forged:  # recorded as the client reads it: the history says what it was told
+                payload = with_error(payload, info, action.removeprefix("error:"))
+                self._count("responses_errored")
+            if request is not None:
+                self._record(request, payload, sent, dropped=action == "drop", forged=forged)
             if action == "drop":
                 self._count("responses_dropped")
                 return  # closing the link: the client never hears
-            if action is not None and action.startswith("error:"):
-                payload = with_error(payload, info, action.removeprefix("error:"))
-                self._count("responses_errored")
             if address_fields(info.api_key, info.api_version):
                 payload = await self._rewrite(payload, info)
             write_frame(link.client, payload)
@@ -418,11 +419,14 @@ class FaultProxy:
     def _traces(self, api_key: int) -> bool:
         return self._trace is not None and (self._traced is None or api_key in self._traced)
 
-    def _record(self, request: bytes, response: bytes | None, sent: float, dropped: bool) -> None:
+    def _record(self, request: bytes, response: bytes | None, sent: float, dropped: bool,
+                forged: bool = False) -> None:
         entry = exchanges.describe_exchange(request, response)
         entry.update(ms=round((time.time() - sent) * 1000, 2), t=round(sent, 4))
         if dropped:
             entry["dropped"] = True
+        if forged:  # the error is the proxy's, not the broker's
+            entry["forged"] = True
         try:
             self._trace(entry)
         except Exception as exc:  # a broken recorder must not break the client's traffic
