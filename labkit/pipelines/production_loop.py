@@ -25,9 +25,11 @@ What makes it hold beyond one partition and one instance:
   its partitions until its ``transaction.timeout.ms``;
 - the settings that decide whether it survives are written down: static membership (a
   restarted instance takes its partitions back at once), a session short enough that a
-  dead member's partitions move on in seconds, the transaction timeout, and librdkafka's
-  idle-connection workaround for ``send_offsets_to_transaction`` blocking past its timeout
-  (librdkafka #5456, #5511).
+  dead member's partitions move on in seconds, the transaction timeout, and two librdkafka
+  workarounds for ``send_offsets_to_transaction`` blocking past its timeout (librdkafka
+  #5456, #5511): idle connections closed, so a broker change ends the wait; and no
+  re-bootstrap, which on losing its last broker connection (one broker, one dropped ack)
+  discards the broker the wait is for.
 
 It runs until it is stopped, as a streaming service does.
 """
@@ -73,7 +75,8 @@ def fee_service(
     producer = Producer(client_config({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
         "transaction.timeout.ms": 60000,  # (2)
-        "connections.max.idle.ms": 5000}))  # (3)
+        "connections.max.idle.ms": 5000,  # (3)
+        "metadata.recovery.strategy": "none"}))  # (4)
     producer.init_transactions(30)  # fences an older instance and aborts what it left open
     stopping = []  # SIGTERM: finish the batch, then stop
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
