@@ -25,10 +25,16 @@ def test_an_at_least_once_loop_is_crashed_as_it_commits_whatever_its_points(boot
     assert "commit together" in verdict.message, verdict
 
 
-def test_a_loop_sending_last_plus_one_per_batch_partition_passes(bootstrap):
-    verdict = capstone.check_capstone(loops.last_plus_one, "read_committed",
-                                      bootstrap=bootstrap)
+def test_a_loop_sending_last_plus_one_per_batch_partition_passes(bootstrap, monkeypatch):
+    """Judged as the notebook judges it: the table on the lab's address, then the verdict
+    given the table alone, which takes up production's runs started with the points (a
+    verdict that started them again took the points' time longer)."""
+    results = capstone.run_capstone(loops.last_plus_one, "read_committed", bootstrap)
+    started_again = []
+    monkeypatch.setattr(capstone, "apart", lambda *a, **o: started_again.append(o))
+    verdict = capstone.check_capstone(loops.last_plus_one, "read_committed", results)
     assert verdict.passed, verdict
+    assert started_again == []
 
 
 def test_a_fresh_transactional_id_per_start_hangs_a_transaction_and_loses_nothing(bootstrap):
