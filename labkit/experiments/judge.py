@@ -236,16 +236,13 @@ def _stranded(run, open_since: dict[str, int | None]) -> set[str]:
     timeout: a wait, not the loop's finding. (A loop that takes a fresh transactional.id
     at each start is not given the id it left open: never stranded.)"""
     pool = run.clients.pool
-    given: dict[str, list[int]] = {}
-    for i, instance in enumerate(pool.instances):
-        given.setdefault(instance.kwargs.get("transactional_id"), []).append(i)
     last_start: dict[str, float] = {}
     for entry in history.read(run.history_file):
         if entry.get("kind") == "started":
             last_start[entry["instance"]] = max(entry["t"], last_start.get(entry["instance"], 0.0))
     stranded = set()
     for transactional_id, since_ms in open_since.items():
-        ids = given.get(transactional_id, [])
+        ids = _given(pool, transactional_id)
         if since_ms is None or not ids or any(pool.running(i) for i in ids):
             continue
         if since_ms / 1000 < max(last_start.get(str(i), 0.0) for i in ids):

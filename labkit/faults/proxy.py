@@ -412,7 +412,8 @@ class FaultProxy:
         while link.pending and link.pending[0][1] == "fail" and link.pending[0][2].due:
             info, _, refusal, sent = link.pending.popleft()
             if self._traces(info.api_key):
-                self._record(refusal.request, refusal.response, sent, dropped=False)
+                self._record(refusal.request, refusal.response, sent, dropped=False,
+                             forged=True)  # the proxy's answer: the broker never saw it
             if not link.client.is_closing():
                 write_frame(link.client, refusal.response)
 
