@@ -3,6 +3,8 @@ leaves nothing running, and a run that fails says why with its log."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -63,3 +65,51 @@ def test_a_bad_number_of_slots_says_what_to_write(monkeypatch):
     monkeypatch.setenv("LABKIT_JUDGED_RUNS_AT_ONCE", "many")
     with pytest.raises(ValueError, match="a whole number"):
         Apart(production_loop.fee_service, None, phase="schedule")
+
+
+OWNER = """
+import sys, time
+from labkit.exercises.side_by_side import Apart
+from labkit.pipelines import production_loop
+run = Apart(production_loop.fee_service, sys.argv[1], phase="schedule", instances=3,
+            records=600, seed=11)
+print(run.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _judged(marker: str = "labkit.exercises.judge_server") -> list[psutil.Process]:
+    mine = []
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or ()):
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    mine.append(p)
+            except psutil.Error:
+                pass
+    return mine
+
+
+def test_no_judged_run_outlives_its_kernel_killed(bootstrap):
+    """The kernel SIGKILLed mid-run (no atexit, no clean-up of its own): the judge server it
+    started, the run forked from it and the run's instances all end with it."""
+    before = {p.pid for p in _judged()} | {p.pid for p in _judged("labkit.faults.runner")}
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, bootstrap], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        run_pid = int(owner.stdout.readline())
+        deadline = time.monotonic() + 60
+        while len(_group(run_pid)) < 4 and time.monotonic() < deadline:  # 3 instances
+            time.sleep(0.2)
+        assert len(_group(run_pid)) >= 4, "the run's instances never started"
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 15
+    left = None
+    while time.monotonic() < deadline:
+        left = [p for p in _judged() + _judged("labkit.faults.runner") if p.pid not in before]
+        if not left:
+            break
+        time.sleep(0.2)
+    assert not left, f"still running after their kernel was killed: {left}"

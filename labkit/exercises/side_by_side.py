@@ -5,12 +5,13 @@ a session to end, a fault's moment): one after the other they take over two minu
 by side about the time of the longest. Threads cannot run them: CPython 3.11's ``compile()``
 is not thread-safe, and every run parses the learner's cell (docs/measurements.md, stop 49).
 
-So each run is ``python -m labkit.exercises.side_by_side``: given the cell's text, the
-function's name and the judge's options (JSON on its stdin), it defines the function as the
-notebook did (``learner.from_text``), runs the judge on it and writes what the capstone reads
-of the run (``Outcome``) to a file. Its progress lines go to a log, quoted if it fails. A run
-no longer wanted is interrupted (SIGINT: the runner stops its instances and deletes its
-topics, as for a learner's interrupt), then killed with its process group.
+So each run is a process of its own, forked by the kernel's judge server
+(``labkit.exercises.judge_server``, which has the judge imported): given the cell's text, the
+function's name and the judge's options, it defines the function as the notebook did
+(``learner.from_text``), runs the judge on it and writes what the capstone reads of the run
+(``Outcome``) to a file. Its progress lines go to a log, quoted if it fails. A run no longer
+wanted is interrupted (SIGINT: the runner stops its instances and deletes its topics, as for
+a learner's interrupt), then killed with its process group.
 
 Runs side by side share the machine: at most ``slots()`` of them run at once on it, whoever
 starts them (a room's learners on one machine too: 70 runs at once on 2 cores made the
@@ -23,8 +24,6 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,6 +34,7 @@ from typing import Any
 
 from labkit import proc
 from labkit.checking.record import RunRecord
+from labkit.exercises import judge_server
 from labkit.pipelines import learner
 
 SLOTS_ENV = "LABKIT_JUDGED_RUNS_AT_ONCE"  # how many judged runs one machine runs at once
@@ -80,7 +80,7 @@ class Apart:
         self._spec = {"code": learner.code_of(service), "function": service.__name__,
                       "filename": f"<judged {service.__name__}>", "bootstrap": bootstrap,
                       "options": options, "out": str(self._dir / "outcome.json")}
-        self.process: subprocess.Popen | None = None
+        self.process: judge_server.Forked | None = None
         _RUNNING.add(self)
         self._start()
 
@@ -89,15 +89,13 @@ class Apart:
         slot = _take_slot()
         if slot is None:
             return
-        self._log = (self._dir / "run.log").open("w")
         # a process group of its own: a cancel reaches what it started; it dies with us. It
         # holds the slot's lock (inherited): the slot is free again when the run's process ends
-        self.process = proc.spawn([sys.executable, "-m", "labkit.exercises.side_by_side"],
-                                  group=True, stdin=subprocess.PIPE, stdout=self._log,
-                                  stderr=subprocess.STDOUT, text=True, pass_fds=(slot,))
-        os.close(slot)
-        self.process.stdin.write(json.dumps(self._spec))
-        self.process.stdin.close()
+        try:
+            self.process = judge_server.CLIENT.fork("labkit.exercises.side_by_side:run_spec", self._spec,
+                                                     self._dir, slot)
+        finally:
+            os.close(slot)
 
     def done(self) -> bool:
         if self.process is None:
@@ -138,13 +136,11 @@ class Apart:
 
     def _stop(self) -> None:
         if self.process.poll() is None:  # SIGINT: as a learner's interrupt; then SIGKILL to
-            proc.shut_down(self.process, signal.SIGINT, INTERRUPTED_GRACE_S)  # what is left
+            proc.shut_down(self.process.leader, signal.SIGINT, INTERRUPTED_GRACE_S)  # the rest
         self.process.wait()
         self._clean()
 
     def _clean(self) -> None:
-        if self.process is not None:
-            self._log.close()
         for child in self._dir.glob("*"):
             child.unlink(missing_ok=True)
         self._dir.rmdir() if self._dir.exists() else None
@@ -206,15 +202,11 @@ def outcomes(runs: list[Apart], on_done: Callable[[int], None] = lambda n: None
         raise
 
 
-def _main() -> None:
-    from labkit.experiments import registry  # the worker alone runs the judge
+def run_spec(spec: dict) -> None:
+    """In the run's own process: the learner's function defined from its text, judged."""
+    from labkit.experiments import registry  # the run alone runs the judge
 
-    spec = json.loads(sys.stdin.read())
     service = learner.from_text(spec["code"], spec["function"], spec["filename"])
     options = spec["options"]
     run = registry.run("judge", pipeline=service, cluster=spec["bootstrap"], **options)
     Path(spec["out"]).write_text(json.dumps(asdict(Outcome.of(run)), default=str))
-
-
-if __name__ == "__main__":
-    _main()
