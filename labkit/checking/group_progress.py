@@ -27,7 +27,7 @@ from pathlib import Path
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupState, KafkaException,
                              TopicPartition)
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from labkit.checking import history
 from labkit.kafka import topics
@@ -74,8 +74,16 @@ class GroupProgress:
             "isolation.level": "read_uncommitted",
             "log_level": 0}))  # connection-refused noise while a broker restarts
 
-    def _end(self, tp: TopicPartition) -> int:
-        return self.consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1]
+    def _ends(self, parts: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Each partition's end (its high watermark), asked in one ListOffsets request per
+        leader: a sample is taken up to ten times a second while a schedule waits for the
+        app's next commit, and ``get_watermark_offsets`` costs two requests a partition."""
+        if not parts:
+            return {}
+        futures = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
+                                          request_timeout=2)
+        return {(tp.topic, tp.partition): future.result(timeout=3).offset
+                for tp, future in futures.items()}
 
     def _first_end(self, within_s: float = 30.0) -> int:
         """The input's end before the first sample: asked again while the broker is slow to
@@ -83,7 +91,7 @@ class GroupProgress:
         deadline = time.monotonic() + within_s
         while True:
             try:
-                return sum(self._end(tp) for tp in self.in_parts)
+                return sum(self._ends(self.in_parts).values())
             except KafkaException:
                 if time.monotonic() > deadline:
                     raise
@@ -97,10 +105,11 @@ class GroupProgress:
             return self.last
         self.next_at = time.monotonic() + SAMPLE_EVERY_S
         try:
-            committed = self.offsets_committed()
             # the input's end too: input may still be arriving (a judge's feed)
-            end = sum(self._end(tp) for tp in self.in_parts)
-            now = (committed, end, self.written())
+            ends = self._ends(self.in_parts + self.out_parts)
+            committed = self.offsets_committed(ends)
+            end = sum(ends[tp.topic, tp.partition] for tp in self.in_parts)
+            now = (committed, end, self.written(ends))
         except Exception as exc:  # KafkaException / timeouts during a broker restart
             self._failed(exc)
             return self.last
@@ -114,19 +123,22 @@ class GroupProgress:
         self.last = now
         return self.last
 
-    def offsets_committed(self) -> int:
+    def offsets_committed(self, ends: dict[tuple[str, int], int] | None = None) -> int:
         """The group's committed offsets on the input, summed over its partitions; a
         partition with nothing left that a read_committed restart would receive counts as
-        consumed to its end (its committed offset may stop before a marker)."""
+        consumed to its end (its committed offset may stop before a marker). ``ends``: the
+        partitions' ends if just asked."""
         committed = {tp.partition: max(tp.offset, 0)
                      for tp in self.consumer.committed(self.in_parts, timeout=2)}
-        ends = {tp.partition: self._end(tp) for tp in self.in_parts}
+        ends = ends if ends is not None else self._ends(self.in_parts)
+        ends = {tp.partition: ends[tp.topic, tp.partition] for tp in self.in_parts}
         self.unread = self.reader.unread(committed, ends)
         return sum(ends[p] if self.unread.get(p) == 0 else committed[p] for p in committed)
 
-    def written(self) -> int:
-        """What the app has written: the output topic's records."""
-        return sum(self._end(tp) for tp in self.out_parts)
+    def written(self, ends: dict[tuple[str, int], int] | None = None) -> int:
+        """What the app has written: the output topic's records (``ends``: as just asked)."""
+        ends = ends if ends is not None else self._ends(self.out_parts)
+        return sum(ends[tp.topic, tp.partition] for tp in self.out_parts)
 
     def _failed(self, exc: Exception) -> None:
         """No answer. After RENEW_S of them the consumer is made anew: one that lost its

@@ -32,14 +32,14 @@ class TableProgress(GroupProgress):
         self.rows_sql, self.positions_sql = rows, positions
         self.db = Database(db, readonly=True, timeout_s=5)
 
-    def offsets_committed(self) -> int:
-        in_kafka = super().offsets_committed()
+    def offsets_committed(self, ends: dict[tuple[str, int], int] | None = None) -> int:
+        in_kafka = super().offsets_committed(ends)
         if self.positions_sql is None:
             return in_kafka
         (stored,), = self.db.query(self.positions_sql, (self.input,))
         return max(in_kafka, int(stored or 0))
 
-    def written(self) -> int:
+    def written(self, ends: dict[tuple[str, int], int] | None = None) -> int:
         (count,), = self.db.query(self.rows_sql)
         return int(count)
 
