@@ -15,7 +15,9 @@ of the sections taken, in order (a section the path skips is not run, so a stop 
 it fails here). Prints, per stop, the cells' seconds over the learners (median and slowest)
 as markdown rows for docs/workshop.md and docs/measurements.md. ``--solved``: each exercise
 cell holds its documented solution (notebooks/solutions), so the capstone's stop runs a right
-loop's whole verdict for every learner at once.
+loop's whole verdict for every learner at once; the verdict's own seconds (from the cell that
+calls ``run_capstone`` starting to the one that calls ``check_capstone`` ending) are printed
+beside the stop's.
 
 On one 2-core machine the learners also share the CPU, which a room of laptops does not:
 the times are an upper bound on what one broker shared by N learners costs.
@@ -40,10 +42,22 @@ from tests.test_navigation import taken  # noqa: E402 - the path's sections, rea
 
 LEARNER = """
 import json, sys, time
+from datetime import datetime
 import nbformat
 from nbclient import NotebookClient
 stops = json.loads(sys.argv[1])
 out = []
+
+def verdict_s(nb):
+    # the capstone's verdict: from run_capstone's cell starting to check_capstone's ending
+    def at(cell, key):
+        return datetime.fromisoformat(cell.metadata["execution"][key].replace("Z", "+00:00"))
+    runs = [c for c in nb.cells if "run_capstone(" in c.source]
+    checks = [c for c in nb.cells if "check_capstone(" in c.source]
+    if not runs or not checks or "shell.execute_reply" not in checks[-1].metadata.get("execution", {}):
+        return None
+    return round((at(checks[-1], "shell.execute_reply") - at(runs[-1], "iopub.execute_input")).total_seconds(), 1)
+
 for stop in stops:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in stop["cells"]])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -55,7 +69,7 @@ for stop in stops:
     except Exception as exc:  # a failed cell: report it, go on with the next stop
         error = f"{type(exc).__name__}: {str(exc)[-300:]}"
     out.append({"notebook": stop["notebook"], "seconds": round(time.monotonic() - started, 1),
-                "error": error})
+                "verdict": verdict_s(nb), "error": error})
 print(json.dumps(out))
 """
 
@@ -133,6 +147,11 @@ def main() -> None:
               f"{max(times):.0f} | {len(failed)} |")
         for line in failed[:3]:
             print(f"  {line}", file=sys.stderr)
+        verdicts = [r[i]["verdict"] for r in results if r[i].get("verdict") is not None]
+        if verdicts:
+            print(f"  stop {stop['stop']}'s verdict (run_capstone's cell to check_capstone's): "
+                  f"{statistics.median(verdicts):.0f} s median, {max(verdicts):.0f} s slowest",
+                  file=sys.stderr)
     print(f"whole path, wall: {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
