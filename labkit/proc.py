@@ -120,6 +120,20 @@ def spawn(cmd: Sequence[str], *, owned: bool = True, group: bool = False,
     return start()
 
 
+def reap_forked() -> list[tuple[int, int]]:
+    """(pid, exit code as Popen gives it: -N for signal N) of each child of this process
+    that has ended, reaped now: for a server whose children were forked, not Popen's."""
+    ended = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended.append((pid, os.waitstatus_to_exitcode(status)))
+
+
 # --------------------------------------------------------------------------- identity
 
 

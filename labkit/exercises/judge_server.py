@@ -141,15 +141,8 @@ def _serve(sock: socket.socket) -> dict | None:
     ended: dict[int, int] = {}
 
     def reap(*_: object) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            ended[pid] = os.waitstatus_to_exitcode(status)
-            _write_status(runs, ended)
+        ended.update(proc.reap_forked())
+        _write_status(runs, ended)
 
     signal.signal(signal.SIGCHLD, reap)
     while True:
@@ -229,10 +222,7 @@ def main() -> None:
     if request is None:
         return  # the kernel is gone: so are its runs (they die with this process)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    code = _run(request)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sys.exit(code)
+    sys.exit(_run(request))  # the interpreter's exit flushes the log, runs atexit
 
 
 if __name__ == "__main__":
