@@ -247,14 +247,18 @@ def replica_state(lab: LocalCluster, topic: str, at: int, timeout_s: float = 5) 
 def wait_until_replicated(lab: LocalCluster, topic: str, records: int) -> None:
     """Until the high watermark reaches ``records``: every in-sync replica has them. A
     broker an earlier run restarted may not know the run's new topic yet (its metadata
-    still catching up: UNKNOWN_TOPIC_OR_PARTITION, seen in a fresh clone's suite): not yet,
-    not an error."""
+    still catching up: UNKNOWN_TOPIC_OR_PARTITION, seen in a fresh clone's suite), or not
+    lead it yet (NOT_LEADER_OR_FOLLOWER, seen in another): not yet, not an error."""
     with Inspector(lab.broker(LEADER).address, timeout_s=5) as inspector:
         def high_watermark() -> int:
             try:
                 return inspector.offsets(topic)[0].high_watermark
             except UnknownTopicError:
                 return -1
+            except InspectError as exc:
+                if exc.leader_moved:
+                    return -1
+                raise
         wait_until(lambda: high_watermark() >= records,
                    "the followers to copy the first records", 30)
 

@@ -50,7 +50,17 @@ _NOT_READY = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
 
 
 class InspectError(RuntimeError):
-    """The broker refused a request; the message names the request and the error."""
+    """The broker refused a request; the message names the request and the error, ``code``
+    is the error (a kio ErrorCode)."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def leader_moved(self) -> bool:
+        """The partition's leader is elsewhere or being elected: ask again, not an error."""
+        return self.code in (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available)
 
 
 class UnknownTopicError(ValueError):
@@ -61,7 +71,7 @@ class UnknownTopicError(ValueError):
 
 def _check(error_code: int, what: str) -> None:
     if error_code != ErrorCode.none:
-        raise InspectError(f"{what}: {ErrorCode(error_code).name}")
+        raise InspectError(f"{what}: {ErrorCode(error_code).name}", ErrorCode(error_code))
 
 
 class Inspector:
@@ -147,7 +157,8 @@ class Inspector:
         leaderless = [int(p.partition_index) for p in found.partitions if int(p.leader_id) not in self._brokers]
         if leaderless:
             raise InspectError(f"{topic} partition(s) {sorted(leaderless)} have no leader right now "
-                               "(a broker is down or an election is running); try again shortly")
+                               "(a broker is down or an election is running); try again shortly",
+                               ErrorCode.leader_not_available)
         found_leaders = {int(p.partition_index): self._brokers[int(p.leader_id)]
                          for p in sorted(found.partitions, key=lambda p: p.partition_index)}
         if self._pinned is not None:
