@@ -173,7 +173,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 # Around each notebook run by nbval: the lab processes alive after its kernel has shut down
 # that were not there before it started are leaks (brokers, Spark JVMs, crash-test workers).
 LAB_PROCESS_MARKS = ("kafka.Kafka", "org.apache.spark", "pyspark", "labkit.faults.runner",
-                     "labkit.exercises.judge_server", "labkit.spark", "org.apache.kafka.connect.cli.ConnectDistributed",
+                     "labkit.exercises.judge_server", "labkit.spark",
+                     "org.apache.kafka.connect.cli.ConnectDistributed",
                      "labkit/flink/jobmain.py", "org.apache.flink")
 _before_notebook: dict[str, set[int]] = {}
 

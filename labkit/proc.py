@@ -43,7 +43,9 @@ KILL_WAIT_S = 10.0
 # --------------------------------------------------------------------------- starting
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """This process gets SIGKILL when its parent dies (run in a child after fork: between
+    fork and exec, or in a forked server's child)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -58,7 +60,7 @@ def die_with_owner() -> Callable[[], None] | None:
     dashboard's experiment, a spare Spark worker) would otherwise be killed as soon as that
     thread finished. ``spawn`` forks such children from a thread that lives as long as
     this process instead (``_Forker``), so they die with it too."""
-    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+    return die_with_parent if threading.current_thread() is threading.main_thread() else None
 
 
 class _Forker:
@@ -114,7 +116,7 @@ def spawn(cmd: Sequence[str], *, owned: bool = True, group: bool = False,
 
     def start() -> subprocess.Popen:
         return subprocess.Popen(list(cmd), start_new_session=group,
-                                preexec_fn=_die_with_parent if owned else None, **popen_kwargs)
+                                preexec_fn=die_with_parent if owned else None, **popen_kwargs)
     if owned and threading.current_thread() is not threading.main_thread():
         return _FORKER.fork(start)
     return start()

@@ -16,7 +16,6 @@ its parent.
 """
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
@@ -161,8 +160,7 @@ def _serve(sock: socket.socket) -> dict | None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the run reaps its own children
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             sock.close()
-            request["keep"] = fds
-            return request
+            return request  # it keeps the fds it was sent (its slot's lock) till it ends
         for fd in fds:
             os.close(fd)
         runs[pid] = Path(request["dir"])
@@ -185,10 +183,7 @@ def _write_status(runs: dict[int, Path], ended: dict[int, int]) -> None:
 def _run(request: dict) -> int:
     """In the forked run: the kernel's environment and directory, its own session and log."""
     os.setsid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # dies with server
-    except OSError:
-        pass
+    proc.die_with_parent()  # the server: which dies with the kernel
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])

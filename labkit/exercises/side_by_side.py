@@ -92,8 +92,8 @@ class Apart:
         # a process group of its own: a cancel reaches what it started; it dies with us. It
         # holds the slot's lock (inherited): the slot is free again when the run's process ends
         try:
-            self.process = judge_server.CLIENT.fork("labkit.exercises.side_by_side:run_spec", self._spec,
-                                                     self._dir, slot)
+            self.process = judge_server.CLIENT.fork(
+                "labkit.exercises.side_by_side:run_spec", self._spec, self._dir, slot)
         finally:
             os.close(slot)
 
