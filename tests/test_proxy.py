@@ -8,9 +8,10 @@ import socket
 import threading
 import time
 import uuid
+from typing import Callable
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest as DescribeClusterV1
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindCoordinatorV3
@@ -363,24 +364,43 @@ def test_three_broker_cluster_reached_only_through_the_proxy(three_brokers: Loca
         assert len({int(c.node_id) for c in found.coordinators}) > 1  # several brokers behind it
 
 
+def _in_sync(bootstrap: str, topic: str, node_id: int, timeout_s: float = 60.0) -> None:
+    """Wait until ``node_id`` is back in partition 0's in-sync replicas (it may lead again)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        isr = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs
+        if node_id in isr:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"broker {node_id} did not rejoin {topic}-0's in-sync replicas in {timeout_s:.0f} s")
+
+
 def test_three_brokers_leader_moves_and_the_producer_still_only_knows_proxy_addresses(
         three_brokers: LocalCluster) -> None:
-    """A controlled shutdown moves leaders while the old leader still answers: its Produce
-    responses carry the new leader's address (KIP-951), which the proxy must rewrite too."""
+    """Leadership moves while the old leader still answers: its Produce responses carry the
+    new leader's address (KIP-951), which the proxy must rewrite too.
+
+    A controlled shutdown moves it first; whether the producer has a request in flight at that
+    moment is timing. So the restarted broker is then elected leader again while the one the
+    producer knows stays up: its next Produce surely gets NOT_LEADER with the new leader."""
     topic = f"t3-{uuid.uuid4().hex[:8]}"
     topics.create(three_brokers.bootstrap, topic, partitions=3, replication=3)
     client_view: dict = {}
     errors: list = []
     with FaultProxy(three_brokers.bootstrap) as proxy:
-        # Idempotent, so retries around the shutdown cannot blur the count below.
+        # Idempotent, so retries around the moves cannot blur the count below.
         producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True,
                              "linger.ms": 5, "statistics.interval.ms": 200, **QUIET,
                              "stats_cb": lambda s: client_view.update(json.loads(s))})
         leader = producer.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
         stopper = threading.Thread(target=three_brokers.stop_broker, args=(leader,))
-        sent, deadline = 0, time.monotonic() + 30
-        try:
-            while time.monotonic() < deadline:
+        sent = 0
+
+        def send_until(done: Callable[[], bool], within_s: float) -> None:
+            nonlocal sent
+            deadline = time.monotonic() + within_s
+            while not done() and time.monotonic() < deadline:
                 try:
                     producer.produce(topic, value=f"id-{sent}", partition=sent % 3,
                                      on_delivery=lambda err, m: err and errors.append(err))
@@ -389,13 +409,25 @@ def test_three_brokers_leader_moves_and_the_producer_still_only_knows_proxy_addr
                     continue
                 sent += 1
                 producer.poll(0.0005)
-                if sent == 2000:
-                    stopper.start()
-                if not stopper.is_alive() and sent > 2000 and "Produce" in proxy.stats()["responses_rewritten"]:
-                    break
+
+        def produce_rewritten() -> bool:
+            return "Produce" in proxy.stats()["responses_rewritten"]
+
+        try:
+            send_until(lambda: sent >= 2000, 30)
+            stopper.start()
+            send_until(lambda: not stopper.is_alive(), 60)
+            stopper.join()
+            if not produce_rewritten():
+                three_brokers.restart(leader)
+                _in_sync(three_brokers.bootstrap, topic, leader)
+                partition = TopicPartition(topic, 0)
+                admin = AdminClient({"bootstrap.servers": three_brokers.bootstrap, **QUIET})
+                elected = admin.elect_leaders(ElectionType.PREFERRED, [partition]).result(timeout=30)
+                assert elected[partition] is None, elected  # the first replica (the old leader) leads again
+                send_until(produce_rewritten, 30)
             assert producer.flush(60) == 0
             producer.poll(0.5)  # one more statistics callback
-            stopper.join()
             stats = proxy.stats()
         finally:
             if stopper.is_alive():
