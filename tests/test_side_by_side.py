@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import psutil
 import pytest
@@ -33,9 +34,9 @@ def test_a_cancelled_run_stops_its_instances(bootstrap):
     run = Apart(production_loop.fee_service, bootstrap, phase="schedule", instances=3,
                 records=600, seed=10)
     deadline = time.monotonic() + 60
-    while len(_group(run.process.pid)) < 4 and time.monotonic() < deadline:  # 3 instances
-        time.sleep(0.2)
-    assert len(_group(run.process.pid)) >= 4, "the run's instances never started"
+    while len(_group(run.process.pid)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the run, the server it forks its instances from, 3 instances
+    assert len(_group(run.process.pid)) >= 5, "the run's instances never started"
     run.cancel()
     assert run.done()
     assert _group(run.process.pid) == []  # the worker and every instance it started
@@ -78,37 +79,39 @@ time.sleep(600)
 """
 
 
-def _judged(marker: str = "labkit.exercises.judge_server") -> list[psutil.Process]:
-    mine = []
-    for p in psutil.process_iter(["cmdline"]):
-        if marker in " ".join(p.info["cmdline"] or ()):
-            try:
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    mine.append(p)
-            except psutil.Error:
-                pass
-    return mine
+def _started_by(mark: str) -> list[psutil.Process]:
+    """The processes running (not zombies) whose environment carries ``mark``: what one
+    owner started, and not what other tests, running at the same time, did."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("LABKIT_TEST_OWNER") == mark and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
 
 
 def test_no_judged_run_outlives_its_kernel_killed(bootstrap):
     """The kernel SIGKILLed mid-run (no atexit, no clean-up of its own): the judge server it
     started, the run forked from it and the run's instances all end with it."""
-    before = {p.pid for p in _judged()} | {p.pid for p in _judged("labkit.faults.runner")}
+    mark = uuid.uuid4().hex
     owner = subprocess.Popen([sys.executable, "-c", OWNER, bootstrap], stdout=subprocess.PIPE,
-                             text=True)
+                             text=True, env={**os.environ, "LABKIT_TEST_OWNER": mark})
     try:
         run_pid = int(owner.stdout.readline())
         deadline = time.monotonic() + 60
-        while len(_group(run_pid)) < 4 and time.monotonic() < deadline:  # 3 instances
-            time.sleep(0.2)
-        assert len(_group(run_pid)) >= 4, "the run's instances never started"
+        while len(_group(run_pid)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the run, the server it forks its instances from, 3 instances
+        assert len(_group(run_pid)) >= 5, "the run's instances never started"
+        assert len(_started_by(mark)) >= 7  # and the owner, its judge server
     finally:
         owner.kill()
         owner.wait()
     deadline = time.monotonic() + 15
     left = None
     while time.monotonic() < deadline:
-        left = [p for p in _judged() + _judged("labkit.faults.runner") if p.pid not in before]
+        left = _started_by(mark)
         if not left:
             break
         time.sleep(0.2)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit import proc
+from labkit import forkserver, proc
 from labkit.checking.record import RunRecord
 from labkit.exercises import judge_server
 from labkit.pipelines import learner
@@ -80,7 +80,7 @@ class Apart:
         self._spec = {"code": learner.code_of(service), "function": service.__name__,
                       "filename": f"<judged {service.__name__}>", "bootstrap": bootstrap,
                       "options": options, "out": str(self._dir / "outcome.json")}
-        self.process: judge_server.Forked | None = None
+        self.process: forkserver.Forked | None = None
         _RUNNING.add(self)
         self._start()
 
@@ -92,8 +92,8 @@ class Apart:
         # a process group of its own: a cancel reaches what it started; it dies with us. It
         # holds the slot's lock (inherited): the slot is free again when the run's process ends
         try:
-            self.process = judge_server.CLIENT.fork(
-                "labkit.exercises.side_by_side:run_spec", self._spec, self._dir, slot)
+            self.process = judge_server.fork("labkit.exercises.side_by_side:run_spec",
+                                             self._spec, self._dir, slot)
         finally:
             os.close(slot)
 

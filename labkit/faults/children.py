@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from labkit import proc
+from labkit import forkserver, proc
 
 LOG_TAIL_LINES = 25
 EVENT_PREFIX = "LABKIT "  # an app's event line in its log: the prefix, then one JSON object
@@ -29,7 +30,7 @@ class Children:
 
     def __init__(self, logs: Path, group: bool = False):
         self.logs_dir, self.group = logs, group
-        self.procs: dict[int, tuple[subprocess.Popen, float, Path]] = {}
+        self.procs: dict[int, tuple[subprocess.Popen | forkserver.Forked, float, Path]] = {}
         self.logs: list[Path] = []
         self.last_log: dict[int, Path] = {}
 
@@ -56,6 +57,25 @@ class Children:
             child.stdin.close()
         return child.pid
 
+    def start_worker(self, i: int, target: str, kwargs: dict, log_name: str,
+                     env: dict[str, str]) -> int:
+        """Instance ``i`` running ``target(**kwargs)`` (``labkit.faults.runner``): forked from
+        this process's own server if it has one (``labkit.forkserver.LOCAL``, a judged run's:
+        the runner and confluent_kafka imported, so it starts in milliseconds), else a fresh
+        ``python -m``."""
+        if forkserver.LOCAL is None:
+            argv = [sys.executable, "-m", "labkit.faults.runner", target]
+            return self.start(i, argv, json.dumps(kwargs).encode(), log_name, env)
+        log = self.logs_dir / log_name
+        child = forkserver.LOCAL.fork("labkit.faults.runner:run_forked",
+                                      {"target": target, "kwargs": kwargs}, log=log,
+                                      status=log.with_name(log.name + ".returncode"), env=env,
+                                      session=False)
+        self.procs[i] = (child, time.monotonic(), log)
+        self.logs.append(log)
+        self.last_log[i] = log
+        return child.pid
+
     def reap(self) -> list[tuple[int, int, float, Path]]:
         """(instance, exit code, seconds, log) of every child that has ended since last asked."""
         ended = []
@@ -64,7 +84,7 @@ class Children:
             if code is not None:
                 del self.procs[i]
                 if self.group:  # whatever it started in its group goes with it
-                    proc.kill([child], group=True)
+                    proc.kill([_signalled(child)], group=True)
                 ended.append((i, code, round(time.monotonic() - t0, 3), log))
         return ended
 
@@ -82,7 +102,7 @@ class Children:
         """SIGKILL instance ``i`` (its group) if it is running; was it?"""
         if not self.alive(i):
             return False
-        proc.kill([self.procs[i][0]], group=self.group)
+        proc.kill([_signalled(self.procs[i][0])], group=self.group)
         return True
 
     def signal(self, i: int, signum: int) -> bool:
@@ -98,7 +118,7 @@ class Children:
     def terminate(self, i: int, grace_s: float) -> None:
         if i in self.procs:
             child = self.procs[i][0]
-            threading.Thread(target=proc.stop, args=([child], grace_s),
+            threading.Thread(target=proc.stop, args=([_signalled(child)], grace_s),
                              kwargs={"group": self.group}, daemon=True).start()
 
     def stop_all(self, grace_s: float) -> None:
@@ -106,7 +126,7 @@ class Children:
         loop reaps them."""
         # a copy first (one call, atomic): the supervision's thread may reap meanwhile
         procs = list(self.procs.values())
-        proc.stop([child for child, _, _ in procs], grace_s, group=self.group)
+        proc.stop([_signalled(child) for child, _, _ in procs], grace_s, group=self.group)
 
     def tail(self, i: int) -> str:
         log = self.last_log.get(i)
@@ -121,8 +141,13 @@ class Children:
     def __exit__(self, *exc) -> None:
         # a timeout, an error, Ctrl-C / an interrupt: SIGKILL (it also ends a stopped
         # process) to each worker and whatever it started
-        proc.kill([child for child, _, _ in self.procs.values()], group=self.group)
+        proc.kill([_signalled(child) for child, _, _ in self.procs.values()], group=self.group)
         self.procs.clear()
+
+
+def _signalled(child: subprocess.Popen | forkserver.Forked) -> object:
+    """What ``labkit.proc`` signals for a child: its Popen, or a forked one's process."""
+    return child.leader if isinstance(child, forkserver.Forked) else child
 
 
 @contextmanager

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -344,17 +343,15 @@ class WorkerPool:
         inst.started_at = time.monotonic()
         settings = {**self.defaults, **inst.kwargs}
         env = _child_env(armed, i, self.history_file, inst.attempts)
+        log = f"instance-{i}-attempt-{inst.attempts}.log"
+        inst.events[inst.attempts], inst.lines = [], EventLines(self._children.logs_dir / log)
         if self.command is not None:  # an app: its settings are its environment
-            argv, data = self.command, None
             env.update({k: str(v) for k, v in settings.items() if v is not None})
             for unset in (k for k, v in settings.items() if v is None):
                 env.pop(unset, None)
+            pid = self._children.start(i, self.command, None, log, env)
         else:
-            argv = [sys.executable, "-m", "labkit.faults.runner", self.target]
-            data = payload(settings)
-        log = f"instance-{i}-attempt-{inst.attempts}.log"
-        inst.events[inst.attempts], inst.lines = [], EventLines(self._children.logs_dir / log)
-        pid = self._children.start(i, argv, data, log, env)
+            pid = self._children.start_worker(i, self.target, settings, log, env)
         if self.history_file:
             history.append(self.history_file, "started", instance=str(i),
                            attempt=inst.attempts, pid=pid,

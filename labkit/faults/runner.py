@@ -140,11 +140,21 @@ def run_zombie(worker: Callable | str, zombie: dict, successor: dict, stall_at: 
 
 
 def _main(target: str) -> None:
-    """Child side: import the worker, read its kwargs from stdin, run it."""
+    """Child side (``python -m``): import the worker, read its kwargs from stdin, run it."""
     _end_with_supervisor()
+    _run(target, json.loads(sys.stdin.read()))
+
+
+def run_forked(argument: dict) -> None:
+    """Child side, forked from a server that has this module imported
+    (``labkit.forkserver``): ``{"target": ..., "kwargs": ...}``."""
+    _end_with_supervisor()
+    _run(argument["target"], argument["kwargs"])
+
+
+def _run(target: str, kwargs: dict) -> None:
     module, _, func = target.partition(":")
     worker = getattr(importlib.import_module(module), func)
-    kwargs = json.loads(sys.stdin.read())
     # then e.g. fire-and-forget writes reach the log (labkit.pipelines.common.DeliveryTracker.drain)
     try:
         crashpoints.run_as_worker(lambda: worker(**kwargs))
