@@ -150,17 +150,17 @@ _RUNNING: set[Apart] = set()
 
 
 def slots() -> int:
-    """Judged runs one machine runs at once: eight a core. A run mostly waits (a group to
+    """Judged runs one machine runs at once: twelve a core. A run mostly waits (a group to
     form, a session to end), so ten learners' verdicts on two cores were held up by fewer
-    slots (eight: 131 s a verdict, the CPU a third idle) and not sped up by more (24: as
-    slow as 16, the CPU busy throughout; docs/measurements.md, stop 58).
+    slots: with its instances forked too, a run's CPU is small enough that 24 beat 16
+    (74-78 s a verdict against 76-93 s; docs/measurements.md, stops 58 and 59).
     ``LABKIT_JUDGED_RUNS_AT_ONCE`` sets it."""
     wanted = os.environ.get(SLOTS_ENV, "").strip()
     if wanted:
         if not wanted.isdigit() or int(wanted) < 1:
             raise ValueError(f"{SLOTS_ENV}={wanted!r}: a whole number of runs, 1 or more")
         return int(wanted)
-    return 8 * (os.cpu_count() or 2)
+    return 12 * (os.cpu_count() or 2)
 
 
 def _take_slot() -> int | None:
