@@ -4,7 +4,8 @@
     result.crashed, result.attempts, result.exit_codes      # True, 2, [-9, 0]
 
 The worker is a module-level function called with JSON-able keyword arguments in a fresh
-``python -m labkit.faults.runner`` process (``labkit.faults.pool.WorkerPool`` supervises
+``python -m labkit.faults.runner`` process, or, in a judged run, forked from a server that
+has this module imported (``run_forked``; ``labkit.faults.pool.WorkerPool`` supervises
 them). These functions are the pool under a few of the nemesis's process faults
 (``labkit.faults.process_faults``): a crash at a named point, random kills, a frozen
 instance and its successor (a zombie). An experiment composes the same faults itself
