@@ -33,6 +33,9 @@ def test_a_real_time_query_killed_mid_batch_writes_its_batch_again_and_a_dedupe_
         ids = [r.value["id"] for r in topics.read(bootstrap, run.topics["output"])]
         assert set(ids) == written  # nothing lost
         assert len(ids) - len(set(ids)) == run.report.duplicated > 0
+        # each copy is one the killed driver wrote and its restart wrote again, as its
+        # summary says beside the audit's count
+        assert run.rewritten == run.report.duplicated, run.summary()
         assert run.deduped.exactly_once and run.deduped.duplicated == 0
         assert 0 <= run.latency["p50_ms"] <= run.latency["p99_ms"]  # measured, one clock
     finally:

@@ -213,7 +213,8 @@ class RealtimeCopy:
     """The query as the run's clients (see the module's docstring): the run's inputs are
     the payments, produced at ``rate`` a second; the first checkpoint is reported as the
     event ``checkpoint``, and it waits (``kill_within_s``) for the nemesis to ``kill`` it.
-    Its facts: ``trigger`` (as Spark applied it), ``first_output_ms``, ``killed_ms`` and
+    Its facts: ``trigger`` (as Spark applied it), ``first_output_ms``, ``killed_ms`` (the
+    SIGKILL sent), ``gone_ms`` (the driver's processes gone) and
     ``killed_after_checkpoint_s``."""
 
     def __init__(self, query: Callable, *, rate: float, after_kill: float, spare: bool,
@@ -223,7 +224,7 @@ class RealtimeCopy:
         self.kill_within_s = kill_within_s
         self.drivers: list[_Driver] = []
         self.killed = threading.Event()
-        self.killed_ms = self.since = 0.0
+        self.killed_ms = self.gone_ms = self.since = 0.0
         self.checkpoint = Path()
         self.sink = ""
         self.watcher: Consumer | None = None
@@ -239,6 +240,7 @@ class RealtimeCopy:
         out_at_kill = _output_size(self.watcher, self.sink)
         self.killed_ms = time.time() * 1000
         self.drivers[0].kill()
+        self.gone_ms = time.time() * 1000  # the driver's processes are gone: it wrote before
         self.since = self.killed_ms / 1000 - last
         say(f"SIGKILL the driver (Python and JVM) {self.since:.1f} s after its last "
             f"checkpoint, {out_at_kill} records in the output")
@@ -273,7 +275,7 @@ class RealtimeCopy:
             run.event("checkpoint", batch=0)
             wait_until(lambda: first.check() or self.killed.is_set(),
                        "the nemesis to SIGKILL the driver", self.kill_within_s)
-            run.facts.update(killed_ms=self.killed_ms,
+            run.facts.update(killed_ms=self.killed_ms, gone_ms=self.gone_ms,
                              killed_after_checkpoint_s=round(self.since, 1))
             second = self._start(shared_worker(), job, run.workdir)
             run.step("the query restarts on the same checkpoint (a warm worker)")
@@ -320,11 +322,13 @@ def audit_copy(run: Any) -> AuditReport:
 
 
 def facts(run: Any) -> dict:
-    """``rewritten``: the killed driver's records (stamped before the kill) that its restart
-    wrote again; ``latency``: p50 and p99 of the copies before the kill."""
+    """``rewritten``: the killed driver's records that its restart wrote again (stamped
+    before its processes were gone: one it wrote as the SIGKILL was on its way is its own,
+    not the restart's); ``latency``: p50 and p99 of the copies before the kill."""
     output, killed_ms = run.facts["output"], run.facts["killed_ms"]
-    before_kill = output[output["created_ms"] < killed_ms]
-    rewritten = int(before_kill["id"].isin(output[output["created_ms"] >= killed_ms]["id"]).sum())
+    gone_ms = run.facts.get("gone_ms", killed_ms)  # a run stored before it was a fact
+    before_kill = output[output["created_ms"] < gone_ms]
+    rewritten = int(before_kill["id"].isin(output[output["created_ms"] >= gone_ms]["id"]).sum())
     return {"rewritten": rewritten,
             "latency": _latency(output, run.facts["first_output_ms"], killed_ms)}
 
