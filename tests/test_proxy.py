@@ -364,9 +364,8 @@ def test_three_broker_cluster_reached_only_through_the_proxy(three_brokers: Loca
         assert len({int(c.node_id) for c in found.coordinators}) > 1  # several brokers behind it
 
 
-def _in_sync(bootstrap: str, topic: str, node_id: int, timeout_s: float = 60.0) -> None:
+def _in_sync(admin: AdminClient, topic: str, node_id: int, timeout_s: float = 60.0) -> None:
     """Wait until ``node_id`` is back in partition 0's in-sync replicas (it may lead again)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         isr = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs
@@ -420,9 +419,9 @@ def test_three_brokers_leader_moves_and_the_producer_still_only_knows_proxy_addr
             stopper.join()
             if not produce_rewritten():
                 three_brokers.restart(leader)
-                _in_sync(three_brokers.bootstrap, topic, leader)
-                partition = TopicPartition(topic, 0)
                 admin = AdminClient({"bootstrap.servers": three_brokers.bootstrap, **QUIET})
+                _in_sync(admin, topic, leader)
+                partition = TopicPartition(topic, 0)
                 elected = admin.elect_leaders(ElectionType.PREFERRED, [partition]).result(timeout=30)
                 assert elected[partition] is None, elected  # the first replica (the old leader) leads again
                 send_until(produce_rewritten, 30)

@@ -13,7 +13,6 @@ kernel, however the kernel ends.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from labkit import forkserver
@@ -30,8 +29,7 @@ def fork(target: str, argument: object, run_dir: Path, keep_fd: int) -> forkserv
     code to ``run_dir``/returncode and holds ``keep_fd`` (its slot's lock) as long as it
     lives; its instances are forked too."""
     return CLIENT.fork(target, argument, log=run_dir / "run.log",
-                       status=run_dir / "returncode", keep_fds=(keep_fd,), env=dict(os.environ),
-                       forks=True)
+                       status=run_dir / "returncode", keep_fds=(keep_fd,), forks=True)
 
 
 if __name__ == "__main__":
