@@ -25,8 +25,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupState, KafkaException,
-                             TopicPartition)
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupState, IsolationLevel,
+                             KafkaException, TopicPartition)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from labkit.checking import history
@@ -36,6 +36,8 @@ from labkit.kafka.clientlog import client_config
 SAMPLE_EVERY_S = 0.5
 RENEW_S = 15.0  # no answer this long: the watching consumer is made anew
 # Group states in which the coordinator is moving partitions, not handing out work.
+# Kafka's own topics a transactional loop writes through its coordinators.
+INTERNAL = ("__consumer_offsets", "__transaction_state")
 REBALANCING = {ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING}
 
 
@@ -185,7 +187,11 @@ class GroupProgress:
         not joined yet: on a loaded machine a start takes seconds), or the coordinator of a
         group that has had members did not answer (a judge that cannot tell a wait from a
         stall does not call it a stall: the run's own timeout still ends an app that never
-        moves). None: nothing to wait for."""
+        moves), or a partition the app needs is not whole again (``recovering``). None:
+        nothing to wait for."""
+        recovering = self.recovering()
+        if recovering is not None:
+            return recovering
         group = self.describe()
         if group is None:  # (a group never seen with members may just not exist: no wait)
             return ("the group's coordinator did not answer in time (a broker restarting, a "
@@ -200,6 +206,46 @@ class GroupProgress:
         if extra < 0 and self.grouped:  # an app that uses the group, not assign()
             return f"{-extra} instance(s) of the app not in the group yet (joining)"
         return None
+
+    def recovering(self) -> str | None:
+        """Which partitions the app needs (its input and output, its group's offsets, its
+        transactions' state) have no leader or replicas out of sync, as the cluster's
+        metadata says now: a restarted broker still catching up. Until it has, writes to a
+        partition whose in-sync replicas fell below min.insync.replicas are refused
+        (NOT_ENOUGH_REPLICAS, retried by the client), and so are the coordinators' own: an
+        app that commits nothing then waits for the cluster, it is not stuck. So does one
+        whose input has a transaction open (``_input_unstable``). None: every one whole,
+        or the cluster unanswered (``describe`` then says so)."""
+        try:
+            topics = self.admin.list_topics(timeout=3).topics
+        except KafkaException:
+            return None
+        short = sorted(f"{name}-{p.id}" for name in (self.input, self.output, *INTERNAL)
+                       if name and (meta := topics.get(name)) is not None
+                       for p in meta.partitions.values()
+                       if p.leader < 0 or len(p.isrs) < len(p.replicas))
+        if short:  # (one sentence while it lasts: the run's steps say each reason once)
+            return (f"partitions it needs have replicas out of sync ({short[0]} among them): "
+                    "a restarted broker is still catching up")
+        return self._input_unstable()
+
+    def _input_unstable(self) -> str | None:
+        """An input partition whose last stable offset is below its end: a transaction
+        written to the input is open (or its markers not yet written, its coordinator just
+        restarted), and a read_committed reader receives nothing past it until it ends."""
+        try:
+            futures = self.admin.list_offsets(
+                {tp: OffsetSpec.latest() for tp in self.in_parts},
+                isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=2)
+            stable = {tp.partition: f.result(timeout=3).offset for tp, f in futures.items()}
+            ends = self._ends(self.in_parts)
+        except (KafkaException, TimeoutError):
+            return None
+        open_at = sorted(p for p, lso in stable.items()
+                         if 0 <= lso < ends[self.input, p])
+        return (f"{self.input}-{open_at[0]} has a transaction open (its last stable offset "
+                "is below its end): a read_committed reader waits for its end"
+                if open_at else None)
 
     def members(self) -> list[tuple[str, str | None]] | None:
         """The group's members as (member id, group.instance.id or None), as its

@@ -9,7 +9,9 @@ offsets nor writes output for ``stall_s`` is *stalled* (a client call blocking f
 own timeout, e.g. librdkafka's send_offsets_to_transaction() after a broker restart:
 librdkafka #5456, #5511) and restarted like a killed one, unless its group says it is
 waiting: rebalancing, or holding a member the app no longer runs (a killed instance whose
-session has not timed out: 45 s by default). That wait is recorded as such, never as a stall.
+session has not timed out: 45 s by default); or the cluster says so: a restarted broker's
+replicas not yet back in sync, a transaction on the input still open. That wait is recorded
+as such, never as a stall.
 
 A judge (``idle_s``) also tells an idle app from a stalled one: once the input is all there
 and every fault has landed, an app whose committed offsets and output have not moved for
