@@ -38,7 +38,7 @@ def test_a_killed_kernels_directory_goes_with_the_next_one(tmp_path, monkeypatch
 
 def test_the_verdict_lines_name_a_stall_only_in_a_run_that_had_one():
     from labkit.checking.record import RunRecord
-    from labkit.experiments.app_run import Stall
+    from labkit.experiments.stall_clock import Stall
     from labkit.checking.audit import AuditReport
     from labkit.exercises import own_pipeline
 

@@ -64,6 +64,13 @@ def test_an_app_that_stalls_once_is_restarted_and_judged_exactly_once(cluster, t
     assert "main (exactly_once_app.py:103)" in stacks and "time_sleep" in stacks, stacks
     events = history(result.run_dir)
     assert [e["kind"] for e in events].count("stalled") == 1
+    # ... and in the run's history, beside what the cluster said then: whole (one broker),
+    # the input with no transaction open (the hung one is on the output), the group stable
+    cluster, = [e for e in events if e["kind"] == "cluster"]
+    assert (cluster["out_of_sync"], cluster["input_open"], cluster["group"]) == \
+        ([], {}, "stable"), cluster
+    kept, = [e["text"] for e in events if e["kind"] == "stacks"]
+    assert "main (exactly_once_app.py:103)" in kept
     pids = [e["pid"] for e in events if e["kind"] == "started"]
     assert len(pids) == 2 and all(group_gone(pid) for pid in pids)
 

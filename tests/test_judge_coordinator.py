@@ -41,6 +41,7 @@ def test_a_broker_catching_up_after_its_restart_is_a_wait_not_a_stall(failure_la
             wait_until(lambda: watch.recovering() is not None, "an ISR without broker 2", 30)
             assert watch.waiting(instances_alive=0) == watch.recovering()
             assert "out of sync" in watch.recovering()
+            assert watch.state()["out_of_sync"]  # what the history records at a stall
         finally:
             failure_lab.restart(2)
         wait_until(lambda: watch.recovering() is None, "broker 2 back in every ISR", 90)
@@ -52,5 +53,7 @@ def test_a_broker_catching_up_after_its_restart_is_a_wait_not_a_stall(failure_la
         upstream.produce(source, b"open", partition=1)
         upstream.flush(10)  # written, its transaction open: the input's LSO stays below it
         assert f"{source}-1 has a transaction open" in watch.waiting(instances_alive=0)
+        (stable, end), = watch.state()["input_open"].values()
+        assert stable < end and list(watch.state()["input_open"]) == ["1"]
         upstream.abort_transaction(30)
         wait_until(lambda: watch.recovering() is None, "the ABORT marker written", 30)

@@ -214,25 +214,44 @@ class GroupProgress:
         partition whose in-sync replicas fell below min.insync.replicas are refused
         (NOT_ENOUGH_REPLICAS, retried by the client), and so are the coordinators' own: an
         app that commits nothing then waits for the cluster, it is not stuck. So does one
-        whose input has a transaction open (``_input_unstable``). None: every one whole,
-        or the cluster unanswered (``describe`` then says so)."""
-        try:
-            topics = self.admin.list_topics(timeout=3).topics
-        except KafkaException:
-            return None
-        short = sorted(f"{name}-{p.id}" for name in (self.input, self.output, *INTERNAL)
-                       if name and (meta := topics.get(name)) is not None
-                       for p in meta.partitions.values()
-                       if p.leader < 0 or len(p.isrs) < len(p.replicas))
+        whose input has a transaction open (its last stable offset below its end: a
+        read_committed reader receives nothing past it until it ends, its coordinator just
+        restarted, say). None: every one whole, or the cluster unanswered (``describe``
+        then says so)."""
+        short = self._out_of_sync()
         if short:  # (one sentence while it lasts: the run's steps say each reason once)
             return (f"partitions it needs have replicas out of sync ({short[0]} among them): "
                     "a restarted broker is still catching up")
-        return self._input_unstable()
+        unstable = self._input_unstable()
+        if unstable:
+            return (f"{self.input}-{min(unstable)} has a transaction open (its last stable "
+                    "offset is below its end): a read_committed reader waits for its end")
+        return None
 
-    def _input_unstable(self) -> str | None:
-        """An input partition whose last stable offset is below its end: a transaction
-        written to the input is open (or its markers not yet written, its coordinator just
-        restarted), and a read_committed reader receives nothing past it until it ends."""
+    def state(self) -> dict:
+        """What the cluster says now, as plain data for the run's history (the supervision
+        records it when it calls a stall): the partitions out of sync, the input's
+        partitions with a transaction open ([last stable offset, end]), the group's state
+        and members."""
+        group = self.describe()
+        return {"out_of_sync": self._out_of_sync()[:8],
+                "input_open": {str(p): v for p, v in self._input_unstable().items()},
+                "group": group.state.name.lower() if group else "unanswered",
+                "members": len(group.members) if group else None}
+
+    def _out_of_sync(self) -> list[str]:
+        try:
+            topics = self.admin.list_topics(timeout=3).topics
+        except KafkaException:
+            return []
+        return sorted(f"{name}-{p.id}" for name in (self.input, self.output, *INTERNAL)
+                      if name and (meta := topics.get(name)) is not None
+                      for p in meta.partitions.values()
+                      if p.leader < 0 or len(p.isrs) < len(p.replicas))
+
+    def _input_unstable(self) -> dict[int, list[int]]:
+        """The input's partitions whose last stable offset is below their end: partition
+        -> [last stable offset, end] (none when the broker does not answer)."""
         try:
             futures = self.admin.list_offsets(
                 {tp: OffsetSpec.latest() for tp in self.in_parts},
@@ -240,12 +259,9 @@ class GroupProgress:
             stable = {tp.partition: f.result(timeout=3).offset for tp, f in futures.items()}
             ends = self._ends(self.in_parts)
         except (KafkaException, TimeoutError):
-            return None
-        open_at = sorted(p for p, lso in stable.items()
-                         if 0 <= lso < ends[self.input, p])
-        return (f"{self.input}-{open_at[0]} has a transaction open (its last stable offset "
-                "is below its end): a read_committed reader waits for its end"
-                if open_at else None)
+            return {}
+        return {p: [lso, ends[self.input, p]] for p, lso in sorted(stable.items())
+                if 0 <= lso < ends[self.input, p]}
 
     def members(self) -> list[tuple[str, str | None]] | None:
         """The group's members as (member id, group.instance.id or None), as its

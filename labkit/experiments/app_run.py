@@ -27,11 +27,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from labkit.checking import history
 from labkit.checking.group_progress import GroupProgress
+from labkit.experiments.stall_clock import Progress, Quiet, Stall
 from labkit.faults.broker_faults import KillBroker
 from labkit.faults.pool import WorkerPool
 from labkit.faults.process_faults import Kill
@@ -51,24 +52,7 @@ OWN_CRASHES = 3  # an app that dies by itself this often is broken, not unlucky
 # 60 s too; docs/measurements.md, "Stop 48").
 STALL_S = 70.0
 MAX_STALLS = 3  # stalled this often in one run: it stalls every time it is started
-
-
-@dataclass
-class Stall:
-    """The app stayed alive without progress for ``stalled_s`` and was SIGKILLed and started
-    again. ``after_s``: seconds into the run when its last progress was seen."""
-
-    after_s: float
-    stalled_s: float
-    consumed: int  # the group's committed offsets on the input, then
-    end: int  # the input's end offsets
-    written: int  # the output's size as the watch samples it
-    attempt: int  # the start of the app that stalled (1: the first)
-    stacks: str = ""  # the file in the run's directory with its threads' stacks, if any
-
-    def text(self) -> str:
-        where = f"; where it waited: {self.stacks}" if self.stacks else ""
-        return f"no progress for {self.stalled_s:.0f} s after {self.after_s:.1f} s{where}"
+STACKS_KEPT = 6000  # characters of a stalled app's stacks the history keeps
 
 
 class AppClients:
@@ -139,8 +123,8 @@ class AppClients:
 
     def __call__(self, run: Any) -> None:
         self.started = time.monotonic()
-        self.moving = _Progress(self.started)
-        self.quiet = _Quiet()
+        self.moving = Progress(self.started)
+        self.quiet = Quiet()
         self.schedule = next(iter(run.nemesis.of(Schedule)), None)
         self._faults_seen = 0
         self.pool.defaults = self.env()  # the contract's environment, a proxy's bootstrap in it
@@ -225,7 +209,7 @@ class AppClients:
             return
         if self.feed is not None and self._fed_at is None:  # the input is all written now:
             self._fed_at = time.monotonic()  # what was sampled before does not count
-            self.quiet = _Quiet()
+            self.quiet = Quiet()
             consumed, end, written = self.watch.sample(fresh=True)
         pending = self.schedule is not None and self.schedule.pending
         if not self.watch.ok:  # old numbers (the broker did not answer): nothing decided
@@ -251,7 +235,7 @@ class AppClients:
         counts afresh."""
         why = self._frozen() or self.watch.waiting(alive)
         if why is not None:
-            self.quiet = _Quiet()
+            self.quiet = Quiet()
             if not self.waited or self.waited[-1] != why:
                 self.waited.append(why)
                 self.run.step(f"torture: output quiet and nothing committed, but {why}: "
@@ -275,6 +259,7 @@ class AppClients:
 
     def _stopped_behind(self, consumed: int, end: int) -> None:
         self.behind = (consumed, end)
+        history.append(self.run.history_file, "cluster", **self.watch.state())
         if self.schedule is not None and self.schedule.pending:
             self._unlanded("stopped committing", "")
         self.notes.append(f"the app stopped committing at {consumed} of {end} input offsets, "
@@ -303,7 +288,7 @@ class AppClients:
         consumed, end, written = self.watch.sample(fresh=fresh)
         if self.schedule is not None and len(self.schedule.done) != self._faults_seen:
             self._faults_seen = len(self.schedule.done)
-            self.quiet = _Quiet()  # a fault: the output's quiet counts again from now
+            self.quiet = Quiet()  # a fault: the output's quiet counts again from now
         self.say(self._line(consumed, end, written))
         return consumed, end, written
 
@@ -326,7 +311,7 @@ class AppClients:
         waited_for = self.on_done(self.run) if self.on_done is not None else None
         if waited_for and not self._went_on and self.final[0] < self.final[1]:
             self._went_on, self._stalls_before = True, len(self.stalls)
-            self.moving, self.quiet = _Progress(time.monotonic()), _Quiet()
+            self.moving, self.quiet = Progress(time.monotonic()), Quiet()
             self.waited.append(waited_for)
             self.run.step(f"torture: it was waiting: {waited_for}; it goes on")
             return
@@ -361,6 +346,7 @@ class AppClients:
         history.append(self.run.history_file, "stalled", attempt=stall.attempt,
                        stalled_s=stall.stalled_s, committed=consumed, end=end, output=written,
                        running=self._running())  # each of them restarted below
+        self._record_where(stall)
         if len(self.stalls) >= MAX_STALLS and self.audit_stalled:
             self._stopped_behind(consumed, end)
             return
@@ -383,6 +369,14 @@ class AppClients:
 
     def _running(self) -> list[int]:
         return [i for i in range(len(self.pool.instances)) if self.pool.running(i)]
+
+    def _record_where(self, stall: Stall) -> None:
+        """What the cluster said and where the app's threads were, into the history: a
+        stall is judged from the run's record, even after its directory is gone."""
+        history.append(self.run.history_file, "cluster", **self.watch.state())
+        if stall.stacks:
+            text = Path(stall.stacks).read_text(encoding="utf-8")
+            history.append(self.run.history_file, "stacks", text=text[:STACKS_KEPT])
 
     def _save_stacks(self, stall: int) -> str:
         """Each running instance's stacks before the restart kills it (what a stalled app
@@ -414,39 +408,3 @@ class AppClients:
             what = (f"the output {w.output} did not go quiet within {self.timeout_s:.0f} s "
                     f"({written} records so far): does the app write more than once per input?")
         return f"{what}\nThe app's last lines:\n{self._tail()}"
-
-
-class _Quiet:
-    """Has a number stayed the same for a while? (the output's size, sampled)"""
-
-    def __init__(self) -> None:
-        self.value: int | None = None
-        self.since = time.monotonic()
-
-    def still(self, value: int, for_s: float) -> bool:
-        if value != self.value:
-            self.value, self.since = value, time.monotonic()
-        return time.monotonic() - self.since >= for_s
-
-
-class _Progress:
-    """When did the app last make progress (its committed offsets or the output changed)?
-
-    The clock starts over at each new ``epoch`` (a start of the app, a fault): a start takes
-    its time before the first commit. Progress is only judged while the app has committed
-    something and not yet its whole input: an app that never commits cannot show how far
-    it got (IDLE_S covers it), and one that has consumed everything is finishing."""
-
-    def __init__(self, started: float) -> None:
-        self.started = started
-        self.seen: tuple[int, int, int] = (0, 0, 0)  # (consumed, end, written)
-        self.epoch: object = None
-        self.since = time.monotonic()
-
-    def stalled_s(self, consumed: int, end: int, written: int, epoch: object) -> float:
-        """Seconds without progress so far (0 while progress cannot be judged)."""
-        now = time.monotonic()
-        if epoch != self.epoch or (consumed, written) != (self.seen[0], self.seen[2]):
-            self.epoch, self.since = epoch, now
-        self.seen = (consumed, end, written)
-        return now - self.since if 0 < consumed < end else 0.0
