@@ -65,10 +65,11 @@ def test_an_app_that_stalls_once_is_restarted_and_judged_exactly_once(cluster, t
     events = history(result.run_dir)
     assert [e["kind"] for e in events].count("stalled") == 1
     # ... and in the run's history, beside what the cluster said then: whole (one broker),
-    # the input with no transaction open (the hung one is on the output), the group stable
+    # the input with no transaction open, the group stable, the hung transaction Ongoing
     cluster, = [e for e in events if e["kind"] == "cluster"]
     assert (cluster["out_of_sync"], cluster["input_open"], cluster["group"]) == \
         ([], {}, "stable"), cluster
+    assert list(cluster["transactions"].values()) == ["Ongoing"], cluster
     kept, = [e["text"] for e in events if e["kind"] == "stacks"]
     assert "main (exactly_once_app.py:103)" in kept
     pids = [e["pid"] for e in events if e["kind"] == "started"]

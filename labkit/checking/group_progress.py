@@ -32,6 +32,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from labkit.checking import history
 from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
+from labkit.kafka.inspect import InspectError, Inspector
+from labkit.kafka.inspect.client import OPEN_STATES
 
 SAMPLE_EVERY_S = 0.5
 RENEW_S = 15.0  # no answer this long: the watching consumer is made anew
@@ -232,12 +234,25 @@ class GroupProgress:
         """What the cluster says now, as plain data for the run's history (the supervision
         records it when it calls a stall): the partitions out of sync, the input's
         partitions with a transaction open ([last stable offset, end]), the group's state
-        and members."""
+        and members, the transactions open on the output and in what state (one stuck in
+        PrepareCommit is a coordinator that has not written its markers)."""
         group = self.describe()
         return {"out_of_sync": self._out_of_sync()[:8],
                 "input_open": {str(p): v for p, v in self._input_unstable().items()},
                 "group": group.state.name.lower() if group else "unanswered",
-                "members": len(group.members) if group else None}
+                "members": len(group.members) if group else None,
+                "transactions": self._transactions()}
+
+    def _transactions(self) -> dict[str, str]:
+        """The open transactions writing to the output: transactional id -> state."""
+        if not self.output:
+            return {}
+        try:
+            with Inspector(self.bootstrap, timeout_s=5) as inspector:
+                return {t.transactional_id: t.state
+                        for t in inspector.transactions(OPEN_STATES, topic=self.output)}
+        except (InspectError, OSError):
+            return {}
 
     def _out_of_sync(self) -> list[str]:
         try:
