@@ -97,11 +97,15 @@ class GroupProgress:
                 return ends
         except (KafkaException, TimeoutError):
             pass
-        self.admin = self._admin()
+        if time.monotonic() - self._admin_made > RENEW_S:
+            # (not at every failing sample: dropping a client destroys it, which waits for
+            # its requests in flight, and the samples come twice a second)
+            self.admin = self._admin()
         return {(tp.topic, tp.partition): self.consumer.get_watermark_offsets(
             tp, timeout=2, cached=False)[1] for tp in parts}
 
     def _admin(self) -> AdminClient:
+        self._admin_made = time.monotonic()
         return AdminClient(client_config({"bootstrap.servers": self.bootstrap, "log_level": 0}))
 
     def _first_end(self, within_s: float = 30.0) -> int:
