@@ -37,9 +37,9 @@ from labkit.kafka.inspect.client import OPEN_STATES
 
 SAMPLE_EVERY_S = 0.5
 RENEW_S = 15.0  # no answer this long: the watching consumer is made anew
-# Group states in which the coordinator is moving partitions, not handing out work.
 # Kafka's own topics a transactional loop writes through its coordinators.
 INTERNAL = ("__consumer_offsets", "__transaction_state")
+# Group states in which the coordinator is moving partitions, not handing out work.
 REBALANCING = {ConsumerGroupState.PREPARING_REBALANCING, ConsumerGroupState.COMPLETING_REBALANCING}
 
 

@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from labkit.checking import history
@@ -259,7 +258,7 @@ class AppClients:
 
     def _stopped_behind(self, consumed: int, end: int) -> None:
         self.behind = (consumed, end)
-        history.append(self.run.history_file, "cluster", **self.watch.state())
+        self._record_cluster()
         if self.schedule is not None and self.schedule.pending:
             self._unlanded("stopped committing", "")
         self.notes.append(f"the app stopped committing at {consumed} of {end} input offsets, "
@@ -346,10 +345,10 @@ class AppClients:
         history.append(self.run.history_file, "stalled", attempt=stall.attempt,
                        stalled_s=stall.stalled_s, committed=consumed, end=end, output=written,
                        running=self._running())  # each of them restarted below
-        self._record_where(stall)
         if len(self.stalls) >= MAX_STALLS and self.audit_stalled:
-            self._stopped_behind(consumed, end)
+            self._stopped_behind(consumed, end)  # (which records the cluster)
             return
+        self._record_cluster()
         if len(self.stalls) >= MAX_STALLS:
             raise HarnessError(
                 f"the app stalls every time it is started: {len(self.stalls)} times in this run "
@@ -370,23 +369,22 @@ class AppClients:
     def _running(self) -> list[int]:
         return [i for i in range(len(self.pool.instances)) if self.pool.running(i)]
 
-    def _record_where(self, stall: Stall) -> None:
-        """What the cluster said and where the app's threads were, into the history: a
-        stall is judged from the run's record, even after its directory is gone."""
+    def _record_cluster(self) -> None:
+        """What the cluster said when the app was called stalled, into the history: a stall
+        is judged from the run's record, even after its directory is gone."""
         history.append(self.run.history_file, "cluster", **self.watch.state())
-        if stall.stacks:
-            text = Path(stall.stacks).read_text(encoding="utf-8")
-            history.append(self.run.history_file, "stacks", text=text[:STACKS_KEPT])
 
     def _save_stacks(self, stall: int) -> str:
         """Each running instance's stacks before the restart kills it (what a stalled app
-        was blocked in), in one file of the run's directory; its path, "" if none were read."""
+        was blocked in), in one file of the run's directory and (the first STACKS_KEPT
+        characters) in the history; its path, "" if none were read."""
         dumps = [f"--- instance {i}\n{text}" for i in range(len(self.pool.instances))
                  if (text := self.pool.stacks(i))]
         if not dumps:
             return ""
         path = self.run.workdir / f"stall-{stall}.stacks.txt"
         path.write_text("\n".join(dumps), encoding="utf-8")
+        history.append(self.run.history_file, "stacks", text="\n".join(dumps)[:STACKS_KEPT])
         return str(path)
 
     def _tail(self) -> str:
