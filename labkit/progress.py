@@ -1,6 +1,7 @@
 """One progress line for long steps, the same in a terminal and in a notebook."""
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 import threading
@@ -96,6 +97,11 @@ class Listening:
 
 
 _listening: list[Listening] = []
+# The stop of the run whose code this is. The watchdog's body thread copies its caller's
+# context, so a body left blocked after its run was stopped still sees the stop once the run
+# has ended and its listener is gone: a late restart raises instead of starting a process.
+_run_stopped: contextvars.ContextVar[threading.Event | None] = \
+    contextvars.ContextVar("labkit_run_stopped", default=None)
 
 
 def _tell(what: str | None, waiting_for: str | None) -> None:
@@ -123,19 +129,27 @@ def listening(listener: Callable[[str | None, str | None], None]) -> Iterator[Li
     handle = Listening(listener)
     with _listeners_lock:
         _listening.append(handle)
+    token = _run_stopped.set(handle.stopped)
     try:
         yield handle
     finally:
+        _run_stopped.reset(token)
         with _listeners_lock:
             _listening.remove(handle)
+
+
+def stopped() -> bool:
+    """Was the experiment whose code this is (or any running now) stopped by its watchdog?"""
+    own = _run_stopped.get()
+    with _listeners_lock:
+        any_stopped = any(h.stopped.is_set() for h in _listening)
+    return any_stopped or (own is not None and own.is_set())
 
 
 def check() -> None:
     """Raise Stopped if the experiment running now was stopped: called before anything that
     would start a process again (a restart after a kill), so a stopped run stays stopped."""
-    with _listeners_lock:
-        stopped = any(h.stopped.is_set() for h in _listening)
-    if stopped:
+    if stopped():
         raise Stopped("the experiment was stopped by its watchdog")
 
 

@@ -100,3 +100,33 @@ def test_every_experiment_runs_watched_a_hung_pipeline_is_stopped_and_named(boot
     while left() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left() == [], [p.cmdline() for p in left()]
+
+
+
+def test_a_stopped_runs_body_left_behind_starts_nothing_once_the_run_has_ended():
+    """The body of a stalled run is left blocked (a daemon thread, in a copy of the run's
+    context, as Watchdog.run starts it); the run ends and its listener goes. Should the body
+    wake later, its restart must still see the stop: in a fresh clone's suite a worker
+    restarted that way outlived its run."""
+    import contextvars
+
+    from labkit import progress
+
+    woke, outcome = threading.Event(), {}
+
+    def body() -> None:
+        woke.wait(30)
+        try:
+            progress.check()  # what a restart asks first
+            outcome["check"] = "passed"
+        except progress.Stopped:
+            outcome["check"] = "stopped"
+
+    with progress.listening(lambda *_: None) as listening:
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(body,))
+        thread.start()
+        listening.stop()
+    woke.set()  # the run is over, its listener gone; now the body goes on
+    thread.join(10)
+    assert outcome == {"check": "stopped"}
+    progress.check()  # the next run, from this thread, is not stopped by it

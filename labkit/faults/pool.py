@@ -46,7 +46,7 @@ from labkit import proc
 from labkit.checking import history
 from labkit.faults import crashpoints
 from labkit.faults.children import Children, EventLines, HistoryTail, logs_dir, tail_of
-from labkit.progress import beat, check, status, step
+from labkit.progress import beat, check, status, step, stopped
 
 # What the supervisors write to the run's history themselves: not a worker's progress.
 OWN_EVENTS = frozenset({"started", "exited", "killed", "stopped", "stalled", "progress",
@@ -352,6 +352,9 @@ class WorkerPool:
             pid = self._children.start(i, self.command, None, log, env)
         else:
             pid = self._children.start_worker(i, self.target, settings, log, env)
+        if stopped():  # while it started: the stop's sweep may have listed processes before it
+            self._children.kill(i)
+            check()
         if self.history_file:
             history.append(self.history_file, "started", instance=str(i),
                            attempt=inst.attempts, pid=pid,
