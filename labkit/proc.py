@@ -6,7 +6,7 @@ recycled pid cannot fool, stopping a process with everything it started, finding
     proc.alive(pid, started)                     # False once it exited, or the pid was reused
     proc.stop([child], timeout_s=10)             # SIGTERM it and its descendants, SIGKILL the rest
 
-Every module that starts or stops a long-lived process (the brokers, the crash runner's
+Every module that starts or stops a long-lived process (the brokers, the worker pool's
 workers, the Spark workers and Connect server, the torture harness's apps) goes through here;
 no other module reads /proc or calls os.kill. One-shot commands (mvn, the storage format
 tool) stay ``subprocess.run``.

@@ -1,9 +1,10 @@
 """A pipeline written in a notebook cell, run by the lab as the worker it crashes.
 
-The crash runner starts each worker as a fresh process (``labkit.faults.runner``) that can
-only import module-level functions. ``run_code`` is that function for a learner's code: the
-child gets the *text* of the cell that defines the learner's function (its imports
-included), executes it, and calls the function with the settings its signature asks for.
+The worker pool (``labkit.faults.pool``) starts each worker as a fresh process
+(``labkit.faults.runner``) that can only import module-level functions. ``run_code`` is
+that function for a learner's code: the child gets the *text* of the cell that defines
+the learner's function (its imports included), executes it, and calls the function with
+the settings its signature asks for.
 So the code on the learner's screen is the code the lab SIGKILLs at its crash points.
 A lesson whose point is a producer's settings shows them as a function of the run's
 ``bootstrap`` and ``acks``; ``producer_from`` makes the producer the experiment runs from it.
