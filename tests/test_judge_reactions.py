@@ -16,6 +16,8 @@ UNDER_FAULTS = [name for name, w in WRONG.items() if w.phase != "point"]
 def test_a_wrong_reaction_fails_under_the_fault_that_shows_it(name, bootstrap):
     run = judged(name, bootstrap)
     assert run.faults_fired, run.summary()
-    assert WRONG[name].shown_in(run), (name, run.summary())
+    # what each instance raised, and where: a wrong loop that died instead of running on
+    raised = [e for e in run.history if e["kind"] == "raised"]
+    assert WRONG[name].shown_in(run), (name, run.summary(), raised)
     if WRONG[name].finding == "abortable-raised":  # what it raised, with Kafka's class of it
         assert run.errors and {e["class"] for e in run.errors} == {"abortable"}, run.errors

@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 
 from labkit.checking import history
 from labkit.faults import crashpoints
@@ -45,7 +46,8 @@ def _run(target: str, kwargs: dict) -> None:
     try:
         crashpoints.run_as_worker(lambda: worker(**kwargs))
     except Exception as exc:  # what it raised, with its class, for a judge of its reactions
-        history.record("raised", **error_class(exc))
+        history.record("raised", **error_class(exc),
+                       where="".join(traceback.format_exception(exc)[-4:])[-1500:])
         raise
 
 
