@@ -1,11 +1,13 @@
 """The room served by JupyterHub, in real browsers: `labkit room serve` (what `make room`
 runs) in a lab home of the test's own, three learners logged in at once in Chromium (Debian's,
 driven by Playwright: scripts/install-test-deps.sh), each running a cell in its own
-JupyterLab against the room's secure Kafka and its own PostgreSQL schema; the hub refusing
-one learner another's server and the board; the instructor (the hub's admin) seeing the
-three on the board; the limits on the learners' processes; a learner's second login and its
-killed server (tests/test_room_hub_faults.py, on the same room); then `labkit down` (what
-`make down` runs) leaving none of the room's processes running.
+JupyterLab against the room's secure Kafka and its own PostgreSQL schema, then its copy of
+notebook 01 end to end (Run All Cells: its audit's count of lost payments in the page) and
+of the capstone as shipped, to its check's verdict ("Not yet", with a hint); the hub
+refusing one learner another's server and the board; the instructor (the hub's admin)
+seeing the three on the board; the limits on the learners' processes; a learner's second
+login and its killed server (test_second_login_and_killed_server, on the same room); then
+`labkit down` (what `make down` runs) leaving none of the room's processes running.
 
 Needs the room's proxy: `make room` or `make test` installs it (npm ci in scripts/room).
 """
@@ -150,9 +152,14 @@ async def _learner(browser, url: str, name: str, password: str, other: str) -> d
         # the board is the hub admin's: the hub's OAuth refuses a learner
         board = await page.goto(f"{url}/services/board/")
         board_body = await page.content()
+        # its copies of the lessons (the hub's, in its home): notebook 01 end to end, then
+        # the capstone with the team's loop as shipped, to its check's verdict
+        lesson = await _run_all(page, url, name, "01_at_most_once")
+        capstone = await _run_all(page, url, name, "10_capstone")
         return {"output": text, "other_status": theirs.status,
                 "other_leaked": "load_into_topic" in body, "board_status": board.status,
-                "board_leaked": "data-learner" in board_body or "<h1>Room" in board_body}
+                "board_leaked": "data-learner" in board_body or "<h1>Room" in board_body,
+                "lesson": lesson, "capstone": capstone}
     except Exception:
         await page.screenshot(path=str(Path(tempfile.gettempdir()) / f"labkit-room-{name}.png"))
         raise
@@ -179,6 +186,55 @@ async def _run_first_cell(page, cell, attempts: int = 3) -> None:
             if await select.count():
                 await select.click()
     raise AssertionError("the notebook's cell never started running")
+
+
+# Every code cell of the open notebook: its source, its outputs' text, its traceback if any.
+CELLS_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(c => ({
+    code: c.querySelector('.jp-InputArea-editor')?.textContent ?? '',
+    prompt: c.querySelector('.jp-InputPrompt')?.textContent ?? '',
+    output: [...c.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n'),
+    error: [...c.querySelectorAll("[data-mime-type='application/vnd.jupyter.error']")]
+        .map(o => o.textContent).join('\\n')}))"""
+# Run All Cells is over: no cell queued or running, and every code cell ran (a number in its
+# prompt) or one raised (JupyterLab then runs none after it).
+RAN_JS = f"""() => {{
+    const cells = ({CELLS_JS})();
+    if (!cells.length || cells.some(c => c.prompt.includes('*'))) return false;
+    return cells.every(c => /\\d/.test(c.prompt)) || cells.some(c => c.error);
+}}"""
+
+
+async def _run_all(page, url: str, name: str, notebook: str) -> list[dict]:
+    """The learner opens its copy of ``notebook`` (notebooks/, copied into its home by the
+    hub), clears its stored outputs (Edit > Clear Outputs of All Cells: whatever is seen
+    after is this run's), runs it (Run > Run All Cells) and waits until every cell ran or
+    one raised. Its code cells, as CELLS_JS reads them."""
+    # ?reset: a workspace with this notebook alone, so the menus act on it
+    await page.goto(f"{url}/user/{name}/lab/tree/notebooks/{notebook}.ipynb?reset")
+    await page.wait_for_function("() => document.querySelectorAll('.jp-Notebook').length === 1",
+                                 timeout=90_000)
+    # its kernel connected (Run All before that asks "Select Kernel" and runs nothing)
+    await page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle")).first.wait_for(
+        timeout=180_000)
+    await page.get_by_role("menuitem", name="Edit", exact=True).click()
+    await page.get_by_role("menuitem", name="Clear Outputs of All Cells", exact=True).click()
+    await page.wait_for_function(
+        f"() => ({CELLS_JS})().every(c => !c.output && !/\\d/.test(c.prompt))", timeout=30_000)
+    await page.get_by_role("menuitem", name="Run", exact=True).click()
+    await page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    await page.wait_for_function(RAN_JS, timeout=480_000, polling=1000)
+    return await page.evaluate(CELLS_JS)
+
+
+def _output_of(cells: list[dict], code: str) -> str:
+    """The output of the code cell whose source holds ``code``."""
+    found = [c["output"] for c in cells if code in c["code"]]
+    assert len(found) == 1, (code, [c["code"][:80] for c in cells])
+    return found[0]
+
+
+def _tracebacks(cells: list[dict]) -> list[str]:
+    return [f"{c['code'][:80]}: {c['error'][-1500:]}" for c in cells if c["error"]]
 
 
 async def _wrong_password(browser, url: str, name: str) -> str:
@@ -276,9 +332,28 @@ def test_three_learners_in_browsers(room) -> None:
         assert result["board_status"] == 403 and not result["board_leaked"], result
         # its home got the lab's notebooks (copied once, at its first start)
         assert (room["homes"] / name / "notebooks" / "01_at_most_once.ipynb").is_file()
+        # notebook 01 ran to its end in its JupyterLab, no traceback; its at-most-once
+        # audit (section 2: commit first, crash on the 2nd batch) counted the batch lost
+        lesson, capstone = result["lesson"], result["capstone"]
+        # (every cell ran, since none raised: _run_all waited for all or a traceback)
+        assert not _tracebacks(lesson), (name, _tracebacks(lesson))
+        audit = _output_of(lesson, "crash.report.summary()")
+        assert "produced=40 delivered_unique=30 lost=10 duplicated=0" in audit, (name, audit)
+        assert "first lost ids: ['r-000011'" in audit, (name, audit)
+        # the capstone with the team's loop: its check's verdict, "Not yet" with the hint
+        # that the ledger and the input offsets must commit together
+        assert not _tracebacks(capstone), (name, _tracebacks(capstone))
+        verdict = _output_of(capstone, "capstone.check_capstone(")
+        assert re.search(r"🔁 Not yet: \d of 5 experiments are not exactly-once\. ", verdict), \
+            (name, verdict)
+        assert "crash as its commit is sent: charged twice" in verdict, (name, verdict)
+        assert ("Hints: a crash between writing the ledger and committing the input offsets "
+                "repeats the batch: the two must commit together, atomically") in verdict, \
+            (name, verdict)
     assert "Invalid username or password" in refused
     assert sorted(board) == list(LEARNERS), board  # each one's verdict, on the admin's board
-    print(f"\nthree learners and the board in {time.monotonic() - started:.1f} s")
+    print(f"\nthree learners, notebooks 01 and 10 and the board in "
+          f"{time.monotonic() - started:.1f} s; {LEARNERS[-1]}'s verdict: {verdict}")
 
     servers = learner_servers(room["home"])
     assert sorted(servers) == list(LEARNERS), servers

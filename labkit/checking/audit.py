@@ -17,6 +17,7 @@ from labkit.checking import checkers
 
 from labkit.kafka import topics
 from labkit.checking.checkers import Delivered, Result
+from labkit.checking.reads import Read
 from labkit.storage.db import read_table
 
 # The exact keys `labkit scenario --json` prints, in order (new keys only ever appended).
@@ -221,16 +222,28 @@ def last_value_per_key(records: list[topics.Rec], field_name: str = "count") -> 
 def audit_topic(bootstrap: str, topic: str, inputs: list[dict], scenario: str, guarantee: str, *,
                 crash_at: str | None = None, fault: str | None = None,
                 isolation: str = "read_committed", state_field: str | None = None) -> AuditReport:
-    """Audit an output topic as a downstream consumer reading with ``isolation`` sees it.
+    """Audit an output topic as a downstream consumer reading with ``isolation`` sees it,
+    read now from Kafka (an experiment's checker reads it through ``labkit.checking.reads``,
+    which keeps the read in the run's history: ``checks.TopicAudit``)."""
+    read = Read(topics.read(bootstrap, topic, isolation="read_uncommitted"),
+                topics.read(bootstrap, topic, isolation="read_committed"))
+    return audit_read(read, inputs, scenario, guarantee, crash_at=crash_at, fault=fault,
+                      isolation=isolation, state_field=state_field)
 
-    The log is read both ways: records a read_uncommitted reader gets and a read_committed
-    one does not belong to aborted transactions (``aborted_in_log``); those the audited
-    reader saw are aborted reads (``aborted_visible``). With ``state_field`` (e.g. "count"),
-    the last value per key is compared to the count of input records per key (state drift).
+
+def audit_read(read: Read, inputs: list[dict], scenario: str, guarantee: str, *,
+               crash_at: str | None = None, fault: str | None = None,
+               isolation: str = "read_committed", state_field: str | None = None) -> AuditReport:
+    """Audit a topic as both readers got it (``read``), for a consumer reading with
+    ``isolation``.
+
+    Records a read_uncommitted reader gets and a read_committed one does not belong to
+    aborted transactions (``aborted_in_log``); those the audited reader saw are aborted
+    reads (``aborted_visible``). With ``state_field`` (e.g. "count"), the last value per
+    key is compared to the count of input records per key (state drift).
     """
-    everything = topics.read(bootstrap, topic, isolation="read_uncommitted")
-    committed = topics.read(bootstrap, topic, isolation="read_committed")
-    records = committed if isolation == "read_committed" else everything
+    everything, committed = read.everything, read.committed
+    records = read.seen_by(isolation)
     committed_at = {(r.partition, r.offset) for r in committed}
     aborted_in_log = sum(1 for r in everything if (r.partition, r.offset) not in committed_at)
     seen = delivered_of(records)

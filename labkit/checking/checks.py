@@ -9,15 +9,20 @@ One checker gives the report (the audit of the data); every other gives findings
 (``labkit.checking.checkers.Result``) that join it and the one verdict. ``run`` is the
 experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``history``; a
 checker may add what it counted to its ``facts``.
+
+A checker whose class says ``replayable`` reads nothing outside the run's history (its
+reads of Kafka go through ``labkit.checking.reads``): ``labkit check`` re-runs it on a
+stored run. The others (a table, a Spark sink, what a run's live parts counted) are refused
+there, by name.
 """
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from labkit.checking import audit, checkers
+from labkit.checking import audit, checkers, reads
 from labkit.checking.audit import AuditReport
 from labkit.checking.checkers import EXAMPLES, Attempt, Result
 from labkit.kafka import topics
@@ -40,8 +45,9 @@ Checker = Callable[[Any], "AuditReport | list[Result]"]
 @dataclass(frozen=True)
 class TopicAudit:
     """The output topic as a downstream consumer reading with ``isolation`` sees it
-    (``labkit.checking.audit.audit_topic``); ``state_field``: also the last value per key
-    against the input's count per key."""
+    (``labkit.checking.audit.audit_read``), its read kept in the run's history
+    (``labkit.checking.reads``); ``state_field``: also the last value per key against the
+    input's count per key."""
 
     scenario: str
     guarantee: str
@@ -51,11 +57,13 @@ class TopicAudit:
     isolation: str = "read_committed"
     state_field: str | None = None
 
+    # its only reads of Kafka go through labkit.checking.reads: a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
-        return audit.audit_topic(run.bootstrap, run.topics[self.role], run.inputs,
-                                 self.scenario, self.guarantee, crash_at=self.crash_at,
-                                 fault=self.fault, isolation=self.isolation,
-                                 state_field=self.state_field)
+        return audit.audit_read(reads.topic(run, self.role), run.inputs, self.scenario,
+                                self.guarantee, crash_at=self.crash_at, fault=self.fault,
+                                isolation=self.isolation, state_field=self.state_field)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,12 @@ write is judged the same way, and a stored history can be judged again.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
-from labkit.checking import history
+from labkit.checking import history, reads
 from labkit.checking.checkers import Result
 from labkit.experiments.feed import ABORTED_PREFIX
-from labkit.kafka import topics
 
 # The APIs a transactional loop speaks to its coordinators, and Produce: what the ledger
 # traces. A producer fenced in the middle of a transaction may first hear it on a Produce
@@ -168,11 +169,25 @@ def behaviour(events: list[dict]) -> list[Result]:
     return [Result(name, False, len(examples), examples) for name, examples in found if examples]
 
 
-def aborted_input_read(isolation: str):
-    """A checker: the output's records that came from the input's aborted transactions."""
-    def check(run) -> list[Result]:
-        seen = [r.value.get("id") for r in topics.read(run.bootstrap, run.topics["output"],
-                                                        isolation=isolation)]
+@dataclass(frozen=True)
+class AbortedInputRead:
+    """A checker: the output's records that came from the input's aborted transactions, as a
+    downstream consumer reading with ``isolation`` got them."""
+
+    isolation: str
+    replayable: ClassVar[bool] = True  # it reads Kafka through labkit.checking.reads only
+
+    def __call__(self, run) -> list[Result]:
+        seen = [r.value.get("id") for r in reads.topic(run, "output").seen_by(self.isolation)]
         read = sorted({i for i in seen if str(i).startswith(f"{ABORTED_PREFIX}-")})
         return [Result("aborted-input-read", not read, len(read), read[:5])]
-    return check
+
+
+def aborted_input_read(isolation: str) -> AbortedInputRead:
+    return AbortedInputRead(isolation)
+
+
+def history_facts(events: list[dict]) -> dict:
+    """The judge's facts that are functions of its history alone: what ``labkit check``
+    computes again on a stored run."""
+    return {"findings": {r.name: r.examples for r in behaviour(events)}}

@@ -1,0 +1,80 @@
+"""What a checker reads of Kafka once the run is over, kept in the run's history (issue 50:
+a run is plain data, and can be checked again, as Jepsen's stored histories).
+
+    read = reads.topic(run, "output")           # both readers; one ``read`` history entry
+    read.everything, read.committed, read.seen_by("read_committed")
+
+Every checker that reads a topic for its verdict goes through ``topic``. On a live run it
+reads the topic as a read_uncommitted and as a read_committed consumer, appends what they
+got to the run's history as one entry, and answers from that entry; on a stored run
+(``labkit.checking.stored.StoredRun``) the same call is answered from the stored entry, and
+Kafka is not contacted. So the live verdict and the re-checked one are computed from the
+same data.
+
+The entry: ``{"kind": "read", "role": "output", "topic": <name>, "records": [[partition,
+offset, key, value, readers], ...]}``. ``readers`` says who got the record: ``"cu"`` both,
+``"u"`` the read_uncommitted reader only (an aborted or still open transaction's), ``"c"``
+the read_committed reader only (written between the two reads). Records are in the order
+the read_uncommitted reader got them (log order per partition), then the "c" ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.checking import history
+from labkit.kafka import topics
+from labkit.kafka.topics import Rec
+
+READ = "read"  # the history entry's kind
+
+
+@dataclass(frozen=True)
+class Read:
+    """A topic as each reader got it, in log order per partition."""
+
+    everything: list[Rec]  # read_uncommitted
+    committed: list[Rec]  # read_committed
+
+    def seen_by(self, isolation: str) -> list[Rec]:
+        """The records a consumer reading with ``isolation`` got."""
+        if isolation not in topics.ISOLATION_LEVELS:
+            raise ValueError(f"isolation must be one of {topics.ISOLATION_LEVELS}, "
+                             f"not {isolation!r}")
+        return self.committed if isolation == "read_committed" else self.everything
+
+
+def topic(run: Any, role: str = "output") -> Read:
+    """The run's topic for ``role`` as both readers see it now: read from Kafka and kept in
+    the run's history (a live run), or the stored run's entry for this read."""
+    answer = getattr(run, "answer_read", None)  # a stored run answers, Kafka is not asked
+    if answer is not None:
+        return answer(role)
+    name = run.topics[role]
+    everything = topics.read(run.bootstrap, name, isolation="read_uncommitted")
+    committed = topics.read(run.bootstrap, name, isolation="read_committed")
+    entry = entry_of(role, name, everything, committed)
+    # a run without a history file (a checker called by hand) keeps nothing. The line is
+    # long, but the run's processes are gone by now: no other append interleaves with it
+    path = getattr(run, "history_file", None)
+    if path is not None:
+        history.append(path, READ, **entry)
+    return of_entry(entry)  # the live verdict is computed from what a re-check reads
+
+
+def entry_of(role: str, name: str, everything: list[Rec], committed: list[Rec]) -> dict:
+    """The history entry of one read (see the module's docstring): compact, plain data."""
+    at = {(r.partition, r.offset) for r in committed}
+    got = {(r.partition, r.offset) for r in everything}
+    records = [[r.partition, r.offset, r.key, r.value,
+                "cu" if (r.partition, r.offset) in at else "u"] for r in everything]
+    records += [[r.partition, r.offset, r.key, r.value, "c"] for r in committed
+                if (r.partition, r.offset) not in got]
+    return {"role": role, "topic": name, "records": records}
+
+
+def of_entry(entry: dict) -> Read:
+    """The Read a history entry holds."""
+    recs = [(Rec(p, o, k, v), readers) for p, o, k, v, readers in entry["records"]]
+    return Read([r for r, readers in recs if "u" in readers],
+                [r for r, readers in recs if "c" in readers])
