@@ -4,6 +4,7 @@
     run.report.verdict        # the one audit (labkit.checking.audit.AuditReport)
     run.summary(); run.to_json(); run.timeline()
     run.cleanup()             # the topics and directory it kept for later cells, deleted
+    run.store("run.jsonl")    # plain data, checked again without Kafka: labkit check run.jsonl
     run.topics, run.history, run.steps, run.faults   # the run's names, events, steps, faults
     run.zombie_error          # an experiment's own facts read as attributes (run.facts)
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -73,6 +75,7 @@ class RunRecord:
     presentation: Presentation = field(default=PLAIN, repr=False, compare=False)
     # deletes what the run kept (its topics, its directory): the run context's
     release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    inputs: list[dict] = field(default_factory=list, repr=False)  # what the audit compares with
 
     def __getattr__(self, name: str) -> Any:
         # only called for names that are not fields: the experiment's facts
@@ -87,6 +90,17 @@ class RunRecord:
         topics and its directory. The facts read so far stay."""
         if self.release is not None:
             self.release()
+
+    def store(self, path: str | Path) -> Path:
+        """The run as one JSON-lines file at ``path`` (labkit.checking.stored), to be checked
+        again without Kafka: ``labkit check PATH``. Only where asked: a run leaves nothing
+        behind by itself (its directory goes unless kept), and the caller knows where a
+        run worth keeping belongs (a test's tmp_path, a course's folder)."""
+        from labkit.checking import stored
+
+        return stored.store(path, experiment=self.experiment, options=self.options,
+                            topics=self.topics, inputs=self.inputs, history=self.history,
+                            report=self.report.to_dict())
 
     @property
     def verdict(self) -> str:

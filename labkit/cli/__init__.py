@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import typer
 
@@ -261,6 +262,23 @@ def crash_points(as_json: bool = typer.Option(False, "--json", help="machine-rea
 
 
 app.add_typer(scenario_app, name="scenario")
+
+
+@app.command()
+def check(path: Path = typer.Argument(..., help="a run stored with run.store(path)")) -> None:
+    """Check a stored run again, offline: its checkers and the judge's findings re-run on
+    the stored history (what the checkers read of Kafka after the run included); no Kafka
+    is contacted. Prints the verdict and findings as the live run's summary did. A run whose
+    checkers read anything else (a table, Spark, Flink, the torture's apps) is refused,
+    naming the checker."""
+    from labkit.checking.stored import NotReplayable, load
+    from labkit.experiments.recheck import recheck, text
+
+    try:
+        record = recheck(load(path))
+    except (NotReplayable, OSError, ValueError, KeyError) as exc:
+        _fail(str(exc))
+    typer.echo(text(record))
 
 
 @app.command()

@@ -185,7 +185,7 @@ def _facts(run) -> dict:
             "restarts": app.pool.result.attempts - len(app.pool.instances),
             "seconds": app.seconds, "fault_stats": run.facts.get("fault_stats"),
             "crashed": app.pool.result.crashed_at,
-            "findings": {r.name: r.examples for r in findings.behaviour(events)}}
+            **findings.history_facts(events)}
 
 
 def _close_hanging(run) -> str | None:
@@ -329,7 +329,7 @@ PARTS = dict(
     workload=lambda o: Workload(f"judge-{o.phase}", (
         Topic("input", o.partitions), Topic("output", o.partitions)),
         data.generate(o.records, seed=o.seed, keys=data.keys_for(o.partitions))),
-    clients=_clients, checkers=_checkers, facts=_facts,
+    clients=_clients, checkers=_checkers, facts=_facts, history_facts=findings.history_facts,
     presentation=Presentation(summary=_summary, json_facts=(
         "findings", "errors", "faults_fired", "waited", "restarts", "seconds")))
 

@@ -96,6 +96,9 @@ class Experiment:
     attempts: int = 1
     # where=OWN_BROKER: the settings of the broker started for the run, from its options
     broker: Callable[[Any], dict] | None = None
+    # the facts that are functions of the run's history alone (the judge's findings):
+    # ``labkit check`` computes them again on a stored run (labkit.experiments.recheck)
+    history_facts: Callable[[list[dict]], dict] | None = None
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Every option's value: the given ones checked by name and choice, defaults else."""
@@ -196,7 +199,7 @@ def perform(experiment: Experiment, run: RunContext) -> RunRecord:
     topics = run.facts.pop("topics", None) or dict(run.topics)
     return RunRecord(experiment.name, report, topics=topics,
                      history=run.history, steps=run.steps, faults=run.fired_faults,
-                     facts=run.facts, options=run.options,
+                     facts=run.facts, options=run.options, inputs=run.inputs,
                      presentation=experiment.presentation, release=run.discard)
 
 

@@ -1,0 +1,93 @@
+"""A run as plain data in a file, read back to be checked again without Kafka (issue 50,
+Jepsen's stored histories; ``labkit check PATH``).
+
+    run = experiments.run("judge", phase="point", crash_at="after-commit", pipeline=loop)
+    run.store("judged.jsonl")          # RunRecord.store
+    again = stored.load("judged.jsonl")  # what ``labkit check`` re-checks
+
+One JSON-lines file. Its first line is the run: the experiment's name, its options, its
+topics by role, the inputs the audit compares with, and the live run's report (for a
+reader, never used to re-check). Each line after it is one entry of the run's history as it
+was written: the workers', the runner's (faults, the wire, the group's offsets) and what
+the checkers read of Kafka once the run was over (``read``: labkit.checking.reads).
+
+A stored run is a checker's run (``labkit.checking.checks.Checked``) that answers every
+read from its history and has no cluster: a checker that asks for one fails loudly.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.checking.reads import READ, Read, of_entry
+
+FORMAT = "labkit-run/1"
+
+
+class NotReplayable(Exception):
+    """Why a stored run cannot be checked again offline (yet)."""
+
+
+@dataclass
+class StoredRun:
+    experiment: str
+    options: dict[str, Any]
+    topics: dict[str, str]
+    inputs: list[dict]
+    history: list[dict] = field(repr=False)
+    report: dict | None = None  # the live run's, as it printed (AuditReport.to_dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # what the checkers count again
+    _answered: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        raise NotReplayable("a stored run is checked without Kafka, yet one of its checkers "
+                            "asked for the cluster's address")
+
+    def answer_read(self, role: str) -> Read:
+        """The checkers' n-th read of the ``role`` topic: the run's n-th ``read`` entry of it
+        (they ask in the order the live run's asked)."""
+        entries = [e for e in self.history if e.get("kind") == READ and e.get("role") == role]
+        n = self._answered.get(role, 0)
+        if n >= len(entries):
+            raise NotReplayable(
+                f"the stored {self.experiment} run holds {len(entries)} read(s) of its {role} "
+                f"topic and its checkers ask for read {n + 1}: it was stored before its "
+                "checkers kept what they read in the history")
+        self._answered[role] = n + 1
+        return of_entry(entries[n])
+
+
+def store(path: str | Path, *, experiment: str, options: Mapping[str, Any],
+          topics: Mapping[str, str], inputs: list[dict], history: list[dict],
+          report: dict | None = None) -> Path:
+    """Write a run to ``path`` (see the module's docstring); its options must be plain data
+    (a re-check builds the checkers from them)."""
+    for name, value in options.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{experiment}'s option {name} is not plain data ({exc}): the run "
+                             "cannot be stored") from None
+    head = {"format": FORMAT, "experiment": experiment, "options": dict(options),
+            "topics": dict(topics), "inputs": inputs, "report": report}
+    path = Path(path)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(head) + "\n")
+        for entry in history:
+            fh.write(json.dumps(entry) + "\n")
+    return path
+
+
+def load(path: str | Path) -> StoredRun:
+    """A stored run, read back (ValueError: not a file ``store`` wrote)."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    head = json.loads(lines[0]) if lines else {}
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a stored run (its first line names no {FORMAT!r}): "
+                         "store one with run.store(path)")
+    return StoredRun(head["experiment"], head["options"], head["topics"], head["inputs"],
+                     [json.loads(line) for line in lines[1:]], head.get("report"))

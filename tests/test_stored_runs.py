@@ -1,0 +1,155 @@
+"""A run is plain data, and can be checked again (issue 50, Jepsen's stored histories): a
+live run stored with ``run.store(path)`` and re-checked by ``labkit check PATH`` with no
+Kafka reachable gives the live run's verdict, counts and findings; an edited read gives
+another verdict (the check reads the stored data); an experiment whose checkers read
+something the history does not hold is refused, by name."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from labkit import experiments
+from labkit.checking import reads, stored
+from labkit.cli import app
+from labkit.experiments.recheck import recheck, text
+from labkit.experiments.registry import get
+from labkit.kafka import topics
+from labkit.kafka.topics import Rec
+from tests.wrong_loops import judged
+
+LABKIT = Path(sys.executable).with_name("labkit")
+
+
+@pytest.fixture
+def no_kafka():
+    """An address nothing answers on (bound, never listening: refused at once)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    yield f"127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+@contextmanager
+def kafka_forbidden(no_kafka: str):
+    """In this process: any read of a topic fails, and LABKIT_BOOTSTRAP points nowhere."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a re-check read Kafka: {args}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(topics, "read", refuse)
+        patch.setenv("LABKIT_BOOTSTRAP", no_kafka)
+        yield
+
+
+def _reads(path: Path) -> list[int]:
+    lines = path.read_text().splitlines()
+    return [n for n, line in enumerate(lines) if json.loads(line).get("kind") == "read"]
+
+
+def test_a_stored_consume_transform_produce_run_is_checked_again_offline(
+        bootstrap, tmp_path, no_kafka):
+    run = experiments.run("consume-transform-produce", cluster=bootstrap,
+                          guarantee="at_least_once", crash_at="after-process-before-commit",
+                          records=40, keep_topics=False)
+    assert (run.report.lost, run.report.duplicated) == (0, 10), run.summary()
+    path = run.store(tmp_path / "ctp.jsonl")
+    assert len(_reads(path)) == 1  # the audit's one read, both readers in one entry
+
+    # another process, no Kafka anywhere: the live summary, line for line
+    out = subprocess.run([str(LABKIT), "check", str(path)], capture_output=True, text=True,
+                         env={**os.environ, "LABKIT_BOOTSTRAP": no_kafka}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == run.summary().strip()
+    again = recheck(stored.load(path))
+    assert again.report.to_dict() == run.report.to_dict()
+    assert again.report.examples == run.report.examples
+
+    # one record the audit read, gone from the stored read: lost, so another verdict
+    lines = path.read_text().splitlines()
+    (at,) = _reads(path)
+    entry = json.loads(lines[at])
+    ids = [r[3]["id"] for r in entry["records"]]
+    once = next(i for i in ids if ids.count(i) == 1)
+    entry["records"] = [r for r in entry["records"] if r[3]["id"] != once]
+    lines[at] = json.dumps(entry)
+    path.write_text("\n".join(lines) + "\n")
+    edited = recheck(stored.load(path))
+    assert (edited.report.lost, edited.report.duplicated) == (1, 10)
+    assert edited.report.examples["lost"] == [once]
+    assert "lost-write" in edited.report.anomalies
+    assert edited.verdict != run.verdict
+
+
+def test_a_stored_judge_run_gives_the_same_verdict_and_findings(bootstrap, tmp_path, no_kafka):
+    """A loop that takes a fresh transactional.id at each start leaves its crashed
+    transaction open: a finding of the history (hanging-transaction)."""
+    run = judged("new-transactional-id", bootstrap)
+    assert "hanging-transaction" in run.findings, run.summary()
+    path = run.store(tmp_path / "judge.jsonl")
+    assert len(_reads(path)) == 2  # the audit's, and the aborted-input-read finding's
+
+    with kafka_forbidden(no_kafka):
+        result = CliRunner().invoke(app, ["check", str(path)])
+        again = recheck(stored.load(path))
+    assert result.exit_code == 0, result.output
+    live = run.summary().splitlines()
+    printed = result.output.strip().splitlines()
+    assert printed == live[:len(printed)]  # the verdict and the findings, as printed live
+    assert any("verdict:" in line for line in printed)
+    assert any(line.startswith("  hanging-transaction:") for line in printed)
+    assert text(again) == result.output.strip()
+    assert again.report.to_dict() == run.report.to_dict()
+    assert again.report.anomalies == run.report.anomalies
+    assert again.findings == run.findings
+
+
+@pytest.mark.parametrize("name, options, checker", [
+    ("consumer", {"guarantee": "at_least_once"}, "TableAudit"),
+    ("flink-crash", {"guarantee": "exactly_once"}, "audit_output (labkit.flink.report)"),
+    ("spark-naive", {}, "SinkAudit (labkit.spark.check)"),
+    ("streams-restore", {}, "CountsAudit"),
+])
+def test_a_run_whose_checker_cannot_be_replayed_is_refused_by_name(name, options, checker,
+                                                                   tmp_path, no_kafka):
+    path = stored.store(tmp_path / "run.jsonl", experiment=name,
+                        options=get(name).resolve(options), topics={"output": "t"}, inputs=[],
+                        history=[])
+    with kafka_forbidden(no_kafka):
+        result = CliRunner().invoke(app, ["check", str(path)])
+    assert result.exit_code != 0
+    assert checker in result.output and "cannot be checked again offline yet" in result.output
+    assert "verdict" not in result.output
+
+
+def test_a_run_stored_without_its_reads_is_refused(tmp_path, no_kafka):
+    options = get("consume-transform-produce").resolve({"guarantee": "exactly_once"})
+    path = stored.store(tmp_path / "run.jsonl", experiment="consume-transform-produce",
+                        options=options, topics={"output": "t"}, inputs=[{"id": "a", "key": "k"}],
+                        history=[{"t": 0.0, "kind": "started", "instance": "0"}])
+    not_a_run = tmp_path / "other.jsonl"
+    not_a_run.write_text('{"kind": "started"}\n')
+    with kafka_forbidden(no_kafka):
+        result = CliRunner().invoke(app, ["check", str(path)])
+        other = CliRunner().invoke(app, ["check", str(not_a_run)])
+    assert result.exit_code != 0 and "holds 0 read(s) of its output topic" in result.output
+    result = other
+    assert result.exit_code != 0 and "is not a stored run" in result.output
+
+
+def test_a_read_entry_gives_back_what_each_reader_got():
+    everything = [Rec(0, 0, "k", {"id": "a"}), Rec(1, 0, "k", {"id": "b"}),
+                  Rec(0, 1, "k", {"id": "c"})]  # b: an aborted transaction's
+    committed = [Rec(0, 0, "k", {"id": "a"}), Rec(0, 1, "k", {"id": "c"}),
+                 Rec(0, 2, None, {"id": "d"})]  # d: committed between the two reads
+    entry = json.loads(json.dumps(reads.entry_of("output", "t", everything, committed)))
+    assert [r[4] for r in entry["records"]] == ["cu", "u", "cu", "c"]
+    read = reads.of_entry(entry)
+    assert (read.everything, read.committed) == (everything, committed)
+    assert read.seen_by("read_uncommitted") == everything
