@@ -56,14 +56,21 @@ class TopicAudit:
     role: str = "output"
     isolation: str = "read_committed"
     state_field: str | None = None
+    # a run that may end before its app is done (the judge audits a stalled loop as it
+    # stands): an input missing from the output that a restart of the group reads again is
+    # unprocessed, not lost (labkit.checking.reads.restart_reads)
+    restart_reads: bool = False
 
     # its only reads of Kafka go through labkit.checking.reads: a stored run re-checks it
     replayable: ClassVar[bool] = True
 
     def __call__(self, run: Checked) -> AuditReport:
-        return audit.audit_read(reads.topic(run, self.role), run.inputs, self.scenario,
+        read = reads.topic(run, self.role)
+        not_owed = reads.restart_reads(run) if self.restart_reads else frozenset()
+        return audit.audit_read(read, run.inputs, self.scenario,
                                 self.guarantee, crash_at=self.crash_at, fault=self.fault,
-                                isolation=self.isolation, state_field=self.state_field)
+                                isolation=self.isolation, state_field=self.state_field,
+                                not_owed=not_owed)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,12 @@ ENV_FILE, ENV_INSTANCE, ENV_ATTEMPT = settings.HISTORY, settings.INSTANCE, setti
 # a transactional exchange the fault proxy saw (``wire``), what the supervision read at the
 # end (``finished``: the group's offsets, the input's end, who was still running), the
 # transactions it found open then (``open-transactions``), what a checker read of a topic
-# once the run was over (``read``: labkit.checking.reads). The checkers read them; the
-# processes' timeline (``labkit.checking.timeline.text``) leaves them out.
-RUNNER_KINDS = frozenset({"fault", "wire", "finished", "open-transactions", "read"})
+# or of the group's offsets once the run was over (``read``, ``offsets-read``:
+# labkit.checking.reads), where the lab's feed wrote each input record (``written``). The
+# checkers read them; the processes' timeline (``labkit.checking.timeline.text``) leaves
+# them out.
+RUNNER_KINDS = frozenset({"fault", "wire", "finished", "open-transactions", "read",
+                          "offsets-read", "written"})
 # LABKIT_ATTEMPT: 1 for an instance's first start, 2 after its first restart
 
 

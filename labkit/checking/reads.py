@@ -22,11 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
+
 from labkit.checking import history
 from labkit.kafka import topics
+from labkit.kafka.clientlog import client_config
 from labkit.kafka.topics import Rec
 
 READ = "read"  # the history entry's kind
+OFFSETS = "offsets-read"  # a group's committed offsets, read once the run was over
+WRITTEN = "written"  # where the lab's feed wrote each input record (labkit.experiments.feed)
 
 
 @dataclass(frozen=True)
@@ -78,3 +83,45 @@ def of_entry(entry: dict) -> Read:
     recs = [(Rec(p, o, k, v), readers) for p, o, k, v, readers in entry["records"]]
     return Read([r for r, readers in recs if "u" in readers],
                 [r for r, readers in recs if "c" in readers])
+
+
+def committed(run: Any, role: str = "input") -> dict[int, int]:
+    """The run's group's committed offset of each partition of its ``role`` topic, read now
+    (0 where it has committed none: a restart starts there) and kept in the run's history as
+    one ``offsets-read`` entry; a stored run answers from that entry."""
+    answer = getattr(run, "answer_offsets", None)
+    if answer is not None:
+        return answer(role)
+    name = run.topics[role]
+    # the committed offsets as they stand (read_committed would wait for a pending
+    # transaction's); this consumer only asks, it never joins the group
+    consumer = Consumer(client_config({
+        "bootstrap.servers": run.bootstrap, "group.id": run.group_id,
+        "enable.auto.commit": False, "isolation.level": "read_uncommitted"}))
+    try:
+        got = consumer.committed([TopicPartition(name, p)
+                                  for p in topics.partitions_of(run.bootstrap, name)],
+                                 timeout=30)
+    finally:
+        consumer.close()
+    offsets = {tp.partition: max(tp.offset, 0) for tp in got}
+    path = getattr(run, "history_file", None)
+    if path is not None:
+        history.append(path, OFFSETS, role=role, offsets={str(p): o for p, o in offsets.items()})
+    return offsets
+
+
+def restart_reads(run: Any, role: str = "input") -> frozenset[str]:
+    """The ids of the ``role`` records a restart of the run's group reads again: written
+    (the feed's ``written`` entries say where) at or past the group's committed offset of
+    their partition. Missing from the output, such a record is not lost: it was never
+    processed, and the group has not committed past it."""
+    path = getattr(run, "history_file", None)
+    events = history.read(path) if path is not None else run.history
+    at = {i: where for e in events if e.get("kind") == WRITTEN and e.get("role") == role
+          for i, where in e["at"].items()}
+    if not at:
+        return frozenset()
+    offsets = committed(run, role)
+    return frozenset(i for i, (partition, offset) in at.items()
+                     if offset >= offsets.get(partition, 0))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.checking.reads import READ, Read, of_entry
+from labkit.checking.reads import OFFSETS, READ, Read, of_entry
 
 FORMAT = "labkit-run/1"
 
@@ -59,6 +59,17 @@ class StoredRun:
                 "checkers kept what they read in the history")
         self._answered[role] = n + 1
         return of_entry(entries[n])
+
+
+    def answer_offsets(self, role: str) -> dict[int, int]:
+        """The group's committed offsets on the ``role`` topic as the live run's checker
+        read them (its last ``offsets-read`` entry)."""
+        entries = [e for e in self.history if e.get("kind") == OFFSETS and e.get("role") == role]
+        if not entries:
+            raise NotReplayable(f"the stored {self.experiment} run holds no read of its group's "
+                                f"offsets on its {role} topic: it was stored before its "
+                                "checkers kept them in the history")
+        return {int(p): o for p, o in entries[-1]["offsets"].items()}
 
 
 def store(path: str | Path, *, experiment: str, options: Mapping[str, Any],

@@ -19,6 +19,7 @@ import time
 
 from confluent_kafka import Producer
 
+from labkit.checking import history
 from labkit.faults.schedule import Schedule
 from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
@@ -92,11 +93,24 @@ def _trickle(run, producer: Producer, rest: list[dict]) -> int:
     return done
 
 
-def _write(run, producer: Producer, records: list[dict], role: str = "input") -> None:
+def _write(run, producer: Producer, records: list[dict], role: str = "input",
+           told: bool = True) -> None:
+    """``records`` written and flushed; with ``told`` where each went into the run's history
+    (``written``: id -> [partition, offset]): with the group's committed offsets it says
+    which records a restart reads again, so an unprocessed record is never counted lost."""
+    at: dict[str, list[int]] = {}
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            at[str(topics.decode(msg.value())["id"])] = [msg.partition(), msg.offset()]
+
     for r in records:
-        producer.produce(run.topics[role], key=str(r["key"]).encode(), value=topics.encode(r))
+        producer.produce(run.topics[role], key=str(r["key"]).encode(), value=topics.encode(r),
+                         on_delivery=delivered)
     if producer.flush(30):
         raise RuntimeError(f"the lab could not write the run's {role} to {run.topics[role]}")
+    if told and at:
+        history.append(run.history_file, "written", role=role, at=at)
 
 
 def _upstream_aborts(run, count: int):
@@ -114,7 +128,7 @@ def _upstream_aborts(run, count: int):
     half = (len(records) + 1) // 2
     for part in (records[:half], records[half:]):
         producer.begin_transaction()
-        _write(run, producer, part)
+        _write(run, producer, part, told=False)  # aborted: never read, never owed
         producer.abort_transaction(30)
         yield
     producer.flush(5)
