@@ -58,3 +58,40 @@ def test_a_stored_history_is_judged_as_it_was_written():
     quiet = [e for e in events if e["kind"] not in ("finished", "open-transactions")]
     quiet[5] = {**quiet[5], "committed": 300, "unread": {}}
     assert findings.behaviour(quiet) == []
+
+
+def test_what_a_restart_reads_again_is_repeated_work_or_unprocessed_never_lost():
+    """Where the feed wrote each input, the group's offsets and the output as the checker read
+    them once the run was over: of what a restart reads again, a record in the output is
+    processed work its offsets left behind; one not in it was never processed (a stalled
+    loop, audited as it stood), which the judge names and never calls lost."""
+    from labkit.checking import audit
+    from labkit.checking.reads import Read
+    from labkit.kafka.topics import Rec
+
+    def out(*ids: str) -> dict:  # the output as both readers got it
+        return {"kind": "read", "role": "output", "topic": "t-out",
+                "records": [[0, n, "k", {"id": i}, "cu"] for n, i in enumerate(ids)]}
+
+    written = {"kind": "written", "role": "input",
+               "at": {"a": [0, 0], "b": [0, 1], "c": [1, 0], "d": [1, 2]}}  # (1, 1): a marker
+    offsets = {"kind": "offsets-read", "role": "input", "offsets": {"0": 1, "1": 0}}
+    events = _history(written, offsets, out("a", "b", "c"))
+    assert findings.restart_split(events) == (["b", "c"], ["d"])
+    got = {r.name: r.examples for r in findings.behaviour(events)}
+    assert got == {"offsets-behind": ["a restart from the committed offsets reads 2 processed "
+                                      "record(s) again, e.g. b, c"],
+                   "stopped-short": ["1 input record(s) never processed, e.g. d: a restart "
+                                     "of the group reads them (not lost)"]}
+    # all committed: nothing behind, nothing short, even with "d" missing (then it is lost)
+    done = _history(written, {**offsets, "offsets": {"0": 2, "1": 3}}, out("a", "b", "c"))
+    assert findings.behaviour(done) == []
+
+    inputs = [{"id": i, "key": "k"} for i in "abcd"]
+    read = Read(*[[Rec(0, n, "k", {"id": i}) for n, i in enumerate("abc")]] * 2)
+    waiting = audit.audit_read(read, inputs, "judge", "exactly_once", not_owed=frozenset("bcd"))
+    assert (waiting.lost, waiting.unprocessed, waiting.verdict) == (0, 1, "exactly once")
+    assert "1 not processed (a restart of the group reads them again: not lost)" in \
+        waiting.sentence()
+    lost = audit.audit_read(read, inputs, "judge", "exactly_once", not_owed=frozenset("bc"))
+    assert (lost.lost, lost.unprocessed, lost.examples["lost"]) == (1, 0, ["d"])

@@ -41,3 +41,21 @@ def test_the_reference_loop_passes_the_same_points(bootstrap):
         run = experiments.run("judge", cluster=bootstrap, phase="point", crash_at=",".join(pair))
         assert run.report.exactly_once and not run.findings, run.summary()
         assert sorted(run.crashed) == sorted(pair), run.summary()
+
+
+def test_a_loop_stuck_at_a_record_stopped_short_and_nothing_is_called_lost(bootstrap):
+    """A loop that gets stuck at one record (it keeps polling, so stays in its group, and
+    never goes on), also after its restart, is audited as it stands: the records after it
+    were never processed and its group reads them again, so they are not lost. (Twice in
+    fresh clones a right loop that waited on its coordinators was called "lost" this way.)"""
+    stuck = learner.edited(production_loop.fee_service, "fee_service_stuck", {
+        "        if not batch:\n            continue\n":
+        "        if not batch:\n            continue\n"
+        "        if any(json.loads(m.value())['id'] == 'r-000150' for m in batch):\n"
+        "            while True:  # stuck: it polls (stays in its group), never goes on\n"
+        "                consumer.poll(1.0)\n"})
+    run = experiments.run("judge", pipeline=stuck, cluster=bootstrap, phase="point",
+                          crash_at="after-commit")
+    assert run.report.lost == 0 and run.report.unprocessed > 0, run.summary()
+    assert "stopped-short" in run.findings, run.summary()
+    assert not run.report.anomalies or run.report.duplicated, run.summary()

@@ -69,6 +69,8 @@ FINDING_HINTS = {
                         "be aborted: what became of the batch it was in?",
     "offsets-behind": "the input's committed offsets stopped short of what the service had "
                       "processed: a restart reads those payments again",
+    "stopped-short": "the service stopped moving with payments still to process, also "
+                     "after a restart: what was it waiting for?",
     "aborted-input-read": "the ledger holds payments an upstream producer ABORTED: how does "
                           "the service read its input?",
 }

@@ -160,7 +160,7 @@ def _checkers(o) -> list:
     crash_at = ",".join(points(getattr(o, "crash_at", None))) or None
     return [TopicAudit(NAME, "exactly_once", crash_at, getattr(o, "fault", None) or
                        (PHASES[o.phase] if o.phase != "point" else None),
-                       isolation=o.isolation),
+                       isolation=o.isolation, restart_reads=True),
             findings.aborted_input_read(o.isolation)]
 
 

@@ -13,6 +13,9 @@ reactions, each a finding named like the audit's anomalies.
   also after a restart: a restart from them would read records again (a read_committed
   consumer from each committed offset receives one; an offset before a marker or an
   upstream's aborted records only is not behind).
+- ``stopped-short``: input records the loop never processed when it was judged (it stalled,
+  also after a restart), and that its group reads again: waiting, not lost, so never counted
+  lost by the audit (``checks.TopicAudit(restart_reads=True)``).
 - ``aborted-input-read``: records of the input's aborted transactions (an upstream's) in
   the output: the loop read its input read_uncommitted. Data, so the audit's verdict too.
 
@@ -20,8 +23,9 @@ Every finding is a function of the run's history alone (``labkit.checking.histor
 transactions as the proxy saw them on the wire (``wire``: the transactional APIs), the
 processes as the supervisor and the workers recorded them (when each started, with which
 transactional.id; what each raised), the faults (``fault``: which instance a successor
-fenced), the group's offsets as last read (``progress``) and the transactions left open at
-the end (``open-transactions``). None needs the loop's cooperation: a loop the lab did not
+fenced), the group's offsets as last sampled (``progress``), the transactions left open at
+the end (``open-transactions``), where the feed wrote each input (``written``) and what the
+checkers read once the run was over (``read``, ``offsets-read``). None needs the loop's cooperation: a loop the lab did not
 write is judged the same way, and a stored history can be judged again.
 """
 from __future__ import annotations
@@ -136,10 +140,47 @@ def ran_on(events: list[dict]) -> list[str]:
     return found
 
 
+def restart_split(events: list[dict]) -> tuple[list[str], list[str]] | None:
+    """Once the run was over, the input records a restart of the group reads again (where the
+    feed wrote them, at or past the group's committed offsets as the checker read them: an
+    upstream's aborted records are never among them), split in two: those in the output
+    (processed, their offsets not committed: a restart repeats them) and those not (never
+    processed). None: the history holds no such reads (a run without the lab's feed)."""
+    at = {i: where for e in events if e["kind"] == reads.WRITTEN and e.get("role") == "input"
+          for i, where in e["at"].items()}
+    offsets = [e for e in events if e["kind"] == reads.OFFSETS and e.get("role") == "input"]
+    output = [e for e in events if e["kind"] == reads.READ and e.get("role") == "output"]
+    if not (at and offsets and output):
+        return None
+    committed = {int(p): o for p, o in offsets[-1]["offsets"].items()}
+    out = {str(value.get("id")) for _, _, _, value, readers in output[-1]["records"]
+           if "c" in readers and isinstance(value, dict)}
+    again = sorted((i for i, (p, o) in at.items() if o >= committed.get(p, 0)),
+                   key=lambda i: tuple(at[i]))
+    return [i for i in again if i in out], [i for i in again if i not in out]
+
+
+def stopped_short(events: list[dict]) -> list[str]:
+    """Input records the loop never processed by the time it was judged (it stalled, and a
+    restart did not move it on): not lost, since its group reads them again."""
+    split = restart_split(events)
+    if not split or not split[1]:
+        return []
+    never = split[1]
+    return [f"{len(never)} input record(s) never processed, e.g. {', '.join(never[:3])}: "
+            "a restart of the group reads them (not lost)"]
+
+
 def behind(events: list[dict]) -> list[str]:
-    """What a restart from the group's committed offsets would read again (as a
-    read_committed consumer receives it: never a marker or an upstream's aborted record),
-    by the group's offsets as last read."""
+    """What a restart from the group's committed offsets would read again that the loop had
+    already processed (as a read_committed consumer receives it: never a marker or an
+    upstream's aborted record): from the checker's reads once the run was over, or else by
+    the group's offsets as last sampled."""
+    split = restart_split(events)
+    if split is not None:
+        repeated = split[0]
+        return [f"a restart from the committed offsets reads {len(repeated)} processed "
+                f"record(s) again, e.g. {', '.join(repeated[:3])}"] if repeated else []
     read = [e for e in events if e["kind"] == "progress"]
     if not read:
         return []
@@ -165,7 +206,8 @@ def behaviour(events: list[dict]) -> list[Result]:
     abortable = [f"instance {e['instance']}: {e.get('code')} {e.get('text', '')[:160]}"
                  for e in raised(events) if e.get("abortable") and not e.get("fatal")]
     found = [("hanging-transaction", hanging(events)), ("fenced-ran-on", ran_on(events)),
-             ("abortable-raised", abortable), ("offsets-behind", behind(events))]
+             ("abortable-raised", abortable), ("offsets-behind", behind(events)),
+             ("stopped-short", stopped_short(events))]
     return [Result(name, False, len(examples), examples) for name, examples in found if examples]
 
 
