@@ -51,11 +51,11 @@ def test_a_loop_stuck_at_a_record_stopped_short_and_nothing_is_called_lost(boots
     stuck = learner.edited(production_loop.fee_service, "fee_service_stuck", {
         "        if not batch:\n            continue\n":
         "        if not batch:\n            continue\n"
-        "        if any(json.loads(m.value())['id'] == 'r-000150' for m in batch):\n"
+        "        if any(json.loads(m.value())['id'] == 'r-000060' for m in batch):\n"
         "            while True:  # stuck: it polls (stays in its group), never goes on\n"
         "                consumer.poll(1.0)\n"})
     run = experiments.run("judge", pipeline=stuck, cluster=bootstrap, phase="point",
-                          crash_at="after-commit")
+                          crash_at="after-commit", records=120, instances=1, partitions=3)
     assert run.report.lost == 0 and run.report.unprocessed > 0, run.summary()
     assert "stopped-short" in run.findings, run.summary()
     assert not run.report.anomalies or run.report.duplicated, run.summary()
