@@ -117,11 +117,19 @@ def restart_reads(run: Any, role: str = "input") -> frozenset[str]:
     their partition. Missing from the output, such a record is not lost: it was never
     processed, and the group has not committed past it."""
     path = getattr(run, "history_file", None)
-    events = history.read(path) if path is not None else run.history
-    at = {i: where for e in events if e.get("kind") == WRITTEN and e.get("role") == role
-          for i, where in e["at"].items()}
-    if not at:
-        return frozenset()
-    offsets = committed(run, role)
-    return frozenset(i for i, (partition, offset) in at.items()
-                     if offset >= offsets.get(partition, 0))
+    at = written_at(history.read(path) if path is not None else run.history, role)
+    return frozenset(read_again(at, committed(run, role))) if at else frozenset()
+
+
+def written_at(events: list[dict], role: str = "input") -> dict[str, list[int]]:
+    """Where the feed wrote each ``role`` record (its ``written`` entries): id -> [partition,
+    offset]."""
+    return {i: where for e in events if e.get("kind") == WRITTEN and e.get("role") == role
+            for i, where in e["at"].items()}
+
+
+def read_again(at: dict[str, list[int]], offsets: dict[int, int]) -> list[str]:
+    """The ids of ``at`` a restart from the committed ``offsets`` reads again (at or past its
+    partition's offset), in log order."""
+    return sorted((i for i, (partition, offset) in at.items()
+                   if offset >= offsets.get(partition, 0)), key=lambda i: tuple(at[i]))

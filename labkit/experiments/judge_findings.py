@@ -25,8 +25,9 @@ processes as the supervisor and the workers recorded them (when each started, wi
 transactional.id; what each raised), the faults (``fault``: which instance a successor
 fenced), the group's offsets as last sampled (``progress``), the transactions left open at
 the end (``open-transactions``), where the feed wrote each input (``written``) and what the
-checkers read once the run was over (``read``, ``offsets-read``). None needs the loop's cooperation: a loop the lab did not
-write is judged the same way, and a stored history can be judged again.
+checkers read once the run was over (``read``, ``offsets-read``). None needs the loop's
+cooperation: a loop the lab did not write is judged the same way, and a stored history can
+be judged again.
 """
 from __future__ import annotations
 
@@ -146,8 +147,7 @@ def restart_split(events: list[dict]) -> tuple[list[str], list[str]] | None:
     upstream's aborted records are never among them), split in two: those in the output
     (processed, their offsets not committed: a restart repeats them) and those not (never
     processed). None: the history holds no such reads (a run without the lab's feed)."""
-    at = {i: where for e in events if e["kind"] == reads.WRITTEN and e.get("role") == "input"
-          for i, where in e["at"].items()}
+    at = reads.written_at(events)
     offsets = [e for e in events if e["kind"] == reads.OFFSETS and e.get("role") == "input"]
     output = [e for e in events if e["kind"] == reads.READ and e.get("role") == "output"]
     if not (at and offsets and output):
@@ -155,8 +155,7 @@ def restart_split(events: list[dict]) -> tuple[list[str], list[str]] | None:
     committed = {int(p): o for p, o in offsets[-1]["offsets"].items()}
     out = {str(value.get("id")) for _, _, _, value, readers in output[-1]["records"]
            if "c" in readers and isinstance(value, dict)}
-    again = sorted((i for i, (p, o) in at.items() if o >= committed.get(p, 0)),
-                   key=lambda i: tuple(at[i]))
+    again = reads.read_again(at, committed)
     return [i for i in again if i in out], [i for i in again if i not in out]
 
 
