@@ -234,3 +234,35 @@ print(dash.live, dash.snapshot.tracks[0].high_watermark)""")])
     assert outputs[0].data["text/plain"] == ("<counters, offsets dashboard, log strip, "
                                              "producer-state table (static picture)>")
     assert outputs[1].text == "False 3\n"
+
+
+def test_a_leader_elected_a_moment_ago_does_not_fail_the_watched_experiment(
+        bootstrap: str, topic_name: str, monkeypatch) -> None:
+    """A partition's new leader answers ListOffsets with OFFSET_NOT_AVAILABLE until it knows
+    its high watermark (a lesson's topic created under load). The dashboard asks again; the
+    experiment it watches runs, and the final picture is taken."""
+    from kio.schema.errors import ErrorCode
+
+    from labkit.kafka.inspect import InspectError
+
+    topics.create(bootstrap, topic_name)
+    dash = Dashboard(bootstrap, topic_name, mode="static")
+    collect, refusals = dash.source.collect, []
+
+    def refused_at_first(finished: bool = False):
+        if len(refusals) < 2:
+            refusals.append(finished)
+            raise InspectError("ListOffsets: offset_not_available", ErrorCode.offset_not_available)
+        return collect(finished=finished)
+
+    monkeypatch.setattr(dash.source, "collect", refused_at_first)
+    producer = Producer({"bootstrap.servers": bootstrap})
+
+    def experiment() -> str:
+        producer.produce(topic_name, key=b"k", value=b"v")
+        producer.flush(30)
+        return "ran"
+
+    assert dash.run(experiment) == "ran"
+    assert refusals == [False, False]
+    assert dash.snapshot.finished and dash.snapshot.tracks[0].high_watermark == 1

@@ -10,10 +10,12 @@ the static picture, so the saved notebook shows the same thing.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from html import escape
 from pathlib import Path
 
+from labkit.kafka.inspect.client import InspectError
 from labkit.kafka.inspect.states import IdOf, key_id
 from labkit.widgets.html import VIEWS
 from labkit.widgets.live import MODES, Loop, LoopStats, live_frontend
@@ -110,6 +112,19 @@ class Dashboard:
         self._render(snap)
         return snap
 
+    def _refresh_patiently(self, finished: bool = False, tries: int = 5) -> Snapshot:
+        """A refresh that asks again when the broker says "retry" (a partition's leader
+        elected a moment ago): a picture never fails the experiment it watches."""
+        attempt = 0
+        while True:
+            try:
+                return self.refresh(finished=finished)
+            except InspectError as exc:
+                attempt += 1
+                if not exc.retriable or attempt >= tries:
+                    raise
+                time.sleep(0.2 * attempt)
+
     @property
     def stats(self) -> LoopStats:
         return self._loop.stats if self._loop is not None else LoopStats()
@@ -121,7 +136,10 @@ class Dashboard:
             raise RuntimeError("this dashboard was stopped; create a new one")
         if self._loop is not None:
             return self
-        self.refresh()
+        try:
+            self._refresh_patiently()
+        except InspectError as exc:  # shown as "retrying"; the loop or the final snapshot asks again
+            self._on_error(exc)
         if self.live:
             from IPython.display import display
 
@@ -170,7 +188,7 @@ class Dashboard:
             return
         self._closed = True
         try:
-            self.refresh(finished=True)
+            self._refresh_patiently(finished=True)
         except Exception as exc:  # the broker may be gone at the end of a fault lesson
             self.error = exc
         finally:

@@ -62,6 +62,12 @@ class InspectError(RuntimeError):
         """The partition's leader is elsewhere or being elected: ask again, not an error."""
         return self.code in (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available)
 
+    @property
+    def retriable(self) -> bool:
+        """Kafka marks the error retriable (a leader just elected answers ListOffsets with
+        OFFSET_NOT_AVAILABLE until its high watermark is known): the same request may succeed."""
+        return self.code is not None and ErrorCode(self.code).retriable
+
 
 class UnknownTopicError(ValueError):
     def __init__(self, topic: str, bootstrap: str):
