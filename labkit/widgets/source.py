@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from labkit.kafka.inspect import Batch, Inspector, offset_states
+from labkit.kafka.inspect import Batch, InspectError, Inspector, offset_states
 from labkit.kafka.inspect.states import IdOf, key_id
 from labkit.widgets.model import Counts, ProducerRow, Snapshot, Track
 
@@ -21,7 +21,11 @@ class Source:
         self.topic, self.audit, self.position, self.id_of = topic, audit, position, id_of
         self.window = window
         self.inspector = Inspector(bootstrap)
-        self.inspector.leaders(topic)  # unknown topic -> a clear error now, not in a thread
+        try:
+            self.inspector.leaders(topic)  # unknown topic -> a clear error now, not in a thread
+        except InspectError as exc:  # the topic exists; its leader is being elected
+            if not exc.retriable:
+                raise
         self.groups = list(groups) if groups is not None else None  # None: every group
         self._logs: dict[int, list[Batch]] = {}
 
