@@ -11,8 +11,8 @@ experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``hist
 checker may add what it counted to its ``facts``.
 
 A checker whose class says ``replayable`` reads nothing outside the run's history (its
-reads of Kafka go through ``labkit.checking.reads``): ``labkit check`` re-runs it on a
-stored run. The others (a table, a Spark sink, what a run's live parts counted) are refused
+reads of Kafka and of tables go through ``labkit.checking.reads``): ``labkit check`` re-runs
+it on a stored run. The others (a Spark sink, what a run's live parts counted) are refused
 there, by name.
 """
 from __future__ import annotations
@@ -75,8 +75,9 @@ class TopicAudit:
 
 @dataclass(frozen=True)
 class TableAudit:
-    """A database sink's table: the rows that ended up there (``labkit.checking.audit``);
-    ``db(run)`` says where the database is. ``counts``: a table of running counts per key
+    """A database sink's table: the rows that ended up there (``labkit.checking.audit``),
+    its read kept in the run's history (``labkit.checking.reads.table``); ``db(run)`` says
+    where the database is (a live run's only). ``counts``: a table of running counts per key
     too, ``(table, key column, count column)``, against the input's count per key."""
 
     scenario: str
@@ -89,8 +90,15 @@ class TableAudit:
     key_column: str = "key"
     order_by: str | None = None  # for a table that keeps no insertion order
 
+    # its reads of the table go through labkit.checking.reads.table (kept in the history;
+    # ``db`` is asked only on a live run): a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
-        return audit.audit_table(self.db(run), self.table, run.inputs, self.scenario,
+        def read(table: str, columns: Sequence[str], order_by: str | None) -> dict[str, list]:
+            return reads.table(run, table, columns, lambda: self.db(run), order_by=order_by)
+
+        return audit.audit_table(read, self.table, run.inputs, self.scenario,
                                  self.guarantee, crash_at=self.crash_at, fault=self.fault,
                                  counts=self.counts, key_column=self.key_column,
                                  order_by=self.order_by)

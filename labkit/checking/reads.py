@@ -19,6 +19,7 @@ the read_uncommitted reader got them (log order per partition), then the "c" one
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +29,12 @@ from labkit.checking import history
 from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.topics import Rec
+from labkit.storage.db import read_table
 
 READ = "read"  # the history entry's kind
 OFFSETS = "offsets-read"  # a group's committed offsets, read once the run was over
 WRITTEN = "written"  # where the lab's feed wrote each input record (labkit.experiments.feed)
+TABLE = "table-read"  # a table's rows, read once the run was over (a database sink's audit)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,33 @@ def of_entry(entry: dict) -> Read:
     recs = [(Rec(p, o, k, v), readers) for p, o, k, v, readers in entry["records"]]
     return Read([r for r, readers in recs if "u" in readers],
                 [r for r, readers in recs if "c" in readers])
+
+
+def table(run: Any, name: str, columns: Sequence[str], db: Callable[[], str],
+          order_by: str | None = None) -> dict[str, list]:
+    """The ``columns`` of the run's table ``name`` (in ``order_by``'s order, else insertion
+    order: ``labkit.storage.db.read_table``), column -> values: read from the database
+    ``db()`` names and kept in the run's history as one ``table-read`` entry (a live run), or
+    the stored run's entry for this read (the database is not asked; ``db`` is not called).
+
+    The entry: ``{"kind": "table-read", "table": name, "columns": [...], "rows": [[value
+    of each column], ...]}``, only the columns the checker asked for."""
+    answer = getattr(run, "answer_table", None)
+    if answer is not None:
+        return answer(name)
+    frame = read_table(db(), name, list(columns), order_by=order_by)
+    # tolist(): plain Python values (numpy's integers are not JSON)
+    entry = {"table": name, "columns": list(columns),
+             "rows": [list(row) for row in zip(*(frame[c].tolist() for c in columns))]}
+    path = getattr(run, "history_file", None)
+    if path is not None:
+        history.append(path, TABLE, **entry)
+    return columns_of(entry)  # the live verdict is computed from what a re-check reads
+
+
+def columns_of(entry: dict) -> dict[str, list]:
+    """The columns a ``table-read`` entry holds: column -> its values, row by row."""
+    return {c: [row[n] for row in entry["rows"]] for n, c in enumerate(entry["columns"])}
 
 
 def committed(run: Any, role: str = "input") -> dict[int, int]:
