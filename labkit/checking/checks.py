@@ -96,7 +96,8 @@ class TableAudit:
 
     def __call__(self, run: Checked) -> AuditReport:
         def read(table: str, columns: Sequence[str], order_by: str | None) -> dict[str, list]:
-            return reads.table(run, table, columns, lambda: self.db(run), order_by=order_by)
+            return reads.table(run, table, columns, lambda: (self.db(run), table),
+                               order_by=order_by)
 
         return audit.audit_table(read, self.table, run.inputs, self.scenario,
                                  self.guarantee, crash_at=self.crash_at, fault=self.fault,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.checking.reads import OFFSETS, READ, TABLE, Read, columns_of, of_entry
+from labkit.checking.reads import KEPT, OFFSETS, READ, TABLE, Read, columns_of, of_entry
 
 FORMAT = "labkit-run/1"
 
@@ -52,10 +52,15 @@ class StoredRun:
         (they ask in the order the live run's asked)."""
         return of_entry(self._nth(READ, "role", role, f"its {role} topic"))
 
-    def answer_table(self, table: str) -> dict[str, list]:
-        """The checkers' n-th read of the table ``table``: the run's n-th ``table-read``
-        entry of it (labkit.checking.reads.table)."""
-        return columns_of(self._nth(TABLE, "table", table, f"the table {table}"))
+    def answer_table(self, role: str) -> dict[str, list]:
+        """The checkers' n-th read of the ``role`` table: the run's n-th ``table-read`` entry
+        of it (labkit.checking.reads.table)."""
+        return columns_of(self._nth(TABLE, "role", role, f"its {role} table"))
+
+    def answer_kept(self, role: str) -> object:
+        """What a checker computed of the live system for ``role`` (labkit.checking.reads.kept),
+        as the live run kept it."""
+        return self._nth(KEPT, "role", role, f"its {role}")["value"]
 
     def _nth(self, kind: str, field_: str, name: str, what: str) -> dict:
         """The next entry of ``kind`` whose ``field_`` is ``name``: the n-th asked for gets
