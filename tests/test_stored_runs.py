@@ -175,7 +175,7 @@ def test_a_stored_table_audit_is_checked_again_without_postgresql(pg_dsn, tmp_pa
 
 @pytest.mark.parametrize("name, options, checker", [
     ("share-group", {}, "QueueAudit"),
-    ("flink-crash", {"guarantee": "exactly_once"}, "audit_output (labkit.flink.report)"),
+    ("flink-refused-start", {}, "_refusal_audit (labkit.experiments.flink)"),
     ("streams-restore", {}, "CountsAudit"),
 ])
 def test_a_run_whose_checker_cannot_be_replayed_is_refused_by_name(name, options, checker,
