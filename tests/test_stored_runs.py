@@ -173,8 +173,29 @@ def test_a_stored_table_audit_is_checked_again_without_postgresql(pg_dsn, tmp_pa
     assert edited.verdict != run.verdict
 
 
+@pytest.mark.parametrize("name, options", [
+    ("share-group", {"guarantee": "at_least_once", "crash_at": "after-process-before-ack",
+                     "records": 10}),
+    ("kafka-replay", {"guarantee": "exactly_once"}),
+])
+def test_a_stored_queue_or_replay_run_is_checked_again_offline(name, options, bootstrap,
+                                                               tmp_path, no_kafka):
+    """The share group's queue audit and the replay's one-processing audit read the output
+    through labkit.checking.reads: one read entry each, and a re-check gives the live report."""
+    run = experiments.run(name, cluster=bootstrap, **options)
+    path = run.store(tmp_path / "run.jsonl")
+    (at,) = _reads(path)
+    checked_again(run, path, no_kafka)
+    if name == "share-group":  # an id processed once, gone from the stored read: lost
+        once = drop_one_read(path, at)
+        with kafka_forbidden(no_kafka):
+            edited = recheck(stored.load(path))
+        assert edited.report.lost == run.report.lost + 1
+        assert once in edited.report.examples["lost"]
+
+
 @pytest.mark.parametrize("name, options, checker", [
-    ("share-group", {}, "QueueAudit"),
+    ("late-write", {}, "late_audit (labkit.experiments.late_write)"),
     ("flink-refused-start", {}, "_refusal_audit (labkit.experiments.flink)"),
     ("streams-restore", {}, "CountsAudit"),
 ])

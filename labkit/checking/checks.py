@@ -12,8 +12,8 @@ checker may add what it counted to its ``facts``.
 
 A checker whose class says ``replayable`` reads nothing outside the run's history (its
 reads of Kafka and of tables go through ``labkit.checking.reads``): ``labkit check`` re-runs
-it on a stored run. The others (a Spark sink, what a run's live parts counted) are refused
-there, by name.
+it on a stored run. The others (Kafka read by code of their own, what a run's live parts
+counted: ``AcknowledgedWrites``, ``CountsAudit``) are refused there, by name.
 """
 from __future__ import annotations
 
@@ -186,10 +186,12 @@ class OneProcessing:
     crash_at: str | None = None
     role: str = "output"
 
+    # its read of the output goes through labkit.checking.reads: a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Any) -> AuditReport:
-        topic = run.topics[self.role]
-        committed = topics.read(run.bootstrap, topic, isolation="read_committed")
-        in_log = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
+        read = reads.topic(run, self.role)
+        committed, in_log = read.committed, read.everything
         if untagged := [r.value.get("id") for r in committed if self.field not in r.value]:
             raise ValueError(f"{len(untagged)} output records have no {self.field!r} in their "
                              f"value (e.g. {untagged[0]}): the audit reads it, so the pipeline "
@@ -220,10 +222,13 @@ class QueueAudit:
     crash_at: str | None = None
     role: str = "output"
 
+    # its read of the output goes through labkit.checking.reads: a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
         attempts = [Attempt(str(r.value["id"]), str(r.value.get("consumer", "")),
                             r.value.get("delivery_count"), r.value.get("outcome", "processed"))
-                    for r in topics.read(run.bootstrap, run.topics[self.role])]
+                    for r in reads.topic(run, self.role).committed]
         ids = [r["id"] for r in run.inputs]
         archived = set(checkers.archived_ids(ids, attempts, self.delivery_limit))
         processed = [a.id for a in attempts if a.outcome == "processed"]
