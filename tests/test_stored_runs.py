@@ -177,11 +177,13 @@ def test_a_stored_table_audit_is_checked_again_without_postgresql(pg_dsn, tmp_pa
     ("share-group", {"guarantee": "at_least_once", "crash_at": "after-process-before-ack",
                      "records": 10}),
     ("kafka-replay", {"guarantee": "exactly_once"}),
+    ("streams-restore", {}),
 ])
-def test_a_stored_queue_or_replay_run_is_checked_again_offline(name, options, bootstrap,
-                                                               tmp_path, no_kafka):
-    """The share group's queue audit and the replay's one-processing audit read the output
-    through labkit.checking.reads: one read entry each, and a re-check gives the live report."""
+def test_a_stored_queue_replay_or_counts_run_is_checked_again_offline(name, options, bootstrap,
+                                                                      tmp_path, no_kafka):
+    """The share group's queue audit, the replay's one-processing audit and Kafka Streams'
+    counts audit (its fault named from the history) read the output through
+    labkit.checking.reads: one read entry each, and a re-check gives the live report."""
     run = experiments.run(name, cluster=bootstrap, **options)
     path = run.store(tmp_path / "run.jsonl")
     (at,) = _reads(path)
@@ -197,7 +199,7 @@ def test_a_stored_queue_or_replay_run_is_checked_again_offline(name, options, bo
 @pytest.mark.parametrize("name, options, checker", [
     ("late-write", {}, "late_audit (labkit.experiments.late_write)"),
     ("flink-refused-start", {}, "_refusal_audit (labkit.experiments.flink)"),
-    ("streams-restore", {}, "CountsAudit"),
+    ("leader-failover", {"acks": "1"}, "AcknowledgedWrites"),
 ])
 def test_a_run_whose_checker_cannot_be_replayed_is_refused_by_name(name, options, checker,
                                                                    tmp_path, no_kafka):

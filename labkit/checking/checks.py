@@ -13,7 +13,7 @@ checker may add what it counted to its ``facts``.
 A checker whose class says ``replayable`` reads nothing outside the run's history (its
 reads of Kafka and of tables go through ``labkit.checking.reads``): ``labkit check`` re-runs
 it on a stored run. The others (Kafka read by code of their own, what a run's live parts
-counted: ``AcknowledgedWrites``, ``CountsAudit``) are refused there, by name.
+counted: ``AcknowledgedWrites``) are refused there, by name.
 """
 from __future__ import annotations
 
@@ -148,7 +148,9 @@ class CountsAudit:
     """An output topic that holds running totals per key, not the records: the last
     ``field`` per key (read_committed) against the input's count per key (a shortfall is
     lost, an excess duplicated); ``aborted_in_log`` from reading it both ways. ``fault``
-    may be a function of the run (a kill whose moment only the run knows)."""
+    may be a function of the run (a kill whose moment only the run knows): of its stored
+    data only (its history, ``labkit.checking.reads.events``, and inputs), never its live
+    parts, so that a stored run names it alike."""
 
     scenario: str
     guarantee: str
@@ -156,15 +158,17 @@ class CountsAudit:
     role: str = "output"
     fault: str | Callable[[Any], str] | None = None
 
+    # its read goes through labkit.checking.reads, its fault is of the stored data: a stored
+    # run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
-        topic = run.topics[self.role]
-        committed = topics.read(run.bootstrap, topic, isolation="read_committed")
+        read = reads.topic(run, self.role)
         report = audit.check_counts(self.scenario, self.guarantee, len(run.inputs),
                                     audit.expected_counts(run.inputs),
-                                    audit.last_value_per_key(committed, self.field),
+                                    audit.last_value_per_key(read.committed, self.field),
                                     fault=self.fault(run) if callable(self.fault) else self.fault)
-        everything = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
-        report.aborted_in_log = len(everything) - len(committed)
+        report.aborted_in_log = len(read.everything) - len(read.committed)
         return report
 
 
