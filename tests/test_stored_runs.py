@@ -23,6 +23,7 @@ from labkit.experiments.recheck import recheck, text
 from labkit.experiments.registry import get
 from labkit.kafka import topics
 from labkit.kafka.topics import Rec
+from labkit.storage import db as storage_db
 from tests.wrong_loops import judged
 
 LABKIT = Path(sys.executable).with_name("labkit")
@@ -39,18 +40,48 @@ def no_kafka():
 
 @contextmanager
 def kafka_forbidden(no_kafka: str):
-    """In this process: any read of a topic fails, and LABKIT_BOOTSTRAP points nowhere."""
+    """In this process: any read of a topic or a table fails, LABKIT_BOOTSTRAP points nowhere
+    and LABKIT_PG_DSN at no PostgreSQL."""
     def refuse(*args, **kwargs):
-        raise AssertionError(f"a re-check read Kafka: {args}")
+        raise AssertionError(f"a re-check read Kafka or a table: {args}")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(topics, "read", refuse)
+        for module, name in ((topics, "read"), (storage_db, "read_table"),
+                             (reads, "read_table")):
+            patch.setattr(module, name, refuse)
         patch.setenv("LABKIT_BOOTSTRAP", no_kafka)
+        patch.setenv("LABKIT_PG_DSN", f"postgresql://lab@{no_kafka}/nowhere")
         yield
 
 
-def _reads(path: Path) -> list[int]:
+def _reads(path: Path, kind: str = "read") -> list[int]:
     lines = path.read_text().splitlines()
-    return [n for n, line in enumerate(lines) if json.loads(line).get("kind") == "read"]
+    return [n for n, line in enumerate(lines) if json.loads(line).get("kind") == kind]
+
+
+def checked_again(run, path: Path, no_kafka: str):
+    """``labkit check PATH`` and ``recheck`` with no Kafka or database reachable: both give
+    the live run's report, its summary line for line; the re-checked record."""
+    with kafka_forbidden(no_kafka):
+        result = CliRunner().invoke(app, ["check", str(path)])
+        again = recheck(stored.load(path))
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == run.report.summary().strip()
+    assert again.report.to_dict() == run.report.to_dict()
+    assert again.report.examples == run.report.examples
+    return again
+
+
+def drop_one_read(path: Path, at: int) -> str:
+    """The id of a record the read_committed reader got once, dropped from the stored read
+    at line ``at`` (both readers' copies of it)."""
+    lines = path.read_text().splitlines()
+    entry = json.loads(lines[at])
+    ids = [r[3]["id"] for r in entry["records"] if "c" in r[4]]
+    once = next(i for i in ids if ids.count(i) == 1)
+    entry["records"] = [r for r in entry["records"] if r[3]["id"] != once]
+    lines[at] = json.dumps(entry)
+    path.write_text("\n".join(lines) + "\n")
+    return once
 
 
 def test_a_stored_consume_transform_produce_run_is_checked_again_offline(
@@ -110,11 +141,65 @@ def test_a_stored_judge_run_gives_the_same_verdict_and_findings(bootstrap, tmp_p
     assert again.findings == run.findings
 
 
+def test_a_stored_table_audit_is_checked_again_without_postgresql(pg_dsn, tmp_path, no_kafka):
+    """The dual write's outbox: its events are the outbox table's rows, audited where they
+    are; the table's read is kept in the history and a re-check answers from it."""
+    run = experiments.run("dual-write", order="outbox", announce=lambda line: None)
+    assert run.crashed and (run.report.lost, run.report.duplicated) == (0, 0), run.summary()
+    path = run.store(tmp_path / "outbox.jsonl")
+    (at,) = _reads(path, "table-read")
+    entry = json.loads(path.read_text().splitlines()[at])
+    assert entry["table"] == "outbox" and len(entry["rows"]) == run.report.delivered_unique
+
+    env = {**os.environ, "LABKIT_BOOTSTRAP": no_kafka,
+           "LABKIT_PG_DSN": f"postgresql://lab@{no_kafka}/nowhere"}
+    out = subprocess.run([str(LABKIT), "check", str(path)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == run.report.summary().strip()
+    with kafka_forbidden(no_kafka):
+        again = recheck(stored.load(path))
+    assert again.report.to_dict() == run.report.to_dict()
+
+    # one row gone from the stored read: that event is lost
+    lines = path.read_text().splitlines()
+    dropped = entry["rows"].pop(len(entry["rows"]) // 2)
+    lines[at] = json.dumps(entry)
+    path.write_text("\n".join(lines) + "\n")
+    with kafka_forbidden(no_kafka):
+        edited = recheck(stored.load(path))
+    assert (edited.report.lost, edited.report.duplicated) == (1, 0)
+    assert edited.report.examples["lost"] == [str(dropped[entry["columns"].index("id")])]
+    assert edited.verdict != run.verdict
+
+
+@pytest.mark.parametrize("name, options", [
+    ("share-group", {"guarantee": "at_least_once", "crash_at": "after-process-before-ack",
+                     "records": 10}),
+    ("kafka-replay", {"guarantee": "exactly_once"}),
+    ("streams-restore", {}),
+])
+def test_a_stored_queue_replay_or_counts_run_is_checked_again_offline(name, options, bootstrap,
+                                                                      tmp_path, no_kafka):
+    """The share group's queue audit, the replay's one-processing audit and Kafka Streams'
+    counts audit (its fault named from the history) read the output through
+    labkit.checking.reads: one read entry each, and a re-check gives the live report."""
+    run = experiments.run(name, cluster=bootstrap, **options)
+    path = run.store(tmp_path / "run.jsonl")
+    (at,) = _reads(path)
+    checked_again(run, path, no_kafka)
+    if name == "share-group":  # an id processed once, gone from the stored read: lost
+        once = drop_one_read(path, at)
+        with kafka_forbidden(no_kafka):
+            edited = recheck(stored.load(path))
+        assert edited.report.lost == run.report.lost + 1
+        assert once in edited.report.examples["lost"]
+
+
 @pytest.mark.parametrize("name, options, checker", [
-    ("consumer", {"guarantee": "at_least_once"}, "TableAudit"),
-    ("flink-crash", {"guarantee": "exactly_once"}, "audit_output (labkit.flink.report)"),
-    ("spark-naive", {}, "SinkAudit (labkit.spark.check)"),
-    ("streams-restore", {}, "CountsAudit"),
+    ("late-write", {}, "late_audit (labkit.experiments.late_write)"),
+    ("flink-refused-start", {}, "_refusal_audit (labkit.experiments.flink)"),
+    ("leader-failover", {"acks": "1"}, "AcknowledgedWrites"),
 ])
 def test_a_run_whose_checker_cannot_be_replayed_is_refused_by_name(name, options, checker,
                                                                    tmp_path, no_kafka):

@@ -9,6 +9,7 @@ state drift), and ``checkers.verdict`` is the one rule that turns them into a gu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -274,30 +275,44 @@ def audit_read(read: Read, inputs: list[dict], scenario: str, guarantee: str, *,
                  aborted_in_log=aborted_in_log, not_owed=not_owed)
 
 
-def delivered_of_table(db: str, table: str, id_column: str = "id",
+# a table's columns as the audit reads them: (table, columns, order_by) -> column -> values
+# (the database's, or a run's read of it kept in its history: labkit.checking.reads.table)
+TableReader = Callable[[str, Sequence[str], "str | None"], Mapping[str, Sequence]]
+
+
+def _reader(db: str | TableReader) -> TableReader:
+    """``db`` as a TableReader: a SQLite file or PostgreSQL DSN is read with the lab's one
+    table reader (labkit.storage.db.read_table)."""
+    if callable(db):
+        return db
+    return lambda table, columns, order_by: read_table(db, table, columns, order_by=order_by)
+
+
+def delivered_of_table(db: str | TableReader, table: str, id_column: str = "id",
                        key_column: str = "key", order_by: str | None = None) -> list[Delivered]:
-    """Rows of a table (SQLite file or PostgreSQL DSN) in insertion order (or ``order_by``'s,
-    for a table that keeps none), as the checker's observations (labkit.storage.db.read_table,
-    the lab's one table reader)."""
-    rows = read_table(db, table, (id_column, key_column), order_by=order_by)
+    """Rows of a table (SQLite file or PostgreSQL DSN, or a TableReader) in insertion order
+    (or ``order_by``'s, for a table that keeps none), as the checker's observations."""
+    rows = _reader(db)(table, (id_column, key_column), order_by)
     return [Delivered(str(i), k) for i, k in zip(rows[id_column], rows[key_column])]
 
 
-def counts_in_table(db: str, table: str, key_column: str, count_column: str) -> dict[str, int]:
+def counts_in_table(db: str | TableReader, table: str, key_column: str,
+                    count_column: str) -> dict[str, int]:
     """A table of running counts (one row per key) as the state the audit compares."""
-    rows = read_table(db, table, (key_column, count_column), order_by=key_column)
+    rows = _reader(db)(table, (key_column, count_column), key_column)
     return dict(sorted(zip(map(str, rows[key_column]), map(int, rows[count_column]))))
 
 
-def audit_table(db: str, table: str, inputs: list[dict], scenario: str, guarantee: str, *,
-                crash_at: str | None = None, fault: str | None = None,
+def audit_table(db: str | TableReader, table: str, inputs: list[dict], scenario: str,
+                guarantee: str, *, crash_at: str | None = None, fault: str | None = None,
                 counts: tuple[str, str, str] | None = None,
                 key_column: str = "key", order_by: str | None = None) -> AuditReport:
-    """Audit a database sink table (a SQLite file or a PostgreSQL DSN): what rows ended up
-    there, lost and duplicated ids, in the order the rows were inserted. ``counts``: a
-    table of running counts too, ``(table, key column, count column)``, against the input's
-    count per key (state drift). ``key_column``: the rows' key (what per-key order is about);
-    ``order_by``: the order to judge them in, for a table that keeps no insertion order."""
+    """Audit a database sink table (a SQLite file or a PostgreSQL DSN, or a TableReader):
+    what rows ended up there, lost and duplicated ids, in the order the rows were inserted.
+    ``counts``: a table of running counts too, ``(table, key column, count column)``, against
+    the input's count per key (state drift). ``key_column``: the rows' key (what per-key
+    order is about); ``order_by``: the order to judge them in, for a table that keeps no
+    insertion order."""
     state_expected = state_actual = None
     if counts is not None:
         state_expected, state_actual = expected_counts(inputs), counts_in_table(db, *counts)

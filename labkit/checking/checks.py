@@ -11,9 +11,9 @@ experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``hist
 checker may add what it counted to its ``facts``.
 
 A checker whose class says ``replayable`` reads nothing outside the run's history (its
-reads of Kafka go through ``labkit.checking.reads``): ``labkit check`` re-runs it on a
-stored run. The others (a table, a Spark sink, what a run's live parts counted) are refused
-there, by name.
+reads of Kafka and of tables go through ``labkit.checking.reads``): ``labkit check`` re-runs
+it on a stored run. The others (Kafka read by code of their own, what a run's live parts
+counted: ``AcknowledgedWrites``) are refused there, by name.
 """
 from __future__ import annotations
 
@@ -75,8 +75,9 @@ class TopicAudit:
 
 @dataclass(frozen=True)
 class TableAudit:
-    """A database sink's table: the rows that ended up there (``labkit.checking.audit``);
-    ``db(run)`` says where the database is. ``counts``: a table of running counts per key
+    """A database sink's table: the rows that ended up there (``labkit.checking.audit``),
+    its read kept in the run's history (``labkit.checking.reads.table``); ``db(run)`` says
+    where the database is (a live run's only). ``counts``: a table of running counts per key
     too, ``(table, key column, count column)``, against the input's count per key."""
 
     scenario: str
@@ -89,8 +90,16 @@ class TableAudit:
     key_column: str = "key"
     order_by: str | None = None  # for a table that keeps no insertion order
 
+    # its reads of the table go through labkit.checking.reads.table (kept in the history;
+    # ``db`` is asked only on a live run): a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
-        return audit.audit_table(self.db(run), self.table, run.inputs, self.scenario,
+        def read(table: str, columns: Sequence[str], order_by: str | None) -> dict[str, list]:
+            return reads.table(run, table, columns, lambda: (self.db(run), table),
+                               order_by=order_by)
+
+        return audit.audit_table(read, self.table, run.inputs, self.scenario,
                                  self.guarantee, crash_at=self.crash_at, fault=self.fault,
                                  counts=self.counts, key_column=self.key_column,
                                  order_by=self.order_by)
@@ -139,7 +148,9 @@ class CountsAudit:
     """An output topic that holds running totals per key, not the records: the last
     ``field`` per key (read_committed) against the input's count per key (a shortfall is
     lost, an excess duplicated); ``aborted_in_log`` from reading it both ways. ``fault``
-    may be a function of the run (a kill whose moment only the run knows)."""
+    may be a function of the run (a kill whose moment only the run knows): of its stored
+    data only (its history, ``labkit.checking.reads.events``, and inputs), never its live
+    parts, so that a stored run names it alike."""
 
     scenario: str
     guarantee: str
@@ -147,15 +158,17 @@ class CountsAudit:
     role: str = "output"
     fault: str | Callable[[Any], str] | None = None
 
+    # its read goes through labkit.checking.reads, its fault is of the stored data: a stored
+    # run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
-        topic = run.topics[self.role]
-        committed = topics.read(run.bootstrap, topic, isolation="read_committed")
+        read = reads.topic(run, self.role)
         report = audit.check_counts(self.scenario, self.guarantee, len(run.inputs),
                                     audit.expected_counts(run.inputs),
-                                    audit.last_value_per_key(committed, self.field),
+                                    audit.last_value_per_key(read.committed, self.field),
                                     fault=self.fault(run) if callable(self.fault) else self.fault)
-        everything = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
-        report.aborted_in_log = len(everything) - len(committed)
+        report.aborted_in_log = len(read.everything) - len(read.committed)
         return report
 
 
@@ -177,10 +190,12 @@ class OneProcessing:
     crash_at: str | None = None
     role: str = "output"
 
+    # its read of the output goes through labkit.checking.reads: a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Any) -> AuditReport:
-        topic = run.topics[self.role]
-        committed = topics.read(run.bootstrap, topic, isolation="read_committed")
-        in_log = topics.read(run.bootstrap, topic, isolation="read_uncommitted")
+        read = reads.topic(run, self.role)
+        committed, in_log = read.committed, read.everything
         if untagged := [r.value.get("id") for r in committed if self.field not in r.value]:
             raise ValueError(f"{len(untagged)} output records have no {self.field!r} in their "
                              f"value (e.g. {untagged[0]}): the audit reads it, so the pipeline "
@@ -211,10 +226,13 @@ class QueueAudit:
     crash_at: str | None = None
     role: str = "output"
 
+    # its read of the output goes through labkit.checking.reads: a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
         attempts = [Attempt(str(r.value["id"]), str(r.value.get("consumer", "")),
                             r.value.get("delivery_count"), r.value.get("outcome", "processed"))
-                    for r in topics.read(run.bootstrap, run.topics[self.role])]
+                    for r in reads.topic(run, self.role).committed]
         ids = [r["id"] for r in run.inputs]
         archived = set(checkers.archived_ids(ids, attempts, self.delivery_limit))
         processed = [a.id for a in attempts if a.outcome == "processed"]

@@ -19,13 +19,14 @@ ENV_FILE, ENV_INSTANCE, ENV_ATTEMPT = settings.HISTORY, settings.INSTANCE, setti
 # What the runner itself writes beside the processes' events: a fault it invoked (``fault``),
 # a transactional exchange the fault proxy saw (``wire``), what the supervision read at the
 # end (``finished``: the group's offsets, the input's end, who was still running), the
-# transactions it found open then (``open-transactions``), what a checker read of a topic
-# or of the group's offsets once the run was over (``read``, ``offsets-read``:
-# labkit.checking.reads), where the lab's feed wrote each input record (``written``). The
+# transactions it found open then (``open-transactions``), what a checker read of a topic,
+# a table or the group's offsets once the run was over, or computed of it (``read``,
+# ``table-read``, ``offsets-read``, ``kept``: labkit.checking.reads), where the lab's feed wrote each input record (``written``). The
 # checkers read them; the processes' timeline (``labkit.checking.timeline.text``) leaves
 # them out.
-RUNNER_KINDS = frozenset({"fault", "wire", "finished", "open-transactions", "read",
-                          "offsets-read", "written"})
+CHECKER_KINDS = frozenset({"read", "table-read", "offsets-read", "kept"})
+RUNNER_KINDS = frozenset({"fault", "wire", "finished", "open-transactions", "written",
+                          *CHECKER_KINDS})
 # LABKIT_ATTEMPT: 1 for an instance's first start, 2 after its first restart
 
 

@@ -19,6 +19,9 @@ the read_uncommitted reader got them (log order per partition), then the "c" one
 """
 from __future__ import annotations
 
+import json
+
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +31,13 @@ from labkit.checking import history
 from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 from labkit.kafka.topics import Rec
+from labkit.storage.db import read_table
 
 READ = "read"  # the history entry's kind
 OFFSETS = "offsets-read"  # a group's committed offsets, read once the run was over
 WRITTEN = "written"  # where the lab's feed wrote each input record (labkit.experiments.feed)
+TABLE = "table-read"  # a table's rows, read once the run was over (a database sink's audit)
+KEPT = "kept"  # what a checker computed of the live system once the run was over
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,54 @@ def of_entry(entry: dict) -> Read:
                 [r for r, readers in recs if "c" in readers])
 
 
+def table(run: Any, role: str, columns: Sequence[str], at: Callable[[], tuple[str, str]],
+          order_by: str | None = None) -> dict[str, list]:
+    """The ``columns`` of the run's ``role`` table (in ``order_by``'s order, else insertion
+    order: ``labkit.storage.db.read_table``), column -> values: read from the database and
+    table ``at()`` names (a live run's: a table name may hold the run's id) and kept in the
+    run's history as one ``table-read`` entry, or the stored run's entry for this read (the
+    database is not asked; ``at`` is not called).
+
+    The entry: ``{"kind": "table-read", "role": role, "table": <name>, "columns": [...],
+    "rows": [[value of each column], ...]}``, only the columns the checker asked for."""
+    answer = getattr(run, "answer_table", None)
+    if answer is not None:
+        return answer(role)
+    db, name = at()
+    frame = read_table(db, name, list(columns), order_by=order_by)
+    # tolist(): plain Python values (numpy's integers are not JSON)
+    entry = {"role": role, "table": name, "columns": list(columns),
+             "rows": [list(row) for row in zip(*(frame[c].tolist() for c in columns))]}
+    _keep(run, TABLE, entry)
+    return columns_of(entry)  # the live verdict is computed from what a re-check reads
+
+
+def kept(run: Any, role: str, compute: Callable[[], Any]) -> Any:
+    """What ``compute()`` finds of the live system once the run is over that no topic or table
+    read gives (a Spark batch recount of the input), as plain data: computed and kept in the
+    run's history as one ``kept`` entry ``{"role": role, "value": ...}`` (a live run), or the
+    stored run's entry (``compute`` is not called). Kept small: a summary, not a copy."""
+    answer = getattr(run, "answer_kept", None)
+    if answer is not None:
+        return answer(role)
+    entry = {"role": role, "value": compute()}
+    _keep(run, KEPT, entry)
+    return json.loads(json.dumps(entry["value"]))  # as a re-check will read it back
+
+
+def _keep(run: Any, kind: str, entry: dict) -> None:
+    """One entry of the run's history; a run without a history file (a checker called by
+    hand) keeps nothing."""
+    path = getattr(run, "history_file", None)
+    if path is not None:
+        history.append(path, kind, **entry)
+
+
+def columns_of(entry: dict) -> dict[str, list]:
+    """The columns a ``table-read`` entry holds: column -> its values, row by row."""
+    return {c: [row[n] for row in entry["rows"]] for n, c in enumerate(entry["columns"])}
+
+
 def committed(run: Any, role: str = "input") -> dict[int, int]:
     """The run's group's committed offset of each partition of its ``role`` topic, read now
     (0 where it has committed none: a restart starts there) and kept in the run's history as
@@ -116,9 +170,15 @@ def restart_reads(run: Any, role: str = "input") -> frozenset[str]:
     (the feed's ``written`` entries say where) at or past the group's committed offset of
     their partition. Missing from the output, such a record is not lost: it was never
     processed, and the group has not committed past it."""
-    path = getattr(run, "history_file", None)
-    at = written_at(history.read(path) if path is not None else run.history, role)
+    at = written_at(events(run), role)
     return frozenset(read_again(at, committed(run, role))) if at else frozenset()
+
+
+def events(run: Any) -> list[dict]:
+    """The run's history as a checker sees it: a live run's file as written so far (the
+    workers', the faults', the reads before this one), or a stored run's entries."""
+    path = getattr(run, "history_file", None)
+    return history.read(path) if path is not None else run.history
 
 
 def written_at(events: list[dict], role: str = "input") -> dict[str, list[int]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.checking.reads import OFFSETS, READ, Read, of_entry
+from labkit.checking.reads import KEPT, OFFSETS, READ, TABLE, Read, columns_of, of_entry
 
 FORMAT = "labkit-run/1"
 
@@ -50,16 +50,30 @@ class StoredRun:
     def answer_read(self, role: str) -> Read:
         """The checkers' n-th read of the ``role`` topic: the run's n-th ``read`` entry of it
         (they ask in the order the live run's asked)."""
-        entries = [e for e in self.history if e.get("kind") == READ and e.get("role") == role]
-        n = self._answered.get(role, 0)
+        return of_entry(self._nth(READ, "role", role, f"its {role} topic"))
+
+    def answer_table(self, role: str) -> dict[str, list]:
+        """The checkers' n-th read of the ``role`` table: the run's n-th ``table-read`` entry
+        of it (labkit.checking.reads.table)."""
+        return columns_of(self._nth(TABLE, "role", role, f"its {role} table"))
+
+    def answer_kept(self, role: str) -> object:
+        """What a checker computed of the live system for ``role`` (labkit.checking.reads.kept),
+        as the live run kept it."""
+        return self._nth(KEPT, "role", role, f"its {role}")["value"]
+
+    def _nth(self, kind: str, field_: str, name: str, what: str) -> dict:
+        """The next entry of ``kind`` whose ``field_`` is ``name``: the n-th asked for gets
+        the n-th the live run wrote."""
+        entries = [e for e in self.history if e.get("kind") == kind and e.get(field_) == name]
+        n = self._answered.get(f"{kind}:{name}", 0)
         if n >= len(entries):
             raise NotReplayable(
-                f"the stored {self.experiment} run holds {len(entries)} read(s) of its {role} "
-                f"topic and its checkers ask for read {n + 1}: it was stored before its "
+                f"the stored {self.experiment} run holds {len(entries)} read(s) of {what} "
+                f"and its checkers ask for read {n + 1}: it was stored before its "
                 "checkers kept what they read in the history")
-        self._answered[role] = n + 1
-        return of_entry(entries[n])
-
+        self._answered[f"{kind}:{name}"] = n + 1
+        return entries[n]
 
     def answer_offsets(self, role: str) -> dict[int, int]:
         """The group's committed offsets on the ``role`` topic as the live run's checker

@@ -152,6 +152,10 @@ class RunContext:
             if not self.history or any(e.get("kind") not in history.RUNNER_KINDS
                                        for e in written):
                 self.history = written
+            else:  # what the checkers read joins them: a stored run is checked again from it
+                self.history = [*self.history, *(
+                    e for e in written if e.get("kind") in history.CHECKER_KINDS
+                    and e not in self.history)]  # a second close (discard) adds none again
             if not self.keep_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
         if self._made and (failed or not self.keep_topics) and self.bootstrap:

@@ -15,7 +15,7 @@ The composition: payments for a producer to write at ``rate`` a second while the
 (``labkit.flink.clients.FlinkJob``: the job's process group, Python and JVM, is the run's
 workers), the aimed SIGKILLs (``labkit.flink.aim.AimedKill``, each fired by the event
 ``checkpointed`` of one start and keeping the job down ``down_s`` seconds), the audit of the
-output read_committed (``labkit.flink.report.audit_output``). The run's topics, its
+output read_committed (``labkit.flink.report.OutputAudit``). The run's topics, its
 checkpoints and the jobs' logs (the run's folder) are the run context's, deleted with it.
 """
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _flink(name: str, help: str, options: tuple[Option, ...], about: str = "",
                  "names from labkit.flink.runsetup.JOB_PROVIDES)",
         check_pipeline=check_pipeline, text=lambda run: f"{run.summary()}\n{run.timeline()}",
         workload=_payments, clients=_job, nemesis=_kills, missed=_missed, attempts=2,
-        checkers=lambda o: [report.audit_output], facts=report.facts,
+        checkers=lambda o: [report.OutputAudit(o.guarantee)], facts=report.facts,
         presentation=Presentation(summary=report.summary, json=report.to_dict)))
 
 

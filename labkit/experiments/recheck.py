@@ -6,10 +6,11 @@ check PATH``).
 
 The experiment's checkers are built from the stored options, as the live run built them,
 and composed on the stored run (``labkit.checking.stored.StoredRun``): each read of a topic
-is answered from the history's ``read`` entry, so nothing connects anywhere. The facts that
+is answered from the history's ``read`` entry (a table's from its ``table-read``), so
+nothing connects anywhere. The facts that
 are functions of the history alone (the judge's findings: ``Experiment.history_facts``) are
-computed again too. A checker that reads anything else (a table, a Spark sink, a Flink
-job's output read by its own code, what the run's live parts counted) cannot be re-run from
+computed again too. A checker that reads anything else (Kafka or a sink through code of
+its own, what the run's live parts counted) cannot be re-run from
 the stored data yet: the re-check is refused, naming it, rather than giving a verdict that
 was never checked.
 """
@@ -33,9 +34,10 @@ def recheck(run: StoredRun) -> RunRecord:
     if refused:
         raise NotReplayable(
             f"{experiment.name} cannot be checked again offline yet: its checker "
-            f"{', '.join(refused)} reads what the run's history does not hold (a table, a "
-            "sink, Kafka through code of its own, the run's live parts); only checkers that "
-            "read through labkit.checking.reads (TopicAudit, the judge's) are re-run")
+            f"{', '.join(refused)} reads what the run's history does not hold (a Spark or "
+            "Flink sink, Kafka through code of its own, the run's live parts); only checkers "
+            "whose every read goes through labkit.checking.reads (a topic, a table, what was "
+            "kept of a live system) are re-run")
     report = compose(run, checkers)
     facts = {**run.facts, **(experiment.history_facts(run.history)
                              if experiment.history_facts is not None else {})}

@@ -91,7 +91,8 @@ def _registered(name: str, guarantees: dict[str, str]) -> Experiment:
         workload=partial(_workload, name),
         clients=lambda run: _query(partial(stream_job, name, run.o), resume(name, run.o), run),
         nemesis=_crash,
-        checkers=lambda o: [SinkAudit(name, o.guarantee, o.crash_at, name in TXN_INPUT)],
+        checkers=lambda o: [SinkAudit(name, o.guarantee, o.crash_at, name in TXN_INPUT,
+                                      kind=PIPELINES[name][o.guarantee])],
         facts=lambda run: {"inputs": run.inputs})
 
 

@@ -34,7 +34,7 @@ import time
 from confluent_kafka import Consumer, TopicPartition
 
 from labkit import progress, settings
-from labkit.checking import history
+from labkit.checking import history, reads
 from labkit.checking.checks import CountsAudit
 from labkit.checking.record import Presentation
 from labkit.experiments import options as common
@@ -84,6 +84,7 @@ def _environment(run) -> dict[str, str | None]:
 
 
 RESTARTED = 2  # the app's start after the kill
+AT_KILL = "committed-at-kill"  # the history's entry of the input offsets committed at the kill
 
 
 def crash_and_restart(run, app: Background) -> None:
@@ -104,6 +105,8 @@ def crash_and_restart(run, app: Background) -> None:
         time.sleep(KILL_AFTER_COMMIT_S)
         run.event("mid-transaction")  # SIGKILL; the pool starts it on the same state directory
         committed_at_kill = run.facts["committed_at_kill"] = _committed(consumer, source)
+        # in the history too: the audit names its fault from it (a stored run's alike)
+        history.append(run.history_file, reads.KEPT, role=AT_KILL, value=committed_at_kill)
         run.step(f"killed with {committed_at_kill}/{records} input offsets committed "
                  f"({committed_at_commit} {KILL_AFTER_COMMIT_S} s before), a transaction open; "
                  "the app starts again on the same state directory")
@@ -161,6 +164,13 @@ def _wait_done(app: Background, consumer: Consumer, source: str, output: str) ->
     app.wait_for(done, f"the app to consume {end} records and its output to go quiet", START_S)
 
 
+def _fault(run) -> str:
+    """The kill as the audit names it, from the run's history (what the clients kept)."""
+    (at_kill,) = [e["value"] for e in reads.events(run)
+                  if e.get("kind") == reads.KEPT and e.get("role") == AT_KILL]
+    return f"SIGKILL at {at_kill}/{len(run.inputs)} committed"
+
+
 def _summary(run) -> str:
     return (f"{run.report.summary()}\nenable.transactional.statestores="
             f"{str(run.transactional_stores).lower()}: killed at {run.committed_at_kill}/"
@@ -182,8 +192,7 @@ register(Experiment(
     clients=lambda run: Workers(None, [_environment(run)], label="the Streams app",
                                 command=_command(run), script=crash_and_restart),
     nemesis=lambda o: Nemesis(Kill(0, on("mid-transaction"), name="SIGKILL the app's JVM")),
-    checkers=lambda o: [CountsAudit(SCENARIO, "exactly_once", fault=lambda run: (
-        f"SIGKILL at {run.facts['committed_at_kill']}/{len(run.inputs)} committed"))],
+    checkers=lambda o: [CountsAudit(SCENARIO, "exactly_once", fault=_fault)],
     facts=_facts,
     presentation=Presentation(summary=_summary, json_facts=(
         "transactional_stores", "records", "committed_at_kill", "restored_records",

@@ -131,11 +131,7 @@ def _nemesis(o) -> Nemesis:
 
 
 def _audit(o):
-    def audit_output(run):
-        report = contract.audit_output(run.bootstrap, run.topics["output"], run.inputs, o.check)
-        report.fault = o.fault
-        return report
-    return [audit_output]
+    return [contract.ContractAudit(o.check, o.fault)]
 
 
 def _facts(run) -> dict:

@@ -304,7 +304,8 @@ class AimedKill(Fault):
     def invoke(self, run: Run) -> None:
         job = run.workers  # labkit.flink.clients.FlinkJob
         self.kill = job.kill_at(self.point, self.rng)
-        run.fired(self, f"{job.job.name}: {self.kill.describe()}")
+        # what it hit, as the audit names the fault (a stored run's too: its history's)
+        run.fired(self, f"{job.job.name}: {self.kill.describe()}", kill=self.kill.describe())
         if self.down_s:
             run.step(f"the job stays down {self.down_s:g} s", "the job's restart")
             until = time.monotonic() + self.down_s

@@ -10,13 +10,15 @@ import re
 import shlex
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from labkit import settings
 
-from labkit.checking import audit, history
+from labkit.checking import audit, history, reads
 from labkit.checking.audit import AuditReport
-from labkit.kafka import connection, javaconfig, topics
+from labkit.kafka import connection, javaconfig
 from labkit.kafka import names as namespace
 
 ENV_BOOTSTRAP, ENV_INPUT, ENV_OUTPUT = settings.BOOTSTRAP, settings.INPUT_TOPIC, settings.OUTPUT_TOPIC
@@ -77,13 +79,34 @@ def shown(command: Sequence[str]) -> str:
                       for arg in command)
 
 
-def audit_output(bootstrap: str, output: str, inputs: list[dict], check: str) -> AuditReport:
-    """The existing checkers on the output topic, after checking it follows the contract."""
-    try:
-        records = topics.read(bootstrap, output, isolation="read_committed")
-    except ValueError as exc:  # json.JSONDecodeError: a value that is not JSON
-        raise HarnessError(f"output records must be JSON objects (the input's, with its id "
-                           f"kept); reading {output} failed: {exc}") from None
+@dataclass(frozen=True)
+class ContractAudit:
+    """The torture's checker: the existing checkers on the output topic, after checking it
+    follows the contract (``check``: "records" or "counts"); ``fault`` as the report names
+    it. Its read goes through ``labkit.checking.reads`` (kept in the run's history): a
+    stored run is checked again from it."""
+
+    check: str
+    fault: str | None = None
+
+    replayable: ClassVar[bool] = True
+
+    def __call__(self, run: Any) -> AuditReport:
+        try:
+            read = reads.topic(run, "output")
+        except ValueError as exc:  # json.JSONDecodeError: a value that is not JSON
+            raise HarnessError(f"output records must be JSON objects (the input's, with its "
+                               f"id kept); reading {run.topics['output']} failed: {exc}") \
+                from None
+        report = audit_read(read, run.inputs, self.check)
+        report.fault = self.fault
+        return report
+
+
+def audit_read(read: reads.Read, inputs: list[dict], check: str) -> AuditReport:
+    """The existing checkers on the output topic as both readers got it, after checking it
+    follows the contract."""
+    records = read.committed
     field_name = "id" if check == "records" else "count"
     for r in records:
         if not isinstance(r.value, dict) or field_name not in r.value:
@@ -94,9 +117,8 @@ def audit_output(bootstrap: str, output: str, inputs: list[dict], check: str) ->
                 + f"; this one (partition {r.partition}, offset {r.offset}, key {r.key!r}) "
                 f"has none: {json.dumps(r.value)[:300]}")
     if check == "records":
-        return audit.audit_topic(bootstrap, output, inputs, SCENARIO, GUARANTEE)
+        return audit.audit_read(read, inputs, SCENARIO, GUARANTEE)
     report = audit.check_counts(SCENARIO, GUARANTEE, len(inputs), audit.expected_counts(inputs),
                                 audit.last_value_per_key(records, "count"))
-    everything = topics.read(bootstrap, output, isolation="read_uncommitted")
-    report.aborted_in_log = len(everything) - len(records)
+    report.aborted_in_log = len(read.everything) - len(records)
     return report

@@ -10,11 +10,11 @@ key (labkit.checking.audit.check_counts). Both end in the lab's one verdict (lab
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
-from labkit.checking import audit
+from labkit.checking import audit, reads
 from labkit.checking.audit import AuditReport, Delivered
 from labkit.kafka import topics
 from labkit.spark import tables
@@ -40,9 +40,7 @@ def table_counts(db_url: str, table: str) -> dict[str, int]:
 
 def topic_records(bootstrap: str, topic: str) -> pd.DataFrame:
     """The output topic read back with read_committed: partition, offset, key (= id), value."""
-    recs = topics.read(bootstrap, topic)
-    return pd.DataFrame([(r.partition, r.offset, r.key, r.value.get("key")) for r in recs],
-                        columns=["partition", "offset", "id", "key"])
+    return _records(topics.read(bootstrap, topic))
 
 
 def dedupe_by_id(records: pd.DataFrame) -> pd.DataFrame:
@@ -58,7 +56,11 @@ def delivered(records: pd.DataFrame) -> list[Delivered]:
 def aborted_rows(bootstrap: str, input_topic: str, rows: pd.DataFrame) -> list[Delivered]:
     """The sink's rows that came from aborted transactions of the input: their input
     position (kafka_partition, kafka_offset) is one a read_committed reader never gets."""
-    committed = {(r.partition, r.offset) for r in topics.read(bootstrap, input_topic)}
+    return aborted_of(rows, {(r.partition, r.offset) for r in topics.read(bootstrap, input_topic)})
+
+
+def aborted_of(rows: pd.DataFrame, committed: set[tuple[int, int]]) -> list[Delivered]:
+    """The rows whose input position is none of the ``committed`` ones (see aborted_rows)."""
     hit = rows[[(int(p), int(o)) not in committed
                 for p, o in zip(rows["kafka_partition"], rows["kafka_offset"])]]
     return delivered(hit)
@@ -84,39 +86,73 @@ def audit_counts(scenario: str, guarantee: str, crash_at: str | None, produced: 
 
 @dataclass(frozen=True)
 class SinkAudit:
-    """The checker of a Spark scenario: what the run's query (its ``job`` fact) left in its
-    sink against the run's inputs, and the counts per key against a Spark batch recount of
-    the input topic (read_committed for a ``transactional_input``, whatever the stream read:
+    """The checker of a Spark scenario: what the run's query left in its sink of ``kind``
+    against the run's inputs, and the counts per key against a Spark batch recount of the
+    input topic (read_committed for a ``transactional_input``, whatever the stream read:
     aborted records are not part of it, and any in the sink are counted as such). The
     Kafka sink's topic at ``exactly_once``: after a downstream dedupe by id. The audited
     view goes to the run's facts as ``output`` (rows, topic records or totals per key), a
-    Delta table's commits as ``table_history``."""
+    Delta table's commits as ``table_history`` (a live run's).
+
+    What it reads is kept in the run's history (``labkit.checking.reads``): the sink's
+    table (``table-read``), the output topic (``read``), the recount and, for a Delta table
+    or a transactional input, what Spark read back or the input's committed positions
+    (``kept``); a stored run is re-checked from them. Where the sink and input are (the
+    run's ``job`` fact: a table's name holds the run's id) is asked on a live run only."""
 
     scenario: str
     guarantee: str
     crash_at: str | None = None
     transactional_input: bool = False
+    kind: str | None = None  # the sink's (labkit.spark.scenarios.PIPELINES); None: the job's
+
+    # every read goes through labkit.checking.reads: a stored run re-checks it
+    replayable: ClassVar[bool] = True
 
     def __call__(self, run: Any) -> AuditReport:
-        job = run.facts["job"]
-        spec = job.sink
-        expected = recount(run.bootstrap, job.topic, source_options=(
-            {"kafka.isolation.level": "read_committed"} if self.transactional_input else None))
-        if spec.kind in COUNT_KINDS:
-            counts = table_counts(spec.db_url, spec.table)
+        def job() -> Any:  # a live run's query: where its sink and its input are
+            return run.facts["job"]
+
+        # a stored run holds no job: its checkers are built with the kind from its options
+        kind = self.kind or job().sink.kind
+        expected = reads.kept(run, "recount", lambda: recount(
+            run.bootstrap, job().topic, source_options=(
+                {"kafka.isolation.level": "read_committed"} if self.transactional_input
+                else None)))
+        if kind in COUNT_KINDS:
+            got = reads.table(run, "sink", ("key", "total"),
+                              lambda: (job().sink.db_url, job().sink.table), order_by="key")
+            counts = {str(k): int(n) for k, n in sorted(zip(got["key"], got["total"]))}
             run.facts["output"] = pd.DataFrame(sorted(counts.items()), columns=["key", "total"])
             return audit_counts(self.scenario, self.guarantee, self.crash_at, len(run.inputs),
                                 expected, counts)
-        if spec.kind == "kafka":
-            output = topic_records(run.bootstrap, spec.output_topic)
+        if kind == "kafka":
+            output = _records(reads.topic(run, "output").committed)
             if self.guarantee == "exactly_once":
                 output = dedupe_by_id(output)
-        elif spec.kind in DELTA_KINDS:  # read back by Spark, in the order of the table's commits
-            output, run.facts["table_history"] = tables.read_table(spec.path)
+        elif kind in DELTA_KINDS:  # read back by Spark, in the order of the table's commits
+            output = pd.DataFrame(reads.kept(run, "delta-table", lambda: self._delta(run)))
         else:
-            output = table_records(spec.db_url, spec.table)
+            output = pd.DataFrame(reads.table(run, "sink", RECORD_COLUMNS, lambda: (
+                job().sink.db_url, job().sink.table), order_by=SEQUENCE_COLUMN))
         run.facts["output"] = output
-        aborted = aborted_rows(run.bootstrap, job.topic, output) if self.transactional_input \
-            else None
+        aborted = None
+        if self.transactional_input:
+            committed = reads.kept(run, "input-committed", lambda: [
+                [r.partition, r.offset] for r in topics.read(run.bootstrap, job().topic)])
+            aborted = aborted_of(output, {(p, o) for p, o in committed})
         return audit_output(self.scenario, self.guarantee, self.crash_at, run.inputs, output,
                             expected, aborted=aborted)
+
+    @staticmethod
+    def _delta(run: Any) -> dict[str, list]:
+        """The Delta table's rows as Spark reads them back, column -> values (its commits
+        are a live run's fact: ``table_history``)."""
+        output, run.facts["table_history"] = tables.read_table(run.facts["job"].sink.path)
+        return {c: output[c].tolist() for c in output.columns}
+
+
+def _records(recs: list) -> pd.DataFrame:
+    """Topic records as ``topic_records`` shows them."""
+    return pd.DataFrame([(r.partition, r.offset, r.key, r.value.get("key")) for r in recs],
+                        columns=["partition", "offset", "id", "key"])
