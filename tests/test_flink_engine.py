@@ -14,10 +14,14 @@ import pytest
 from labkit.paths import lab_home
 
 from labkit import experiments
+from labkit.checking import stored
 from labkit.checking.record import RunRecord
+from labkit.experiments.recheck import recheck
 from labkit.flink import report
 from labkit.kafka import topics
 from labkit.kafka.inspect.client import Inspector
+from tests.test_stored_runs import (_reads, checked_again, drop_one_read,  # noqa: F401
+                                    kafka_forbidden, no_kafka)  # a fixture
 
 pytestmark = pytest.mark.flink
 
@@ -61,6 +65,20 @@ def transactions_in_log(bootstrap: str, topic: str,
         else:
             records |= {json.loads(r.value)["id"] for r in b.records}
     return found
+
+
+def stored_run_checks_again(run, path: Path, no_kafka: str) -> None:
+    """A Flink run is plain data too (issue 50): stored, it is checked again with no Kafka
+    to the live report, the fault named from the history as it was live; a record dropped
+    from the stored read gives another verdict."""
+    run.store(path)
+    (at,) = _reads(path)
+    checked_again(run, path, no_kafka)
+    once = drop_one_read(path, at)  # read once by the audited (read_committed) reader
+    with kafka_forbidden(no_kafka):
+        edited = recheck(stored.load(path))
+    assert edited.report.lost == 1 and edited.report.examples["lost"] == [once]
+    assert edited.verdict != run.verdict
 
 
 def ids_in(bootstrap: str, topic: str) -> list[str]:
@@ -127,7 +145,8 @@ def test_exactly_once_survives_a_kill_after_the_precommit_and_one_before_the_com
     assert left_behind(run) == []
 
 
-def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootstrap):
+def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootstrap, tmp_path,
+                                                                          no_kafka):
     run = experiments.run("flink-crash", cluster=bootstrap, guarantee="at_least_once",
                           kill_at="mid-checkpoint")
     try:
@@ -138,6 +157,8 @@ def test_at_least_once_duplicates_what_it_wrote_since_the_last_checkpoint(bootst
         assert run.report.aborted_in_log == 0  # no transactions: written is visible
         assert json.loads(run.to_json())["duplicated"] == run.report.duplicated
         assert run.starts[1].restored_from.endswith(f"chk-{run.kills[0].checkpoint - 1}")
+        assert run.report.fault == run.kills[0].describe()
+        stored_run_checks_again(run, tmp_path / "flink.jsonl", no_kafka)
     finally:
         run.cleanup()
     assert left_behind(run) == []

@@ -91,13 +91,15 @@ def store(path: str | Path, *, experiment: str, options: Mapping[str, Any],
           report: dict | None = None) -> Path:
     """Write a run to ``path`` (see the module's docstring); its options must be plain data
     (a re-check builds the checkers from them)."""
+    options = {name: str(value) if isinstance(value, Path) else value  # a folder: its path
+               for name, value in options.items()}
     for name, value in options.items():
         try:
             json.dumps(value)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{experiment}'s option {name} is not plain data ({exc}): the run "
                              "cannot be stored") from None
-    head = {"format": FORMAT, "experiment": experiment, "options": dict(options),
+    head = {"format": FORMAT, "experiment": experiment, "options": options,
             "topics": dict(topics), "inputs": inputs, "report": report}
     path = Path(path)
     with open(path, "w", encoding="utf-8") as fh:
