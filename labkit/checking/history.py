@@ -21,9 +21,9 @@ ENV_FILE, ENV_INSTANCE, ENV_ATTEMPT = settings.HISTORY, settings.INSTANCE, setti
 # end (``finished``: the group's offsets, the input's end, who was still running), the
 # transactions it found open then (``open-transactions``), what a checker read of a topic,
 # a table or the group's offsets once the run was over, or computed of it (``read``,
-# ``table-read``, ``offsets-read``, ``kept``: labkit.checking.reads), where the lab's feed wrote each input record (``written``). The
-# checkers read them; the processes' timeline (``labkit.checking.timeline.text``) leaves
-# them out.
+# ``table-read``, ``offsets-read``, ``kept``: labkit.checking.reads), where the lab's feed
+# wrote each input record (``written``). The checkers read them; the processes' timeline
+# (``labkit.checking.timeline.text``) leaves them out.
 CHECKER_KINDS = frozenset({"read", "table-read", "offsets-read", "kept"})
 RUNNER_KINDS = frozenset({"fault", "wire", "finished", "open-transactions", "written",
                           *CHECKER_KINDS})

@@ -20,7 +20,6 @@ the read_uncommitted reader got them (log order per partition), then the "c" one
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -9,6 +9,7 @@ key (labkit.checking.audit.check_counts). Both end in the lab's one verdict (lab
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,10 +33,9 @@ def table_records(db_url: str, table: str) -> pd.DataFrame:
     return read_table(db_url, table, RECORD_COLUMNS, order_by=SEQUENCE_COLUMN)
 
 
-def table_counts(db_url: str, table: str) -> dict[str, int]:
-    """The count sinks' table: key -> total."""
-    counts = read_table(db_url, table, ("key", "total"), order_by="key")
-    return {k: int(n) for k, n in sorted(zip(counts["key"], counts["total"]))}
+def counts_of(rows: Mapping[str, Sequence]) -> dict[str, int]:
+    """The count sinks' table, its ``key`` and ``total`` columns: key -> total."""
+    return {str(k): int(n) for k, n in sorted(zip(rows["key"], rows["total"]))}
 
 
 def topic_records(bootstrap: str, topic: str) -> pd.DataFrame:
@@ -122,7 +122,7 @@ class SinkAudit:
         if kind in COUNT_KINDS:
             got = reads.table(run, "sink", ("key", "total"),
                               lambda: (job().sink.db_url, job().sink.table), order_by="key")
-            counts = {str(k): int(n) for k, n in sorted(zip(got["key"], got["total"]))}
+            counts = counts_of(got)
             run.facts["output"] = pd.DataFrame(sorted(counts.items()), columns=["key", "total"])
             return audit_counts(self.scenario, self.guarantee, self.crash_at, len(run.inputs),
                                 expected, counts)
