@@ -169,6 +169,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         file_seconds.longest_first(items)
 
 
+# ---------------------------------------------------------------- each test's CPU, for the suite's order
+# The CPU a test used (with the Spark JVMs, kernels and brokers it started and stopped) goes to
+# the junit report, so tests/file_seconds.py can plan the next run's order from it.
+_cpu_at_setup = pytest.StashKey[float]()
+
+
+def _start_cpu_count(item: pytest.Item) -> None:
+    if file_seconds is not None:
+        item.stash[_cpu_at_setup] = file_seconds.cpu_seconds_so_far()
+
+
+def _record_cpu(item: pytest.Item, nextitem) -> None:
+    # The last test's teardown also ends the session's fixtures (the worker's own broker):
+    # that CPU is no test's.
+    if file_seconds is not None and nextitem is not None and _cpu_at_setup in item.stash:
+        spent = file_seconds.cpu_seconds_so_far() - item.stash[_cpu_at_setup]
+        item.user_properties.append((file_seconds.CPU_PROPERTY, round(spent, 2)))
+
+
 # ---------------------------------------------------------------- no notebook leaves processes behind
 # Around each notebook run by nbval: the lab processes alive after its kernel has shut down
 # that were not there before it started are leaks (brokers, Spark JVMs, crash-test workers).
@@ -202,6 +221,7 @@ def _notebook_of(item) -> str | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
+    _start_cpu_count(item)
     notebook = _notebook_of(item)
     if notebook and notebook not in _before_notebook:
         _before_notebook[notebook] = set(lab_processes())
@@ -211,6 +231,7 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield  # the notebook's kernel is shut down inside this teardown when it is the last cell
+    _record_cpu(item, nextitem)
     notebook = _notebook_of(item)
     if not notebook or (nextitem is not None and _notebook_of(nextitem) == notebook):
         return

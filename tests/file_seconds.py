@@ -1,15 +1,22 @@
-"""How long each test file and notebook took in a whole run, to send the longest first.
+"""How long each test file and notebook took in a whole run, and how much CPU it used, to
+order the files so the machine stays busy.
 
 pytest-xdist (``--dist loadfile --no-loadscope-reorder``) hands whole files to its workers in
 collection order. Its default order, most tests first, left one-test files of two minutes
 (production's torture, the solved capstone) to the end, one worker busy and the others idle:
-1.5 min of a 29 min run (docs/measurements.md, "Stop 48"). Longest first packs them.
+1.5 min of a 29 min run (docs/measurements.md, "Stop 48"). Longest first packed them, but put
+the files that mostly wait (Kafka's default timeouts, failovers) side by side: minutes 8-11
+of a 25 min run at 25-68 % of the two cores ("Stop 62"). So the order is planned: four
+workers are replayed from the measured times, and each free worker takes the longest file
+that keeps the running files' CPU within the cores, or else the one that adds least.
 
     python -m tests.file_seconds junit.xml   # a run's `--junitxml`, rewrites the table
 """
 from __future__ import annotations
 
+import heapq
 import json
+import os
 import sys
 import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
@@ -17,28 +24,86 @@ from pathlib import Path
 
 TABLE = Path(__file__).with_name("file_seconds.json")
 UNKNOWN_S = 10.0  # a file not in the table yet (about a median file's time)
+UNKNOWN_CORES = 0.5  # a file whose CPU is not measured yet (about the suite's mean)
+# Two cores, less what each worker's own broker and the lab's servers burn beside the tests
+# (brokers' CPU is the largest share of a run: docs/measurements.md, "Stop 62").
+CORES_FOR_TESTS = 1.7
+WORKERS = 4  # the Makefile's TEST_WORKERS
+CPU_PROPERTY = "cpu_s"
 
 
-def measured(junit_xml: Path) -> dict[str, float]:
-    """Seconds per file (``tests/x.py``, ``notebooks/x.ipynb``) from a junit report."""
+def _path_of(case: ElementTree.Element) -> str:
+    module = case.get("classname", "")
+    return (module.replace(".", "/") + ".py" if not module.endswith(".ipynb")
+            else module.replace(".", "/", module.count(".") - 1))
+
+
+def measured(junit_xml: Path) -> dict[str, list[float]]:
+    """``[seconds, cpu seconds]`` per file (``tests/x.py``, ``notebooks/x.ipynb``) from a
+    junit report; the CPU comes from each test's ``cpu_s`` property (conftest.py)."""
     seconds: dict[str, float] = defaultdict(float)
+    cpu: dict[str, float] = defaultdict(float)
     for case in ElementTree.parse(junit_xml).getroot().iter("testcase"):
-        module = case.get("classname", "")
-        path = (module.replace(".", "/") + ".py" if not module.endswith(".ipynb")
-                else module.replace(".", "/", module.count(".") - 1))
+        path = _path_of(case)
         seconds[path] += float(case.get("time", 0))
-    return {path: round(s, 1) for path, s in sorted(seconds.items())}
+        for prop in case.iter("property"):
+            if prop.get("name") == CPU_PROPERTY:
+                cpu[path] += float(prop.get("value", 0))
+    return {path: [round(s, 1), round(cpu[path], 1)] for path, s in sorted(seconds.items())}
+
+
+def cpu_seconds_so_far() -> float:
+    """This process's CPU and that of every child it has reaped (their children included),
+    so a test's share counts the Spark JVMs, kernels and brokers it started and stopped."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def planned_order(files: dict[str, tuple[float, float]], workers: int = WORKERS,
+                  cores: float = CORES_FOR_TESTS) -> list[str]:
+    """The files in the order to hand them out, from ``(seconds, cpu seconds)`` each: the
+    workers are replayed at the measured times; a free worker takes the longest file that
+    keeps the running files' cores within ``cores``, else the file that adds fewest."""
+    left = sorted(files, key=lambda f: (-files[f][0], f))
+    cores_of = {f: (c / s if s > 0 else 0.0) for f, (s, c) in files.items()}
+    running: list[tuple[float, str]] = []  # (ends at, file)
+    now, busy, order = 0.0, 0.0, []
+    while left:
+        if len(running) == workers:
+            now, done = heapq.heappop(running)
+            busy -= cores_of[done]
+        fits = [f for f in left if busy + cores_of[f] <= cores]
+        chosen = fits[0] if fits else min(left, key=lambda f: (cores_of[f], -files[f][0]))
+        left.remove(chosen)
+        order.append(chosen)
+        busy += cores_of[chosen]
+        heapq.heappush(running, (now + files[chosen][0], chosen))
+    return order
+
+
+def read_table(table: Path = TABLE) -> dict[str, tuple[float, float]]:
+    raw = json.loads(table.read_text()) if table.exists() else {}
+    return {path: ((v, v * UNKNOWN_CORES) if isinstance(v, (int, float))
+                   else (v[0], v[1] if v[1] else v[0] * UNKNOWN_CORES))
+            for path, v in raw.items()}
 
 
 def longest_first(items: list, table: Path = TABLE) -> None:
-    """Sorts pytest items so the files that took longest come first; the sort is stable, so
+    """Sorts pytest items in the planned order of their files (``planned_order``); a file not
+    in the table counts as ``UNKNOWN_S`` long at ``UNKNOWN_CORES``; the sort is stable, so
     each file's own order is kept."""
-    seconds = json.loads(table.read_text()) if table.exists() else {}
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNKNOWN_S))
+    known = read_table(table)
+    files = {item.nodeid.split("::")[0] for item in items}
+    plan = planned_order({f: known.get(f, (UNKNOWN_S, UNKNOWN_S * UNKNOWN_CORES))
+                          for f in files})
+    rank = {f: i for i, f in enumerate(plan)}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tests.file_seconds JUNIT_XML (a run's --junitxml report)")
-    TABLE.write_text(json.dumps(measured(Path(sys.argv[1])), indent=0) + "\n")
+    rows = measured(Path(sys.argv[1]))
+    TABLE.write_text("{\n" + ",\n".join(f"{json.dumps(path)}: {json.dumps(row)}"
+                                        for path, row in rows.items()) + "\n}\n")
     print(f"{TABLE}: {len(json.loads(TABLE.read_text()))} files")
