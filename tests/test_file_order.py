@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.file_seconds import TABLE, UNKNOWN_S, longest_first, measured, planned_order, planned_order
+from tests.file_seconds import TABLE, UNKNOWN_S, longest_first, measured, planned_order
 
 
 def _items(*nodeids: str) -> list:
