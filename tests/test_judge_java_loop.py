@@ -74,13 +74,16 @@ def test_the_java_loop_passes_the_whole_schedule(bootstrap, group_protocol):
 
 
 def test_an_abort_refused_in_the_fatal_state_is_raised_as_fatal(bootstrap):
-    """A commit answered INVALID_TXN_STATE (a real broker's answer to a transaction it no
-    longer has open; the broker committed, the proxy rewrites the answer) puts the Java
-    producer in its fatal state. The loop aborts, as Kafka's javadoc loop does on any other
-    KafkaException, and the client refuses the abort with "Cannot execute transactional
-    method because we are in an error state", caused by that error. The instance stops,
-    which is right: the class written must be fatal, with the cause's code (a fresh clone's
-    schedule run once failed on such an abort written as UNKNOWN_SERVER_ERROR)."""
+    """A commit answered INVALID_TXN_STATE puts the Java producer in its fatal state. The
+    loop aborts, as Kafka's javadoc loop does on any other KafkaException, and the client
+    refuses the abort with "Cannot execute transactional method because we are in an error
+    state", caused by that error. The instance stops, which is right: the class written must
+    be fatal, with the cause's code. A 4.4 broker gives that answer to a commit that arrives
+    just after a successor's initTransactions aborted its transaction (KAFKA-20785; the lab's
+    broker logs "state is COMPLETE_ABORT, but received ... COMMIT" under the fenced fault),
+    and a fresh clone's schedule run once failed on the abort that follows, written as
+    UNKNOWN_SERVER_ERROR. The race is rare; here the proxy rewrites one EndTxn's answer (the
+    broker committed it), which gives the client the same answer every time."""
     run = experiments.run("judge", cluster=bootstrap, pipeline=java_loop.reference(),
                           phase="point", fault="error:endtxn:1:INVALID_TXN_STATE")
     assert run.report.exactly_once and not run.findings, run.summary()

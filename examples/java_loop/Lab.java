@@ -191,7 +191,10 @@ public final class Lab {
         // "Cannot execute transactional method because we are in an error state" caused by the
         // error that put it there (INVALID_TXN_STATE, an unexpected answer, an unknown producer
         // id mapping). Nothing is left for the instance but to stop: fatal, written with the
-        // code of that cause (the outer KafkaException has none: UNKNOWN_SERVER_ERROR).
+        // code of that cause (the outer KafkaException has none: UNKNOWN_SERVER_ERROR). A 4.4
+        // broker answers INVALID_TXN_STATE to a commit that races its own fencing (KAFKA-20785:
+        // the successor's initTransactions aborted it a moment before), so this is how a loop
+        // fenced mid-commit can end.
         boolean refusedAbort = threwFrom(e, "maybeFailWithError") && threwFrom(e, "beginAbort");
         Throwable named = refusedAbort && e.getCause() != null ? e.getCause() : e;
         boolean fatal = refusedAbort || e instanceof ApplicationRecoverableException
@@ -219,10 +222,6 @@ public final class Lab {
         event.put("fatal", fatal);
         event.put("retriable", e instanceof RetriableException);
         event.put("abortable", abortable && !fatal);
-        // fatal, but no fencing: a fenced producer's abort throws ProducerFencedException (or
-        // InvalidProducerEpochException) itself, so the judge does not read this one as a
-        // successor fenced in its turn (judge_findings.ran_on)
-        event.put("refused_abort", refusedAbort);
         try (FileOutputStream out = new FileOutputStream(history, true)) {  // O_APPEND: one
             out.write((json.writeValueAsString(event) + "\n").getBytes(StandardCharsets.UTF_8));
         } catch (IOException ignored) {  // no history: nothing to tell

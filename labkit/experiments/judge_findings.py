@@ -116,10 +116,7 @@ def ran_on(events: list[dict]) -> list[str]:
     successors = {str(e["successor"]): e for e in events
                   if e["kind"] == "fault" and e.get("fault") == "Replace"}
     for e in raised(events):  # a successor fenced in its turn: the old one came back
-        # (a Java abort refused in the producer's fatal state is fatal without a fencing:
-        # Lab.java marks it, and a fenced producer's abort says it was fenced instead)
-        if str(e.get("instance")) in successors and e.get("fatal") \
-                and not e.get("refused_abort"):
+        if str(e.get("instance")) in successors and e.get("fatal"):
             found.append(f"instance {e['instance']} (a successor) fenced in its turn: "
                          f"{e.get('code')}")
     ledger, ids = Ledger.of(events), given(events)
