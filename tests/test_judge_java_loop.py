@@ -73,6 +73,26 @@ def test_the_java_loop_passes_the_whole_schedule(bootstrap, group_protocol):
     assert all(e["class"] == "fatal" for e in run.errors), run.errors
 
 
+def test_an_abort_refused_in_the_fatal_state_is_raised_as_fatal(bootstrap):
+    """A commit answered INVALID_TXN_STATE puts the Java producer in its fatal state. The
+    loop aborts, as Kafka's javadoc loop does on any other KafkaException, and the client
+    refuses the abort with "Cannot execute transactional method because we are in an error
+    state", caused by that error. The instance stops, which is right: the class written must
+    be fatal, with the cause's code. A 4.4 broker gives that answer to a commit that arrives
+    just after a successor's initTransactions aborted its transaction (KAFKA-20785; the lab's
+    broker logs "state is COMPLETE_ABORT, but received ... COMMIT" under the fenced fault),
+    and a fresh clone's schedule run once failed on the abort that follows, written as
+    UNKNOWN_SERVER_ERROR. The race is rare; here the proxy rewrites one EndTxn's answer (the
+    broker committed it), which gives the client the same answer every time."""
+    run = experiments.run("judge", cluster=bootstrap, pipeline=java_loop.reference(),
+                          phase="point", fault="error:endtxn:1:INVALID_TXN_STATE")
+    assert run.report.exactly_once and not run.findings, run.summary()
+    assert run.errors, run.summary()  # the fault landed: an instance stopped on it
+    assert all(e["class"] == "fatal" for e in run.errors), run.errors
+    assert any(e["raised"].startswith("INVALID_TXN_STATE (fatal): Cannot execute transactional")
+               for e in run.errors), run.errors
+
+
 @pytest.mark.parametrize("name", list(WRONG_JAVA))
 def test_a_wrong_java_loop_fails_with_its_finding(bootstrap, name):
     wrong = WRONG_JAVA[name]

@@ -44,6 +44,8 @@ public final class Lab {
         "after-ack", "spark-mid-sink", "spark-after-sink-before-commit", "spark-after-commit",
         "spark-task-first-attempt");
 
+    private static final String TRANSACTION_MANAGER =
+        "org.apache.kafka.clients.producer.internals.TransactionManager";
     private static final Map<String, Integer> visits = new HashMap<>();
     private static final ObjectMapper json = new ObjectMapper();
     private static volatile boolean stopping = false;
@@ -184,10 +186,25 @@ public final class Lab {
         for (Throwable t = e; t != null; t = t.getCause()) {
             abortable |= t instanceof TransactionAbortableException;
         }
-        boolean fatal = e instanceof ApplicationRecoverableException
+        // An abort the producer refuses: kafka-clients' TransactionManager.beginAbort lets an
+        // abortable state through and fails (maybeFailWithError) only in its fatal state, with
+        // "Cannot execute transactional method because we are in an error state" caused by the
+        // error that put it there (INVALID_TXN_STATE, an unexpected answer, an unknown producer
+        // id mapping). Nothing is left for the instance but to stop: fatal, written with the
+        // code of that cause (the outer KafkaException has none: UNKNOWN_SERVER_ERROR). A 4.4
+        // broker answers INVALID_TXN_STATE to a commit that races its own fencing (KAFKA-20785:
+        // the successor's initTransactions aborted it a moment before), so this is how a loop
+        // fenced mid-commit can end.
+        boolean refusedAbort = threwFrom(e, "maybeFailWithError") && threwFrom(e, "beginAbort");
+        Throwable named = refusedAbort && e.getCause() != null ? e.getCause() : e;
+        boolean fatal = refusedAbort || e instanceof ApplicationRecoverableException
             || e instanceof UnreleasedInstanceIdException || e instanceof AuthorizationException
             || e instanceof UnsupportedVersionException;
         String text = String.valueOf(e.getMessage());
+        if (named != e) {
+            text += " (caused by " + named.getClass().getSimpleName() + ": " + named.getMessage()
+                + ")";
+        }
         ObjectNode event = json.createObjectNode();
         event.put("t", Math.round(System.currentTimeMillis()) / 1000.0);
         event.put("kind", "raised");
@@ -201,7 +218,7 @@ public final class Lab {
         event.put("attempt", Integer.parseInt(System.getenv().getOrDefault("LABKIT_ATTEMPT", "1")));
         event.put("error", e.getClass().getSimpleName());
         event.put("text", text.substring(0, Math.min(400, text.length())));
-        event.put("code", Errors.forException(e).name());
+        event.put("code", Errors.forException(named).name());
         event.put("fatal", fatal);
         event.put("retriable", e instanceof RetriableException);
         event.put("abortable", abortable && !fatal);
@@ -209,5 +226,16 @@ public final class Lab {
             out.write((json.writeValueAsString(event) + "\n").getBytes(StandardCharsets.UTF_8));
         } catch (IOException ignored) {  // no history: nothing to tell
         }
+    }
+
+    /** Whether {@code e} was thrown inside kafka-clients' TransactionManager.{@code method}. */
+    private static boolean threwFrom(Throwable e, String method) {
+        for (StackTraceElement frame : e.getStackTrace()) {
+            if (frame.getClassName().equals(TRANSACTION_MANAGER)
+                && frame.getMethodName().equals(method)) {
+                return true;
+            }
+        }
+        return false;
     }
 }

@@ -12,6 +12,11 @@
 //     FencedInstanceIdException): this instance is fenced: close and stop; a supervisor
 //     starts it again and initTransactions() fences what is left of it
 //   TimeoutException from commitTransaction(): call it again (the call may be repeated)
+//   an error the producer cannot abort (its fatal state: a commit answered INVALID_TXN_STATE,
+//     as a 4.4 broker answers one that races its fencing, KAFKA-20785): abortTransaction()
+//     itself throws ("Cannot execute transactional method because we are in an error
+//     state", caused by that error), and the instance stops as a fenced one does; Kafka's
+//     javadoc loop handles it the same way
 //   max.block.ms: how long any blocking call (init, send, commit, abort) waits at most
 import java.time.Duration;
 import java.util.HashMap;
