@@ -116,12 +116,7 @@ def test_three_brokers_replicate_and_survive_leader_kill(three_brokers):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topics.create(cluster.bootstrap, "replicated", replication=3,
                   config={"min.insync.replicas": "2"})
-    # topics.create waited for leaders as one broker saw them; this client may ask another,
-    # which learns of the new topic a moment later (seen once in a fresh clone: no partition)
-    deadline = time.monotonic() + 30
-    while not (md := admin.list_topics("replicated", timeout=10).topics["replicated"]).partitions:
-        assert time.monotonic() < deadline, f"no broker showed the topic's partitions: {md.error}"
-        time.sleep(0.2)
+    md = admin.list_topics("replicated", timeout=10).topics["replicated"]
     assert len(md.partitions[0].replicas) == 3
 
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",

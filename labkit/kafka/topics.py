@@ -182,8 +182,9 @@ def partitions_of(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[i
     topic = namespace.topic(topic)
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap}))
     # A topic created a moment ago may be unknown yet to the broker asked (of three, each
-    # learns of it in turn: a fresh clone's judge-coordinator run once found none): ask again
-    # for a few seconds before calling it missing.
+    # learns of it in turn). ``create`` waits for each broker, but topics made elsewhere (a
+    # learner's own AdminClient, a producer's auto-creation, a Java app's) do not: ask again
+    # for a few seconds before calling one missing; only a truly missing topic pays for it.
     deadline = time.monotonic() + NEW_TOPIC_GRACE_S
     while True:
         meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
