@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -96,6 +97,19 @@ def test_clients_with_the_config_produce_consume_and_transact(learner: LocalClus
         assert committed[0].offset > got[-1].offset()  # stored by the broker, past what was read
     finally:
         group.close()
+
+
+def test_each_broker_is_asked_for_a_new_topic_with_tls_and_scram(learner: LocalCluster) -> None:
+    """topics.create asks each broker of a cluster of several for the new topic over the
+    lab's own protocol connection; this lab has one broker, so it is asked here directly,
+    as a secure cluster of three (LABKIT_BOOTSTRAP) would be: it answers with the learner's
+    TLS and SCRAM settings, and a topic it does not have is waited for, not passed over."""
+    topic = f"everywhere-{uuid.uuid4().hex[:8]}"
+    topics.create(learner.bootstrap, topic, partitions=2)
+    topics._wait_on_each_broker([learner.bootstrap], {topic: 2}, time.monotonic() + 10, 10)
+    with pytest.raises(TimeoutError, match=f"{learner.bootstrap} does not show.*{topic}-never"):
+        topics._wait_on_each_broker([learner.bootstrap], {f"{topic}-never": 1},
+                                    time.monotonic() + 1, 1)
 
 
 def test_no_or_wrong_credentials_are_refused_with_the_fix(
