@@ -54,15 +54,18 @@ class Read:
         return self.committed if isolation == "read_committed" else self.everything
 
 
-def topic(run: Any, role: str = "output") -> Read:
+def topic(run: Any, role: str = "output", at: Callable[[], str] | None = None) -> Read:
     """The run's topic for ``role`` as both readers see it now: read from Kafka and kept in
-    the run's history (a live run), or the stored run's entry for this read."""
+    the run's history (a live run), or the stored run's entry for this read. ``at()``: the
+    bootstrap to read from, if not the run's (a live run's only: not called on a stored
+    one; e.g. a new leader's, while the old one still starts)."""
     answer = getattr(run, "answer_read", None)  # a stored run answers, Kafka is not asked
     if answer is not None:
         return answer(role)
     name = run.topics[role]
-    everything = topics.read(run.bootstrap, name, isolation="read_uncommitted")
-    committed = topics.read(run.bootstrap, name, isolation="read_committed")
+    bootstrap = at() if at is not None else run.bootstrap
+    everything = topics.read(bootstrap, name, isolation="read_uncommitted")
+    committed = topics.read(bootstrap, name, isolation="read_committed")
     entry = entry_of(role, name, everything, committed)
     # a run without a history file (a checker called by hand) keeps nothing. The line is
     # long, but the run's processes are gone by now: no other append interleaves with it
