@@ -31,13 +31,15 @@ from labkit.cli import app
 from labkit.exercises.failover import check_no_acknowledged_loss
 from labkit.widgets.replicas import board_html
 from tests.notebook_cells import as_cell, edited, read
+from tests.test_stored_runs import checked_again, no_kafka  # noqa: F401 (a fixture)
 
 RECORDS = 60
 DURING_FREEZE = RECORDS // 2  # the second half is written while the followers are frozen
 LABKIT = Path(sys.executable).with_name("labkit")
 
 
-def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(failure_lab):
+def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(
+        failure_lab, tmp_path, no_kafka):
     seen: list = []  # the second run is watched, as notebook 03b's replica board does
     runs = [experiments.run("leader-failover", cluster=failure_lab, acks="1",
                             records=RECORDS),
@@ -49,6 +51,10 @@ def test_acks_1_loses_what_only_the_dead_leader_had_the_same_number_every_time(f
         # (a run whose frozen followers were fenced before the kill is made again)
         assert run.election.startswith("clean") and run.new_leader in failover.FOLLOWERS, \
             f"{run.summary()}\n    followers frozen {run.frozen_s} s; attempts: {run.attempts}"
+    # stored and checked again without a broker (issue 50): what the producer was told and
+    # the log, both kept in the history, give the live verdict and who acknowledged the lost
+    again = checked_again(runs[0], runs[0].store(tmp_path / "failover.jsonl"), no_kafka)
+    assert again.facts["lost_acknowledged_by"] == runs[0].lost_acknowledged_by, again.facts
 
     # what the watcher saw, from the brokers and the OS: the followers' processes stopped
     # while broker 1 still led, then broker 1 down and a follower leading

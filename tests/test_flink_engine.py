@@ -189,7 +189,8 @@ def test_a_restore_after_the_transaction_timeout_loses_the_precommitted_records(
     assert left_behind(run) == []
 
 
-def test_the_broker_refuses_a_transaction_timeout_above_its_maximum(bootstrap):
+def test_the_broker_refuses_a_transaction_timeout_above_its_maximum(bootstrap, tmp_path,
+                                                                    no_kafka):
     refusal = experiments.run("flink-refused-start", cluster=bootstrap,
                               transaction_timeout_ms=3_600_000)
     try:
@@ -199,6 +200,10 @@ def test_the_broker_refuses_a_transaction_timeout_above_its_maximum(bootstrap):
         # the payments waiting for it were never delivered: the audit counts them lost
         assert refusal.report.lost == refusal.report.produced > 0
         assert ids_in(bootstrap, refusal.topics["output"]) == []
+        # stored, checked again without Kafka: the broker's maximum and the empty output,
+        # both kept in the history, give the same verdict naming the same fault
+        again = checked_again(refusal, refusal.store(tmp_path / "refused.jsonl"), no_kafka)
+        assert again.facts["broker_max_ms"] == refusal.broker_max_ms
     finally:
         refusal.cleanup()
     assert left_behind(refusal) == []

@@ -27,6 +27,7 @@ from labkit.kafka.failure_lab import failure_lab
 from labkit.pipelines.learner import LearnerCodeError, producer_from
 from tests.notebook_cells import as_cell, read, shown_function
 from tests.test_failover import lab_jvms, scenario_on_a_lab_of_its_own
+from tests.test_stored_runs import checked_again, no_kafka  # noqa: F401 (a fixture)
 
 RECORDS = 40
 DURING_SPLIT = RECORDS - RECORDS // 2  # written while broker 1 is isolated
@@ -94,7 +95,8 @@ def partition_lab():
     assert forwarder_threads() == []
 
 
-def test_acks_1_the_isolated_leader_acknowledges_what_the_heal_truncates(partition_lab):
+def test_acks_1_the_isolated_leader_acknowledges_what_the_heal_truncates(partition_lab, tmp_path,
+                                                                        no_kafka):
     lab = partition_lab
     pid = lab.broker(1).pid
     run = experiments.run("isolated-leader", cluster=lab, acks="1", records=RECORDS)
@@ -106,6 +108,10 @@ def test_acks_1_the_isolated_leader_acknowledges_what_the_heal_truncates(partiti
     assert run.lost_acknowledged_by == {"1": DURING_SPLIT}, run.summary()
     assert run.in_log == RECORDS - DURING_SPLIT and run.duplicated == 0, run.summary()
     assert run.report.lost == DURING_SPLIT
+    # stored and checked again without a broker (issue 50): the same verdict from the kept
+    # acknowledgements and the read of the new leader's log
+    again = checked_again(run, run.store(tmp_path / "isolated.jsonl"), no_kafka)
+    assert again.facts["lost_acknowledged_by"] == {"1": DURING_SPLIT}, again.facts
     # the split: broker 1 still led at the old epoch, its log longer by what it took alone,
     # while the controller's metadata (broker 2) had another leader at a later epoch
     old, new = run.old_leader_view, run.controller_view

@@ -17,13 +17,16 @@ from pathlib import Path
 import pytest
 
 from labkit import experiments
+from labkit.checking import stored
+from labkit.checking.record import RunRecord
+from labkit.experiments.recheck import recheck
+from tests.test_stored_runs import checked_again, kafka_forbidden, no_kafka  # noqa: F401
 
 LABKIT = Path(sys.executable).with_name("labkit")
 
 
-def late_write(client: str, hold: str) -> dict:
-    run = experiments.run("late-write", client=client, hold=hold, announce=lambda line: None)
-    return json.loads(run.to_json())
+def late_write(client: str, hold: str) -> RunRecord:
+    return experiments.run("late-write", client=client, hold=hold, announce=lambda line: None)
 
 
 def in_log(run: dict) -> dict[str, tuple]:
@@ -58,8 +61,10 @@ def test_librdkafka_a_late_commit_ends_the_next_transaction_from_the_cli(bootstr
     ("java", "produce", "INVALID_PRODUCER_EPOCH"),        # TV2: every transaction end bumps
     ("java", "endtxn", "PRODUCER_FENCED"),
 ])
-def test_the_late_request_is_refused_by_the_producer_epoch(client, hold, error):
-    run = late_write(client, hold)
+def test_the_late_request_is_refused_by_the_producer_epoch(client, hold, error, tmp_path,
+                                                            no_kafka):
+    record = late_write(client, hold)
+    run = json.loads(record.to_json())
     late, then = run["late"], run["broker_then"]
     assert (late["accepted"], late["error"]) == (False, error), late
     # it carried epoch 0; the broker had moved on to a newer epoch before it arrived
@@ -73,3 +78,18 @@ def test_the_late_request_is_refused_by_the_producer_epoch(client, hold, error):
     else:  # TV2: a marker one epoch above its records; t2 aborted as the app asked
         assert late["version"] == 5 and not run["client_errors"], run
         assert in_log(run) == {"t1": (0, "COMMIT", 1), "t2": (1, "ABORT", 2)}, run["log"]
+    # stored and checked again without Kafka (issue 50): what the app said and the output,
+    # both in the history, give the live verdict
+    path = record.store(tmp_path / "late.jsonl")
+    checked_again(record, path, no_kafka)
+    if hold == "produce":  # the app's intent is read from its stored lines: t2 "aborted"
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for e in lines:
+            if e.get("kind") == "said" and e["said"].get("txn") == "t2" \
+                    and e["said"]["event"] == "ended":
+                e["said"]["asked"] = "abort"
+        path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+        with kafka_forbidden(no_kafka):
+            edited = recheck(stored.load(path))
+        assert (edited.report.aborted_visible, edited.report.anomalies) == \
+            (1, ["aborted-read"]), edited.report.summary()

@@ -16,12 +16,13 @@ from labkit.pipelines.learner import LearnerCodeError, from_text
 from labkit.spark import realtime
 from labkit.spark.runner import SparkJobError
 from tests.test_failover import LABKIT
+from tests.test_stored_runs import checked_again, no_kafka  # noqa: F401 (a fixture)
 from tests.test_txn_timeout import started_for
 
 pytestmark = pytest.mark.spark
 
 def test_a_real_time_query_killed_mid_batch_writes_its_batch_again_and_a_dedupe_repairs_it(
-        bootstrap):
+        bootstrap, tmp_path, no_kafka):
     run = experiments.run("spark-realtime", cluster=bootstrap, trigger="5 seconds")
     try:
         assert run.trigger == "RealTimeTrigger(5000)"
@@ -38,6 +39,10 @@ def test_a_real_time_query_killed_mid_batch_writes_its_batch_again_and_a_dedupe_
         assert run.rewritten == run.report.duplicated, run.summary()
         assert run.deduped.exactly_once and run.deduped.duplicated == 0
         assert 0 <= run.latency["p50_ms"] <= run.latency["p99_ms"]  # measured, one clock
+        # stored and checked again without Kafka (issue 50): both topics' reads and the
+        # kill's fault entry, all in the history, give the live verdict and the dedupe's
+        again = checked_again(run, run.store(tmp_path / "realtime.jsonl"), no_kafka)
+        assert again.facts["deduped"].to_dict() == run.deduped.to_dict()
     finally:
         run.cleanup()
 

@@ -12,14 +12,16 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
 from labkit import experiments
-from labkit.checking import reads, stored
+from labkit.checking import audit, reads, stored
 from labkit.cli import app
 from labkit.experiments.recheck import recheck, text
+from labkit.experiments import registry
 from labkit.experiments.registry import get
 from labkit.kafka import topics
 from labkit.kafka.topics import Rec
@@ -196,21 +198,42 @@ def test_a_stored_queue_replay_or_counts_run_is_checked_again_offline(name, opti
         assert once in edited.report.examples["lost"]
 
 
-@pytest.mark.parametrize("name, options, checker", [
-    ("late-write", {}, "late_audit (labkit.experiments.late_write)"),
-    ("flink-refused-start", {}, "_refusal_audit (labkit.experiments.flink)"),
-    ("leader-failover", {"acks": "1"}, "AcknowledgedWrites"),
-])
-def test_a_run_whose_checker_cannot_be_replayed_is_refused_by_name(name, options, checker,
-                                                                   tmp_path, no_kafka):
-    path = stored.store(tmp_path / "run.jsonl", experiment=name,
-                        options=get(name).resolve(options), topics={"output": "t"}, inputs=[],
-                        history=[])
+def own_read(run):
+    """A checker that reads Kafka by code of its own: nothing of it is in the history."""
+    return audit.audit_topic(run.bootstrap, run.topics["output"], run.inputs, "own-read",
+                             "exactly_once")
+
+
+def test_a_run_whose_checker_cannot_be_replayed_is_refused_by_name(tmp_path, no_kafka,
+                                                                   monkeypatch):
+    """The lab's experiments all re-check now (the test below); a new one whose checker
+    reads Kafka itself is refused by name, and no verdict is printed."""
+    # a copy of the registry that the experiment joins and that is undone after
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry.catalog()))
+    registry.register(registry.Experiment(
+        "own-read", "a checker that reads Kafka itself", checkers=lambda o: [own_read]))
+    path = stored.store(tmp_path / "run.jsonl", experiment="own-read", options={},
+                        topics={"output": "t"}, inputs=[], history=[])
     with kafka_forbidden(no_kafka):
         result = CliRunner().invoke(app, ["check", str(path)])
     assert result.exit_code != 0
-    assert checker in result.output and "cannot be checked again offline yet" in result.output
+    assert "own_read (tests.test_stored_runs)" in result.output, result.output
+    assert "cannot be checked again offline yet" in result.output
     assert "verdict" not in result.output
+
+
+def test_every_experiment_of_the_lab_can_be_checked_again():
+    """Each experiment's checkers, built from its options as ``labkit check`` builds them,
+    say they read only what the history holds (an option it requires: its first choice,
+    or on)."""
+    given = {"torture": {"command": ["true"]}}
+    for name, experiment in registry.catalog().items():
+        options = {o.name: o.choices[0] if o.choices else True for o in experiment.options
+                   if o.default is registry.REQUIRED}
+        built = experiment.checkers(SimpleNamespace(**experiment.resolve(
+            {**options, **given.get(name, {})})))
+        refused = [c for c in built if not getattr(c, "replayable", False)]
+        assert not refused, (name, refused)
 
 
 def test_a_run_stored_without_its_reads_is_refused(tmp_path, no_kafka):
@@ -238,3 +261,9 @@ def test_a_read_entry_gives_back_what_each_reader_got():
     read = reads.of_entry(entry)
     assert (read.everything, read.committed) == (everything, committed)
     assert read.seen_by("read_uncommitted") == everything
+    # a stamped read keeps each record's timestamp (Rec's equality leaves it out)
+    stamped = [Rec(0, 0, "k", {"id": "a"}, 1000), Rec(0, 1, "k", {"id": "c"}, 1005)]
+    entry = json.loads(json.dumps(reads.entry_of("input", "t", stamped, stamped, stamped=True)))
+    assert [r.timestamp_ms for r in reads.of_entry(entry).committed] == [1000, 1005]
+    plain = json.loads(json.dumps(reads.entry_of("input", "t", stamped, stamped)))
+    assert [r.timestamp_ms for r in reads.of_entry(plain).committed] == [None, None]

@@ -13,7 +13,7 @@ checker may add what it counted to its ``facts``.
 A checker whose class says ``replayable`` reads nothing outside the run's history (its
 reads of Kafka and of tables go through ``labkit.checking.reads``): ``labkit check`` re-runs
 it on a stored run. The others (Kafka read by code of their own, what a run's live parts
-counted: ``AcknowledgedWrites``) are refused there, by name.
+counted) are refused there, by name.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from typing import Any, ClassVar, Protocol
 from labkit.checking import audit, checkers, reads
 from labkit.checking.audit import AuditReport
 from labkit.checking.checkers import EXAMPLES, Attempt, Result
-from labkit.kafka import topics
 
 
 class Checked(Protocol):
@@ -112,10 +111,12 @@ class AcknowledgedWrites:
     A record that was not acknowledged is owed nothing (it may be there or not).
 
     ``acknowledged(run)``: each id the producer's delivery reports acknowledged, with who
-    acknowledged it (a broker, or None); ``read_from(run)``: the bootstrap to read the log
-    from (default the run's; e.g. the new leader, while the old one still starts).
-    Facts: ``in_log`` (ids), ``lost_acknowledged``, ``lost_acknowledged_by`` (who had
-    acknowledged the lost ones, as text) and ``duplicated``."""
+    acknowledged it (a broker, or None), asked of the live run's client once and kept in
+    its history (``reads.kept``, role ``acknowledged``); ``read_from(run)``: the bootstrap
+    to read the log from (default the run's; e.g. the new leader, while the old one still
+    starts), a live run's only. Facts: ``in_log`` (ids), ``lost_acknowledged``,
+    ``lost_acknowledged_by`` (who had acknowledged the lost ones, as text) and
+    ``duplicated``."""
 
     scenario: str
     guarantee: str
@@ -124,11 +125,16 @@ class AcknowledgedWrites:
     role: str = "output"
     read_from: Callable[[Any], str] | None = None
 
+    # what the producer was told and the log both reach it through the history: a stored
+    # run re-checks it
+    replayable: ClassVar[bool] = True
+
     def __call__(self, run: Checked) -> AuditReport:
-        acked = self.acknowledged(run)
-        bootstrap = self.read_from(run) if self.read_from is not None else run.bootstrap
-        in_log = [r.value["id"] for r in topics.read(bootstrap, run.topics[self.role],
-                                                     "read_uncommitted")]
+        acked = reads.kept(run, "acknowledged", lambda: dict(self.acknowledged(run)))
+        read = reads.topic(run, self.role, at=None if self.read_from is None
+                           else lambda: self.read_from(run))
+        # not transactional: read_uncommitted gets every record the log holds
+        in_log = [r.value["id"] for r in read.everything]
         unique = set(in_log)
         lost = sorted(set(acked) - unique)
         duplicated = len(in_log) - len(unique)

@@ -12,7 +12,7 @@ Kafka is not contacted. So the live verdict and the re-checked one are computed 
 same data.
 
 The entry: ``{"kind": "read", "role": "output", "topic": <name>, "records": [[partition,
-offset, key, value, readers], ...]}``. ``readers`` says who got the record: ``"cu"`` both,
+offset, key, value, readers], ...]}`` (a stamped read: the record's timestamp last). ``readers`` says who got the record: ``"cu"`` both,
 ``"u"`` the read_uncommitted reader only (an aborted or still open transaction's), ``"c"``
 the read_committed reader only (written between the two reads). Records are in the order
 the read_uncommitted reader got them (log order per partition), then the "c" ones.
@@ -54,16 +54,21 @@ class Read:
         return self.committed if isolation == "read_committed" else self.everything
 
 
-def topic(run: Any, role: str = "output") -> Read:
+def topic(run: Any, role: str = "output", at: Callable[[], str] | None = None,
+          stamped: bool = False) -> Read:
     """The run's topic for ``role`` as both readers see it now: read from Kafka and kept in
-    the run's history (a live run), or the stored run's entry for this read."""
+    the run's history (a live run), or the stored run's entry for this read. ``at()``: the
+    bootstrap to read from, if not the run's (a live run's only: not called on a stored
+    one; e.g. a new leader's, while the old one still starts). ``stamped``: each record's
+    timestamp kept too (a checker that measures delays)."""
     answer = getattr(run, "answer_read", None)  # a stored run answers, Kafka is not asked
     if answer is not None:
         return answer(role)
     name = run.topics[role]
-    everything = topics.read(run.bootstrap, name, isolation="read_uncommitted")
-    committed = topics.read(run.bootstrap, name, isolation="read_committed")
-    entry = entry_of(role, name, everything, committed)
+    bootstrap = at() if at is not None else run.bootstrap
+    everything = topics.read(bootstrap, name, isolation="read_uncommitted")
+    committed = topics.read(bootstrap, name, isolation="read_committed")
+    entry = entry_of(role, name, everything, committed, stamped)
     # a run without a history file (a checker called by hand) keeps nothing. The line is
     # long, but the run's processes are gone by now: no other append interleaves with it
     path = getattr(run, "history_file", None)
@@ -72,20 +77,24 @@ def topic(run: Any, role: str = "output") -> Read:
     return of_entry(entry)  # the live verdict is computed from what a re-check reads
 
 
-def entry_of(role: str, name: str, everything: list[Rec], committed: list[Rec]) -> dict:
-    """The history entry of one read (see the module's docstring): compact, plain data."""
+def entry_of(role: str, name: str, everything: list[Rec], committed: list[Rec],
+             stamped: bool = False) -> dict:
+    """The history entry of one read (see the module's docstring): compact, plain data;
+    ``stamped``: each record's timestamp (ms) after its readers."""
     at = {(r.partition, r.offset) for r in committed}
     got = {(r.partition, r.offset) for r in everything}
+    stamp = (lambda r: [r.timestamp_ms]) if stamped else (lambda r: [])
     records = [[r.partition, r.offset, r.key, r.value,
-                "cu" if (r.partition, r.offset) in at else "u"] for r in everything]
-    records += [[r.partition, r.offset, r.key, r.value, "c"] for r in committed
+                "cu" if (r.partition, r.offset) in at else "u", *stamp(r)] for r in everything]
+    records += [[r.partition, r.offset, r.key, r.value, "c", *stamp(r)] for r in committed
                 if (r.partition, r.offset) not in got]
     return {"role": role, "topic": name, "records": records}
 
 
 def of_entry(entry: dict) -> Read:
     """The Read a history entry holds."""
-    recs = [(Rec(p, o, k, v), readers) for p, o, k, v, readers in entry["records"]]
+    recs = [(Rec(p, o, k, v, *stamp), readers) for p, o, k, v, readers, *stamp
+            in entry["records"]]
     return Read([r for r, readers in recs if "u" in readers],
                 [r for r, readers in recs if "c" in readers])
 

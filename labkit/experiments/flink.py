@@ -21,9 +21,11 @@ checkpoints and the jobs' logs (the run's folder) are the run context's, deleted
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from labkit.checking.audit import audit_topic
+from labkit.checking import reads
+from labkit.checking.audit import AuditReport, audit_read
 from labkit.checking.record import Presentation
 from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
@@ -186,12 +188,25 @@ _flink("flink-timeout-trap", "Flink's sink killed after a checkpoint completed, 
              "them.")
 
 
-def _refusal_audit(run: Any):
-    o = run.o
-    fault = (f"transaction.timeout.ms={o.transaction_timeout_ms} above the broker's "
-             f"transaction.max.timeout.ms={run.facts['broker_max_ms']}")
-    return audit_topic(run.bootstrap, run.topics["output"], run.inputs, run.experiment,
-                       "exactly_once", fault=fault)
+@dataclass(frozen=True)
+class RefusalAudit:
+    """The output of a job that never started, against its input (every payment lost),
+    the fault named with the broker's transaction.max.timeout.ms: asked once the run is
+    over and kept in the history (``reads.kept``), as the output's read is."""
+
+    transaction_timeout_ms: int
+
+    # both reads are the history's: a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
+    def __call__(self, run: Any) -> AuditReport:
+        broker_max_ms = reads.kept(run, "broker-max-timeout",
+                                   lambda: broker_max_timeout_ms(run.bootstrap))
+        run.facts["broker_max_ms"] = broker_max_ms
+        fault = (f"transaction.timeout.ms={self.transaction_timeout_ms} above the broker's "
+                 f"transaction.max.timeout.ms={broker_max_ms}")
+        return audit_read(reads.topic(run, "output"), run.inputs, run.experiment,
+                          "exactly_once", fault=fault)
 
 
 def _refused_facts(run: Any) -> dict:
@@ -199,7 +214,6 @@ def _refused_facts(run: Any) -> dict:
 
 
 def _refused(run: Any) -> RefusedStart:
-    run.facts["broker_max_ms"] = broker_max_timeout_ms(run.bootstrap)
     return RefusedStart(run.o.transaction_timeout_ms, **_code(run))
 
 
@@ -213,6 +227,7 @@ register(Experiment(
                     kind=int, minimum=1000, why="the broker refuses less than 1 s"), KEEP),
     workload=lambda o: Workload("flink-refused", (Topic("input", loaded=True), Topic("output")),
                                 data.generate(REFUSED_INPUT)),
-    clients=_refused, checkers=lambda o: [_refusal_audit], facts=_refused_facts,
+    clients=_refused, checkers=lambda o: [RefusalAudit(o.transaction_timeout_ms)],
+    facts=_refused_facts,
     text=lambda run: run.summary(),
     presentation=Presentation(summary=report.refusal_summary, json=report.refusal_to_dict)))

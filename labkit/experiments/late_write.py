@@ -25,10 +25,11 @@ import json
 import queue
 import subprocess
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from labkit import proc
-from labkit.checking import audit
+from labkit.checking import audit, history, reads
 from labkit.checking.audit import AuditReport
 from labkit.checking.record import Presentation
 from labkit.experiments.parts import Topic, Workload, in_thread
@@ -44,6 +45,7 @@ API = {"produce": "Produce", "endtxn": "EndTxn"}
 TRACED = {"InitProducerId", "AddPartitionsToTxn", "Produce", "EndTxn"}
 CLIENT_TIMEOUT_S = 90.0  # a client silent this long is stopped (Java's start takes ~3 s)
 PROTOCOL = {"librdkafka": "classic transaction protocol", "java": "transaction version 2"}
+SAID = "said"  # the history entry of one of the app's LABKIT lines
 
 
 def drive(run: Any) -> None:
@@ -71,7 +73,6 @@ def _follow(run: Any, app: subprocess.Popen, stderr: Any) -> list[dict]:
     threading.Thread(target=lambda: [*map(lines.put, app.stdout), lines.put(None)],
                      daemon=True, name="late-write-client").start()
     said: list[dict] = []
-    run.facts["client_said"] = said
     with run.status(f"{run.o.client}: two transactions, its first {API[run.o.hold]} kept"):
         while True:
             try:
@@ -84,6 +85,9 @@ def _follow(run: Any, app: subprocess.Popen, stderr: Any) -> list[dict]:
             if not line.startswith("LABKIT "):
                 continue
             said.append(event := json.loads(line[len("LABKIT "):]))
+            # the app's own account joins the run's history as it happens: the audit reads
+            # what the app believes from there, live and in a stored run alike
+            history.append(run.history_file, SAID, said=event)
             # txn2-written fires the LateRequest fault here, in this thread: the kept
             # request has reached the broker before the producer is told to go on
             run.event(event["event"], **{k: v for k, v in event.items() if k != "event"})
@@ -100,6 +104,11 @@ def _tail(stderr: Any) -> str:
     stderr.flush()
     stderr.seek(0)
     return stderr.read()[-2000:] or "(empty)"
+
+
+def client_said(events: list[dict]) -> list[dict]:
+    """The app's ``LABKIT`` lines, in order, as the run's history keeps them."""
+    return [e["said"] for e in events if e.get("kind") == SAID]
 
 
 def outcomes(said: list[dict]) -> dict[str, str]:
@@ -172,20 +181,31 @@ def broker_then(run: Any) -> dict:
                             "partition_epoch": partition[0] if partition else None}}
 
 
-def late_audit(run: Any) -> AuditReport:
+@dataclass(frozen=True)
+class LateAudit:
     """The app's intent against a read_committed reader: a record of a transaction the app
-    committed and cannot read is lost, one it aborted and can read is an aborted read."""
-    believed = outcomes(run.facts["client_said"])
-    visible = audit.delivered_of(topics.read(run.bootstrap, run.topics["output"]))
-    run.facts["read_committed"] = [d.id for d in visible]
-    committed = [{"id": txn, "key": "k"} for txn, how in believed.items() if how == "committed"]
-    return audit.check(SCENARIO, "exactly_once", committed, visible,
-                       fault=f"the first {API[run.o.hold]} delivered late",
-                       aborted=[d for d in visible if believed.get(d.id) != "committed"])
+    committed and cannot read is lost, one it aborted and can read is an aborted read. The
+    intent is the app's lines in the history, the output a ``reads.topic`` read."""
+
+    hold: str
+
+    # both come from the history: a stored run re-checks it
+    replayable: ClassVar[bool] = True
+
+    def __call__(self, run: Any) -> AuditReport:
+        believed = outcomes(client_said(reads.events(run)))
+        visible = audit.delivered_of(reads.topic(run, "output").committed)
+        run.facts["read_committed"] = [d.id for d in visible]
+        committed = [{"id": txn, "key": "k"} for txn, how in believed.items()
+                     if how == "committed"]
+        return audit.check(SCENARIO, "exactly_once", committed, visible,
+                           fault=f"the first {API[self.hold]} delivered late",
+                           aborted=[d for d in visible if believed.get(d.id) != "committed"])
 
 
 def facts(run: Any) -> dict:
     (late,) = run.nemesis.of(LateRequest)
+    said = client_said(reads.events(run))
     if late.exchange is None:
         raise RuntimeError(f"the kept {late.api} was never delivered (the producer did not "
                            f"reach txn 2); proxy counters: {run.facts.get('fault_stats')}")
@@ -194,10 +214,9 @@ def facts(run: Any) -> dict:
                      "error": late.exchange["error"], "kept_s": late.exchange["kept_s"],
                      "carried": carried(late.exchange)},
             "protocol": PROTOCOL[run.o.client],
-            "client": next(e.get("client") for e in run.facts["client_said"]
-                           if e["event"] == "ready"),
-            "believed": outcomes(run.facts["client_said"]),
-            "client_errors": {e["txn"]: e["error"] for e in run.facts["client_said"]
+            "client": next(e.get("client") for e in said if e["event"] == "ready"),
+            "client_said": said, "believed": outcomes(said),
+            "client_errors": {e["txn"]: e["error"] for e in said
                               if e["event"] in ("written", "ended") and e.get("error")},
             "log": log_transactions(run.bootstrap, run.topics["output"]),
             "batches": log_entries(run.bootstrap, run.topics["output"]),
@@ -232,7 +251,7 @@ register(Experiment(
     nemesis=lambda o: Nemesis(  # in this order: the look comes before the delivery
         Observe(on("txn2-written"), broker_then, name="the broker before the late request"),
         LateRequest(API[o.hold], on("txn2-written"), trace_apis=TRACED)),
-    checkers=lambda o: [late_audit],
+    checkers=lambda o: [LateAudit(o.hold)],
     facts=facts,
     presentation=Presentation(summary=summary, json_facts=(
         "client", "protocol", "late", "broker_then", "believed", "client_errors",

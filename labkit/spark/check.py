@@ -131,7 +131,7 @@ class SinkAudit:
             if self.guarantee == "exactly_once":
                 output = dedupe_by_id(output)
         elif kind in DELTA_KINDS:  # read back by Spark, in the order of the table's commits
-            output = pd.DataFrame(reads.kept(run, "delta-table", lambda: self._delta(run)))
+            output = pd.DataFrame(reads.kept(run, "delta-table", lambda: delta_rows(run)))
         else:
             output = pd.DataFrame(reads.table(run, "sink", RECORD_COLUMNS, lambda: (
                 job().sink.db_url, job().sink.table), order_by=SEQUENCE_COLUMN))
@@ -144,12 +144,12 @@ class SinkAudit:
         return audit_output(self.scenario, self.guarantee, self.crash_at, run.inputs, output,
                             expected, aborted=aborted)
 
-    @staticmethod
-    def _delta(run: Any) -> dict[str, list]:
-        """The Delta table's rows as Spark reads them back, column -> values (its commits
-        are a live run's fact: ``table_history``)."""
-        output, run.facts["table_history"] = tables.read_table(run.facts["job"].sink.path)
-        return {c: output[c].tolist() for c in output.columns}
+
+def delta_rows(run: Any) -> dict[str, list]:
+    """The live run's Delta table's rows as Spark reads them back, column -> values (for a
+    ``kept`` entry; its commits are a live run's fact: ``table_history``)."""
+    output, run.facts["table_history"] = tables.read_table(run.facts["job"].sink.path)
+    return {c: output[c].tolist() for c in output.columns}
 
 
 def _records(recs: list) -> pd.DataFrame:

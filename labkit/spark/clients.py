@@ -89,7 +89,8 @@ class SparkQuery:
 class KillDriver(Fault):
     """SIGKILL the clients' Spark driver (its Python process and JVM at once) from outside
     when ``trigger`` fires: ``run.clients.kill(say)`` kills it and says what it left (a step
-    of the timeline) before the clients go on."""
+    of the timeline; ``say``'s fields join the fault's history entry, for a checker that
+    names the fault) before the clients go on."""
 
     name = "driver SIGKILLed"
 
@@ -97,4 +98,4 @@ class KillDriver(Fault):
         self.trigger = trigger
 
     def invoke(self, run: Broken) -> None:
-        run.clients.kill(lambda what: run.fired(self, what))
+        run.clients.kill(lambda what, **fields: run.fired(self, what, **fields))

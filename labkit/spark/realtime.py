@@ -33,8 +33,8 @@ from typing import Any
 import pandas as pd
 from confluent_kafka import Consumer, TopicPartition
 
+from labkit.checking import reads
 from labkit.checking.audit import AuditReport, expected_counts
-from labkit.kafka import topics
 from labkit.kafka.clientlog import client_config
 from labkit.pipelines import data, learner
 from labkit.progress import wait_until
@@ -88,11 +88,13 @@ def check_query(query: Callable) -> dict[str, str]:
 
 
 
-def read_stamped(bootstrap: str, topic: str) -> pd.DataFrame:
-    """Every record of ``topic`` (read_committed): partition, offset, id and key (the
-    payment's), record_key (the Kafka record's key) and created_ms (its CreateTime)."""
+def read_stamped(run: Any, role: str) -> pd.DataFrame:
+    """Every record of the run's ``role`` topic (read_committed, through ``reads.topic``:
+    kept in the history): partition, offset, id and key (the payment's), record_key (the
+    Kafka record's key) and created_ms (its CreateTime)."""
     return pd.DataFrame([(r.partition, r.offset, r.value["id"], r.value["key"], r.key,
-                          r.timestamp_ms) for r in topics.read(bootstrap, topic)],
+                          r.timestamp_ms)
+                         for r in reads.topic(run, role, stamped=True).committed],
                         columns=["partition", "offset", "id", "key", "record_key", "created_ms"])
 
 
@@ -234,7 +236,7 @@ class RealtimeCopy:
         self.drivers.append(_Driver(worker, {**job, "stop_file": str(stop)}, stop))
         return self.drivers[-1]
 
-    def kill(self, say: Callable[[str], None]) -> None:
+    def kill(self, say: Callable[..., None]) -> None:
         """SIGKILL the first driver (KillDriver's way in), say so, and let the run go on."""
         last = _checkpoints(self.checkpoint)[-1]
         out_at_kill = _output_size(self.watcher, self.sink)
@@ -243,7 +245,8 @@ class RealtimeCopy:
         self.gone_ms = time.time() * 1000  # the driver's processes are gone: it wrote before
         self.since = self.killed_ms / 1000 - last
         say(f"SIGKILL the driver (Python and JVM) {self.since:.1f} s after its last "
-            f"checkpoint, {out_at_kill} records in the output")
+            f"checkpoint, {out_at_kill} records in the output",
+            after_checkpoint_s=round(self.since, 1))
         self.killed.set()
 
     def __call__(self, run: Any) -> None:
@@ -305,9 +308,12 @@ def audit_copy(run: Any) -> AuditReport:
     """The checker: both topics read back; the output as written (at least once: Spark's
     Kafka sink) against the payments the input holds, and after a dedupe by id (the fact
     ``deduped``). Facts: ``records``, ``output`` (every output record with delay_ms and
-    copy, ``_copies``)."""
-    inputs = read_stamped(run.bootstrap, run.topics["input"])
-    output = read_stamped(run.bootstrap, run.topics["output"])
+    copy, ``_copies``). Its reads and the kill it names are the history's: a stored run
+    re-checks it."""
+    inputs = read_stamped(run, "input")
+    output = read_stamped(run, "output")
+    (kill,) = [e for e in reads.events(run) if e.get("kind") == "fault"
+               and e.get("fault") == "KillDriver"]
     written = set(inputs["id"])  # the payments the input topic holds: what the audit expects
     payments = [p for p in run.inputs if p["id"] in written]
     expected = expected_counts(payments)
@@ -315,10 +321,13 @@ def audit_copy(run: Any) -> AuditReport:
     deduped = check.audit_output(f"{SCENARIO} + dedupe by id", "exactly_once", None, payments,
                                  check.dedupe_by_id(output), expected)
     for r in (report, deduped):
-        r.fault = (f"driver SIGKILLed {run.facts['killed_after_checkpoint_s']:.1f} s after its "
+        r.fault = (f"driver SIGKILLed {kill['after_checkpoint_s']:.1f} s after its "
                    "last checkpoint")
     run.facts.update(deduped=deduped, records=len(payments), output=_copies(inputs, output))
     return report
+
+
+audit_copy.replayable = True  # type: ignore[attr-defined]  (labkit.experiments.recheck)
 
 
 def facts(run: Any) -> dict:

@@ -30,21 +30,22 @@ import json
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
-from labkit.checking import checkers
+from labkit.checking import checkers, reads
 from labkit.checking.audit import AuditReport, mixed_report
 from labkit.checking.checkers import Result
 from labkit.faults.nemesis import Fault, Run as Broken, Trigger
 from labkit.pipelines import learner
 from labkit.pipelines.lookup import V1, V2, VERSION_FIELD, processing, set_threshold
-from labkit.spark import check, tables
-from labkit.storage.db import default_url
+from labkit.spark import check
 from labkit.spark.child import TRANSFORM_PROVIDES
+from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
 from labkit.spark.runner import StreamJob
 from labkit.spark.sinks import DELTA_KINDS, SinkSpec
+from labkit.storage.db import default_url
 
 SINKS = ("idempotent", "transactional", "delta", "delta-append")
 CRASH_AT, CRASH_HIT, BATCHES, PARTITIONS = "spark-after-sink-before-commit", 2, 3, 2
@@ -121,17 +122,26 @@ class ThresholdChange(Fault):
 class ReplayAudit:
     """The sink's rows (a table, or a Delta table read back by Spark) audited for mixed
     attempts: a mixed key is a drifted key of the computed state. Facts: ``output``,
-    ``mixed`` (the Result), and a Delta table's ``table_history``."""
+    ``mixed`` (the Result), and a Delta table's ``table_history`` (a live run's).
+
+    Its read is kept in the run's history (a ``table-read`` of the sink, or Spark's read
+    of the Delta table as a ``kept`` entry) and a stored run is re-checked from it; where
+    the sink is (the run's ``job`` fact: a table's name holds the run's id) is asked on a
+    live run only."""
+
+    # every read goes through labkit.checking.reads: a stored run re-checks it
+    replayable: ClassVar[bool] = True
 
     def __init__(self, sink: str):
         self.sink = sink
 
     def __call__(self, run: Any) -> AuditReport:
-        spec = run.facts["job"].sink
         if self.sink in DELTA_KINDS:
-            output, run.facts["table_history"] = tables.read_table(spec.path)
+            output = pd.DataFrame(reads.kept(run, "delta-table", lambda: check.delta_rows(run)))
         else:
-            output = check.table_records(spec.db_url, spec.table)
+            output = pd.DataFrame(reads.table(run, "sink", RECORD_COLUMNS, lambda: (
+                run.facts["job"].sink.db_url, run.facts["job"].sink.table),
+                order_by=SEQUENCE_COLUMN))
         mixed = audit(run.inputs, output)
         run.facts.update(output=output, mixed=mixed)
         guarantee = "at_least_once" if self.sink == "delta-append" else "exactly_once"
