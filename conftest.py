@@ -170,21 +170,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 # ---------------------------------------------------------------- each test's CPU, for the suite's order
-# The CPU a test used (with the Spark JVMs, kernels and brokers it started and stopped) goes to
-# the junit report, so tests/file_seconds.py can plan the next run's order from it.
-_cpu_at_setup = pytest.StashKey[float]()
+# With LABKIT_SUITE_CPU=1, the CPU a test used (its worker's whole process tree over the test's
+# window) goes to the junit report, so tests/file_seconds.py can plan the next run's order.
+_cpu_at_setup = pytest.StashKey[dict]()
+_tree_cpu: list = []  # the worker's sampler, started at its first test (LABKIT_SUITE_CPU=1)
 
 
 def _start_cpu_count(item: pytest.Item) -> None:
-    if file_seconds is not None:
-        item.stash[_cpu_at_setup] = file_seconds.cpu_seconds_so_far()
+    if file_seconds is None or os.environ.get(file_seconds.MEASURE_ENV) != "1":
+        return
+    if not _tree_cpu:
+        _tree_cpu.append(file_seconds.TreeCpu())
+    item.stash[_cpu_at_setup] = _tree_cpu[0].mark()
 
 
-def _record_cpu(item: pytest.Item, nextitem) -> None:
-    # The last test's teardown also ends the session's fixtures (the worker's own broker):
-    # that CPU is no test's.
-    if file_seconds is not None and nextitem is not None and _cpu_at_setup in item.stash:
-        spent = file_seconds.cpu_seconds_so_far() - item.stash[_cpu_at_setup]
+def _record_cpu(item: pytest.Item) -> None:
+    if _tree_cpu and _cpu_at_setup in item.stash:
+        spent = _tree_cpu[0].since(item.stash[_cpu_at_setup])
         item.user_properties.append((file_seconds.CPU_PROPERTY, round(spent, 2)))
 
 
@@ -231,7 +233,7 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield  # the notebook's kernel is shut down inside this teardown when it is the last cell
-    _record_cpu(item, nextitem)
+    _record_cpu(item)
     notebook = _notebook_of(item)
     if not notebook or (nextitem is not None and _notebook_of(nextitem) == notebook):
         return

@@ -10,13 +10,13 @@ of a 25 min run at 25-68 % of the two cores ("Stop 62"). So the order is planned
 workers are replayed from the measured times, and each free worker takes the longest file
 that keeps the running files' CPU within the cores, or else the one that adds least.
 
-    python -m tests.file_seconds junit.xml   # a run's `--junitxml`, rewrites the table
+    LABKIT_SUITE_CPU=1 PYTEST_ADDOPTS=--junitxml=junit.xml make test
+    python -m tests.file_seconds junit.xml   # rewrites the table
 """
 from __future__ import annotations
 
 import heapq
 import json
-import os
 import sys
 import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
@@ -25,6 +25,7 @@ from pathlib import Path
 TABLE = Path(__file__).with_name("file_seconds.json")
 UNKNOWN_S = 10.0  # a file not in the table yet (about a median file's time)
 UNKNOWN_CORES = 0.5  # a file whose CPU is not measured yet (about the suite's mean)
+MEASURE_ENV = "LABKIT_SUITE_CPU"  # set to 1: each test's CPU goes to the junit report
 # Two cores, less what each worker's own broker and the lab's servers burn beside the tests
 # (brokers' CPU is the largest share of a run: docs/measurements.md, "Stop 62").
 CORES_FOR_TESTS = 1.7
@@ -40,7 +41,8 @@ def _path_of(case: ElementTree.Element) -> str:
 
 def measured(junit_xml: Path) -> dict[str, list[float]]:
     """``[seconds, cpu seconds]`` per file (``tests/x.py``, ``notebooks/x.ipynb``) from a
-    junit report; the CPU comes from each test's ``cpu_s`` property (conftest.py)."""
+    junit report; the CPU comes from each test's ``cpu_s`` property (conftest.py, when the
+    run had ``LABKIT_SUITE_CPU=1``)."""
     seconds: dict[str, float] = defaultdict(float)
     cpu: dict[str, float] = defaultdict(float)
     for case in ElementTree.parse(junit_xml).getroot().iter("testcase"):
@@ -52,11 +54,49 @@ def measured(junit_xml: Path) -> dict[str, list[float]]:
     return {path: [round(s, 1), round(cpu[path], 1)] for path, s in sorted(seconds.items())}
 
 
-def cpu_seconds_so_far() -> float:
-    """This process's CPU and that of every child it has reaped (their children included),
-    so a test's share counts the Spark JVMs, kernels and brokers it started and stopped."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+class TreeCpu:
+    """The CPU of this process and all its descendants, sampled every ``every_s`` by a
+    thread: a test's share is what its window added, the worker's broker, Spark JVM, kernels
+    and the loops it started included (a process that exits between samples loses at most
+    ``every_s`` of CPU). Reaped children's totals (``os.times``) miss what is shared across
+    tests (the worker's Spark session) and what is killed, not waited for."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        import threading
+
+        import psutil
+
+        self._root, self._every_s = psutil.Process(), every_s
+        self._seen: dict[tuple[int, float], float] = {}  # (pid, created) -> CPU seconds
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="tree-cpu", daemon=True).start()
+
+    def sample(self) -> None:
+        import psutil
+
+        for p in [self._root, *self._root.children(recursive=True)]:
+            try:
+                key, times = (p.pid, p.create_time()), p.cpu_times()
+            except psutil.Error:  # gone since the listing
+                continue
+            with self._lock:
+                self._seen[key] = times.user + times.system
+
+    def _run(self) -> None:
+        import time
+
+        while True:
+            self.sample()
+            time.sleep(self._every_s)
+
+    def mark(self) -> dict[tuple[int, float], float]:
+        self.sample()
+        with self._lock:
+            return dict(self._seen)
+
+    def since(self, mark: dict[tuple[int, float], float]) -> float:
+        now = self.mark()
+        return sum(cpu - mark.get(key, 0.0) for key, cpu in now.items())
 
 
 def planned_order(files: dict[str, tuple[float, float]], workers: int = WORKERS,
