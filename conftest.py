@@ -166,7 +166,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if skip is not None and "stderr" not in skip:
             parent.skip_compare = (*skip, "stderr")
     if file_seconds is not None:  # the project's own run (tests/file_seconds.py says why)
-        file_seconds.longest_first(items)
+        file_seconds.sort_as_planned(items)
 
 
 # ---------------------------------------------------------------- each test's CPU, for the suite's order

@@ -128,7 +128,7 @@ def read_table(table: Path = TABLE) -> dict[str, tuple[float, float]]:
             for path, v in raw.items()}
 
 
-def longest_first(items: list, table: Path = TABLE) -> None:
+def sort_as_planned(items: list, table: Path = TABLE) -> None:
     """Sorts pytest items in the planned order of their files (``planned_order``); a file not
     in the table counts as ``UNKNOWN_S`` long at ``UNKNOWN_CORES``; the sort is stable, so
     each file's own order is kept."""

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.file_seconds import TABLE, UNKNOWN_S, longest_first, measured, planned_order
+from tests.file_seconds import TABLE, UNKNOWN_S, sort_as_planned, measured, planned_order
 
 
 def _items(*nodeids: str) -> list:
@@ -21,7 +21,7 @@ def test_longest_file_first_and_each_files_order_kept(tmp_path: Path):
     items = _items("tests/test_short.py::a", "tests/test_long.py::b", "tests/test_new.py::x",
                    "notebooks/05.ipynb::Cell 0", "tests/test_long.py::a",
                    "notebooks/05.ipynb::Cell 1")
-    longest_first(items, table)
+    sort_as_planned(items, table)
     assert [i.nodeid for i in items] == [
         "tests/test_long.py::b", "tests/test_long.py::a", "notebooks/05.ipynb::Cell 0",
         "notebooks/05.ipynb::Cell 1", "tests/test_new.py::x", "tests/test_short.py::a"]
