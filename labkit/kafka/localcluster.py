@@ -36,7 +36,8 @@ from labkit.kafka.brokerconfig import (CONTROLLER_NODE_ID, LOG4J2, broker_proper
                                        controller_properties, new_cluster_id,
                                        partitionable_controller, partitionable_listeners)
 from labkit.kafka.ports import PortInUseError, free_port, port_is_free
-from labkit.kafka.reach import AuthenticationFailed, ClusterError, check_reachable
+from labkit.kafka.reach import (AuthenticationFailed, ClusterError, accepts_connections,
+                                check_reachable)
 from labkit.paths import lab_home, load_state, save_state
 from labkit.progress import status
 
@@ -230,8 +231,15 @@ class LocalCluster:
                         f"{Path(b.dir) / 'broker.out'}{last_errors(b)}"
                     )
             try:
-                return check_reachable(",".join(b.address for b in alive), 2.0, len(alive),
-                                       identity=self._identity())
+                brokers = check_reachable(",".join(b.address for b in alive), 2.0, len(alive),
+                                          identity=self._identity())
+                # the metadata lists a broker (registered with the controller) before its own
+                # listener takes connections: a client sent to it then was refused (a fresh
+                # clone's tests/test_cluster.py), so ready means each one also accepts
+                refusing = [b.address for b in alive if not accepts_connections(b.address)]
+                if not refusing:
+                    return brokers
+                raise ClusterError(f"listed in the metadata, not accepting yet: {refusing}")
             except AuthenticationFailed:
                 raise  # refused credentials do not heal by waiting
             except ClusterError:

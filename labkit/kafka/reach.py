@@ -55,7 +55,7 @@ def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int
         except Exception as exc:  # KafkaException while it is still coming up
             last_error = exc
         time.sleep(0.2)
-    if identity is None and settings.current().kafka_config is None and _accepts(bootstrap):
+    if identity is None and settings.current().kafka_config is None and accepts_connections(bootstrap):
         # It takes connections but never answers a plaintext client without credentials:
         # most likely a TLS/SASL listener (librdkafka only says "transport failure").
         raise AuthenticationFailed(
@@ -68,7 +68,8 @@ def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int
     )
 
 
-def _accepts(bootstrap: str) -> bool:
+def accepts_connections(bootstrap: str) -> bool:
+    """Whether the first address of ``bootstrap`` takes a TCP connection (within 2 s)."""
     host, _, port = bootstrap.split(",")[0].rpartition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=2):
