@@ -4,9 +4,9 @@
 #   make room   serve the lab to a room of browsers with JupyterHub (docs/room.md)
 PYTHON ?= python3
 # Test files run on this many workers, each with its own broker: most tests wait on Kafka,
-# Spark or a killed process (on 3 workers the 2 cores were 60 % busy over a whole run), so
-# four share the 2 cores: 24 min of tests instead of 29 (docs/measurements.md, "Stop 48").
-TEST_WORKERS ?= 4
+# Spark or a killed process, so more workers than cores keep the 2 cores busy. Four left them
+# 80 % busy (25 min of tests); five are modelled at 23 (docs/measurements.md, "Stop 64").
+TEST_WORKERS ?= 5
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)

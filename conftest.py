@@ -166,7 +166,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if skip is not None and "stderr" not in skip:
             parent.skip_compare = (*skip, "stderr")
     if file_seconds is not None:  # the project's own run (tests/file_seconds.py says why)
-        file_seconds.sort_as_planned(items)
+        # each xdist worker sorts its own collection, which must be the controller's
+        workers = (getattr(config, "workerinput", {}).get("workercount")
+                   or config.getoption("numprocesses", None) or file_seconds.WORKERS)
+        file_seconds.sort_as_planned(items, workers=int(workers))
 
 
 # ---------------------------------------------------------------- each test's CPU, for the suite's order

@@ -1,52 +1,85 @@
-"""Which order of the suite's files keeps two cores busiest: a replay, not a run.
+"""Which order of the suite's files, on how many workers, keeps two cores busiest: a replay,
+not a run.
 
     python benchmarks/suite_order.py junit.xml    # a run's --junitxml, with cpu_s properties
 
-Replays the report's files on four workers, each taking the next file of an order when it is
-free, with the cores shared out when the running files want more than there are (each file
-slows by the same factor). It prints the modelled length of the suite for longest first and
-for the planned order (tests/file_seconds.py). A model: it ranks orders, the runs in
-docs/measurements.md say how long the suite takes.
+Replays the report's tests as pytest-xdist runs them (``--dist loadfile``): a worker is handed
+a whole file at the start and another whenever it holds 2 tests or fewer not yet reported,
+and it runs a test only while it holds two or more (xdist's worker waits to know the next
+test) or nothing is left to hand out. The cores are shared when the running tests want more
+than there are (each slows by the same factor). It prints the modelled length of the suite for
+longest first and for the planned order (tests/file_seconds.py), on 4 and 5 workers. A model:
+it ranks orders, the runs in docs/measurements.md say how long the suite takes.
 """
 from __future__ import annotations
 
 import sys
+import xml.etree.ElementTree as ElementTree
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.file_seconds import CORES_FOR_TESTS, WORKERS, measured, planned_order  # noqa: E402
+from tests.file_seconds import (CORES_FOR_TESTS, CPU_PROPERTY, _path_of,  # noqa: E402
+                                planned_order)
+
+HANDED_AT_PENDING = 2  # xdist's LoadScopeScheduling hands the next file at this many left
 
 
-def replay(order: list[str], files: dict[str, tuple[float, float]], workers: int = WORKERS,
-           cores: float = CORES_FOR_TESTS, step_s: float = 1.0) -> float:
-    """Seconds until the last file ends: each running file advances by ``step_s`` of its own
-    time per ``step_s``, times cores / demand when the running files want more than ``cores``."""
-    queue, running, now = list(order), {}, 0.0  # running: file -> its own seconds left
-    while queue or running:
-        while queue and len(running) < workers:
-            name = queue.pop(0)
-            running[name] = files[name][0]
-        demand = sum(files[f][1] / files[f][0] for f in running if files[f][0] > 0)
+def tests_of(junit_xml: Path) -> dict[str, list[tuple[float, float]]]:
+    """Each file's tests in run order, as ``(seconds, cpu seconds)``."""
+    tests: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for case in ElementTree.parse(junit_xml).getroot().iter("testcase"):
+        cpu = sum(float(p.get("value", 0)) for p in case.iter("property")
+                  if p.get("name") == CPU_PROPERTY)
+        tests[_path_of(case)].append((float(case.get("time", 0)), cpu))
+    return tests
+
+
+def replay(order: list[str], tests: dict[str, list[tuple[float, float]]], workers: int,
+           cores: float = CORES_FOR_TESTS, step_s: float = 0.25) -> float:
+    """Seconds until the last test ends, xdist's hand-out replayed (the module's docstring)."""
+    queue = list(order)
+    held: list[list[list[float]]] = [[] for _ in range(workers)]  # [seconds left, cores]
+
+    def hand_out(w: int) -> None:
+        if queue and len(held[w]) <= HANDED_AT_PENDING:
+            held[w].extend([s, c / s if s > 0 else 0.0] for s, c in tests[queue.pop(0)])
+
+    for w in range(workers):
+        if queue:
+            held[w].extend([s, c / s if s > 0 else 0.0] for s, c in tests[queue.pop(0)])
+    for w in range(workers):
+        hand_out(w)
+    now = 0.0
+    while any(held):
+        running = [w for w in range(workers) if held[w] and (len(held[w]) >= 2 or not queue)]
+        demand = sum(held[w][0][1] for w in running)
         pace = min(1.0, cores / demand) if demand else 1.0
         now += step_s
-        for name in list(running):
-            running[name] -= step_s * pace
-            if running[name] <= 0:
-                del running[name]
+        for w in running:
+            held[w][0][0] -= step_s * pace
+            while held[w] and held[w][0][0] <= 0:
+                held[w].pop(0)
+                hand_out(w)
+                if len(held[w]) < 2 and queue:
+                    break
     return now
 
 
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: python benchmarks/suite_order.py JUNIT_XML")
-    files = {path: (row[0], row[1]) for path, row in measured(Path(sys.argv[1])).items()}
+    tests = tests_of(Path(sys.argv[1]))
+    files = {f: (sum(s for s, _ in t), sum(c for _, c in t)) for f, t in tests.items()}
     longest = sorted(files, key=lambda f: (-files[f][0], f))
-    cpu = sum(c for _, c in files.values())
     print(f"{len(files)} files, {sum(s for s, _ in files.values()):.0f} s of tests, "
-          f"{cpu:.0f} CPU s measured in them")
-    for name, order in (("longest first", longest), ("planned", planned_order(files))):
-        print(f"{name:>14}: {replay(order, files) / 60:.1f} min modelled")
+          f"{sum(c for _, c in files.values()):.0f} CPU s measured in them")
+    for workers in (4, 5):
+        for name, order in (("longest first", longest),
+                            ("planned", planned_order(files, workers=workers))):
+            print(f"{workers} workers, {name:>13}: "
+                  f"{replay(order, tests, workers) / 60:.1f} min modelled")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ collection order. Its default order, most tests first, left one-test files of tw
 (production's torture, the solved capstone) to the end, one worker busy and the others idle:
 1.5 min of a 29 min run (docs/measurements.md, "Stop 48"). Longest first packed them, but put
 the files that mostly wait (Kafka's default timeouts, failovers) side by side: minutes 8-11
-of a 25 min run at 25-68 % of the two cores ("Stop 62"). So the order is planned: four
+of a 25 min run at 25-68 % of the two cores ("Stop 62"). So the order is planned: the
 workers are replayed from the measured times, and each free worker takes the longest file
 that keeps the running files' CPU within the cores, or else the one that adds least.
 
@@ -29,7 +29,7 @@ MEASURE_ENV = "LABKIT_SUITE_CPU"  # set to 1: each test's CPU goes to the junit 
 # Two cores, less what each worker's own broker and the lab's servers burn beside the tests
 # (brokers' CPU is the largest share of a run: docs/measurements.md, "Stop 62").
 CORES_FOR_TESTS = 1.7
-WORKERS = 4  # the Makefile's TEST_WORKERS
+WORKERS = 5  # the Makefile's TEST_WORKERS (a run passes its own count)
 CPU_PROPERTY = "cpu_s"
 
 
@@ -128,14 +128,14 @@ def read_table(table: Path = TABLE) -> dict[str, tuple[float, float]]:
             for path, v in raw.items()}
 
 
-def sort_as_planned(items: list, table: Path = TABLE) -> None:
-    """Sorts pytest items in the planned order of their files (``planned_order``); a file not
-    in the table counts as ``UNKNOWN_S`` long at ``UNKNOWN_CORES``; the sort is stable, so
-    each file's own order is kept."""
+def sort_as_planned(items: list, table: Path = TABLE, workers: int = WORKERS) -> None:
+    """Sorts pytest items in the planned order of their files (``planned_order`` on
+    ``workers``); a file not in the table counts as ``UNKNOWN_S`` long at ``UNKNOWN_CORES``;
+    the sort is stable, so each file's own order is kept."""
     known = read_table(table)
     files = {item.nodeid.split("::")[0] for item in items}
     plan = planned_order({f: known.get(f, (UNKNOWN_S, UNKNOWN_S * UNKNOWN_CORES))
-                          for f in files})
+                          for f in files}, workers=workers)
     rank = {f: i for i, f in enumerate(plan)}
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
