@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from labkit import experiments
+from labkit.checking.timeline import text as history_text
 from labkit.experiments import scenarios
 from labkit.faults.crashpoints import CRASH_EXIT_CODE
 from tests.test_pipelines_matrix import DUPLICATED, LOST
@@ -56,7 +57,7 @@ def assert_crashed_and_rejoined(run: scenarios.ScenarioRun, cell) -> None:
     assert owners == {"0", "1", "2"}, (cell, owners)  # every instance owned partitions
     # the restarted instance 0 joined the group again and was given partitions
     assert any(e["instance"] == "0" and e["attempt"] == 2 and e["kind"] == "assigned"
-               for e in run.history), cell
+               for e in run.history), (cell, history_text(run.history))  # who joined, left, when
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
