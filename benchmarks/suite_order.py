@@ -14,26 +14,13 @@ it ranks orders, the runs in docs/measurements.md say how long the suite takes.
 from __future__ import annotations
 
 import sys
-import xml.etree.ElementTree as ElementTree
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.file_seconds import (CORES_FOR_TESTS, CPU_PROPERTY, _path_of,  # noqa: E402
-                                planned_order)
+from tests.file_seconds import CORES_FOR_TESTS, planned_order, tests_of  # noqa: E402
 
 HANDED_AT_PENDING = 2  # xdist's LoadScopeScheduling hands the next file at this many left
-
-
-def tests_of(junit_xml: Path) -> dict[str, list[tuple[float, float]]]:
-    """Each file's tests in run order, as ``(seconds, cpu seconds)``."""
-    tests: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for case in ElementTree.parse(junit_xml).getroot().iter("testcase"):
-        cpu = sum(float(p.get("value", 0)) for p in case.iter("property")
-                  if p.get("name") == CPU_PROPERTY)
-        tests[_path_of(case)].append((float(case.get("time", 0)), cpu))
-    return tests
 
 
 def replay(order: list[str], tests: dict[str, list[tuple[float, float]]], workers: int,
@@ -42,13 +29,12 @@ def replay(order: list[str], tests: dict[str, list[tuple[float, float]]], worker
     queue = list(order)
     held: list[list[list[float]]] = [[] for _ in range(workers)]  # [seconds left, cores]
 
-    def hand_out(w: int) -> None:
-        if queue and len(held[w]) <= HANDED_AT_PENDING:
+    def hand_out(w: int, up_to: int = HANDED_AT_PENDING) -> None:
+        if queue and len(held[w]) <= up_to:
             held[w].extend([s, c / s if s > 0 else 0.0] for s, c in tests[queue.pop(0)])
 
-    for w in range(workers):
-        if queue:
-            held[w].extend([s, c / s if s > 0 else 0.0] for s, c in tests[queue.pop(0)])
+    for w in range(workers):  # xdist's start: one file each, then a second where it is due
+        hand_out(w, up_to=0)
     for w in range(workers):
         hand_out(w)
     now = 0.0

@@ -39,19 +39,22 @@ def _path_of(case: ElementTree.Element) -> str:
             else module.replace(".", "/", module.count(".") - 1))
 
 
-def measured(junit_xml: Path) -> dict[str, list[float]]:
-    """``[seconds, cpu seconds]`` per file (``tests/x.py``, ``notebooks/x.ipynb``) from a
-    junit report; the CPU comes from each test's ``cpu_s`` property (conftest.py, when the
-    run had ``LABKIT_SUITE_CPU=1``)."""
-    seconds: dict[str, float] = defaultdict(float)
-    cpu: dict[str, float] = defaultdict(float)
+def tests_of(junit_xml: Path) -> dict[str, list[tuple[float, float]]]:
+    """Each file's tests (``tests/x.py``, ``notebooks/x.ipynb``) in run order, as
+    ``(seconds, cpu seconds)`` from a junit report; the CPU comes from each test's ``cpu_s``
+    property (conftest.py, when the run had ``LABKIT_SUITE_CPU=1``)."""
+    tests: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for case in ElementTree.parse(junit_xml).getroot().iter("testcase"):
-        path = _path_of(case)
-        seconds[path] += float(case.get("time", 0))
-        for prop in case.iter("property"):
-            if prop.get("name") == CPU_PROPERTY:
-                cpu[path] += float(prop.get("value", 0))
-    return {path: [round(s, 1), round(cpu[path], 1)] for path, s in sorted(seconds.items())}
+        cpu = sum(float(prop.get("value", 0)) for prop in case.iter("property")
+                  if prop.get("name") == CPU_PROPERTY)
+        tests[_path_of(case)].append((float(case.get("time", 0)), cpu))
+    return tests
+
+
+def measured(junit_xml: Path) -> dict[str, list[float]]:
+    """``[seconds, cpu seconds]`` per file from a junit report (``tests_of``, summed)."""
+    return {path: [round(sum(s for s, _ in cases), 1), round(sum(c for _, c in cases), 1)]
+            for path, cases in sorted(tests_of(junit_xml).items())}
 
 
 class TreeCpu:

@@ -55,7 +55,8 @@ def check_reachable(bootstrap: str, timeout_s: float = 10.0, expect_brokers: int
         except Exception as exc:  # KafkaException while it is still coming up
             last_error = exc
         time.sleep(0.2)
-    if identity is None and settings.current().kafka_config is None and accepts_connections(bootstrap):
+    if (identity is None and settings.current().kafka_config is None
+            and accepts_connections(bootstrap)):
         # It takes connections but never answers a plaintext client without credentials:
         # most likely a TLS/SASL listener (librdkafka only says "transport failure").
         raise AuthenticationFailed(
