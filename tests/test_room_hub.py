@@ -188,19 +188,19 @@ async def _run_first_cell(page, cell, attempts: int = 3) -> None:
     raise AssertionError("the notebook's cell never started running")
 
 
-# Every code cell of the open notebook: its source, its outputs' text, its traceback if any.
+# Every code cell of the open notebook: its source, its prompt ("[ ]:", "[*]:", "[3]:") and
+# its outputs' text. (An error's output is not told apart in the page: JupyterLab renders a
+# traceback as stderr, data-mime-type application/vnd.jupyter.stderr, like any stderr.)
 CELLS_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(c => ({
     code: c.querySelector('.jp-InputArea-editor')?.textContent ?? '',
     prompt: c.querySelector('.jp-InputPrompt')?.textContent ?? '',
-    output: [...c.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n'),
-    error: [...c.querySelectorAll("[data-mime-type='application/vnd.jupyter.error']")]
-        .map(o => o.textContent).join('\\n')}))"""
-# Run All Cells is over: no cell queued or running, and every code cell ran (a number in its
-# prompt) or one raised (JupyterLab then runs none after it).
+    output: [...c.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n')}))"""
+# Run All Cells is over: it marks every cell queued ("*") at once, so the run is over when no
+# cell is queued or running and one has run (a number in its prompt). A cell that raises
+# ends it: the kernel drops the rest, whose prompts go back to empty.
 RAN_JS = f"""() => {{
     const cells = ({CELLS_JS})();
-    if (!cells.length || cells.some(c => c.prompt.includes('*'))) return false;
-    return cells.every(c => /\\d/.test(c.prompt)) || cells.some(c => c.error);
+    return !cells.some(c => c.prompt.includes('*')) && cells.some(c => /\\d/.test(c.prompt));
 }}"""
 
 
@@ -234,7 +234,13 @@ def _output_of(cells: list[dict], code: str) -> str:
 
 
 def _tracebacks(cells: list[dict]) -> list[str]:
-    return [f"{c['code'][:80]}: {c['error'][-1500:]}" for c in cells if c["error"]]
+    """The cell that ended Run All Cells early, with its output: the last one that ran, when
+    code cells after it never ran (JupyterLab runs none after one that raises)."""
+    ran = [i for i, c in enumerate(cells) if re.search(r"\d", c["prompt"])]
+    if not ran or ran[-1] == len(cells) - 1:
+        return []
+    stopped = cells[ran[-1]]
+    return [f"{stopped['code'][:80]}: {stopped['output'][-1500:]}"]
 
 
 async def _wrong_password(browser, url: str, name: str) -> str:

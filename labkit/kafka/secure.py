@@ -242,9 +242,18 @@ def auth_message(home: Path) -> str:
     return f"authentication failed: set LABKIT_KAFKA_CONFIG={where} {AUTH_ADVICE}"
 
 
+# librdkafka also reports a SASL handshake whose connection dropped or timed out as
+# _AUTHENTICATION ("SaslAuthenticateRequest failed: Local: Broker transport failure"): the
+# next connection may well succeed, so that is a wait, not refused credentials.
+TRANSIENT_CAUSES = ("local: broker transport failure", "local: timed out")
+
+
 def looks_like_auth_failure(error_text: str) -> bool:
-    """librdkafka's words for: wrong or missing credentials, or plaintext to a TLS port."""
+    """librdkafka's words for: wrong or missing credentials, or plaintext to a TLS port (not
+    a connection that broke during the handshake)."""
     text = error_text.lower()
+    if any(cause in text for cause in TRANSIENT_CAUSES):
+        return False
     return any(words in text for words in (
         "authentication failed", "sasl authentication error", "_authentication",
         "incorrect security.protocol", "connecting to a ssl listener",
