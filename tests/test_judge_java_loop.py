@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 
 from labkit import experiments, proc
 from labkit.faults.crashpoints import CRASH_POINTS
-from labkit.paths import project_root
+from labkit.paths import lab_home, project_root
 from labkit.pipelines import java_loop, production_loop
 from tests.wrong_java_loops import WRONG_JAVA, wrong_java_loop
 from tests.wrong_loops import found
@@ -63,14 +64,30 @@ def test_the_java_loop_passes_every_crash_point(bootstrap):
 
 
 @pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
-def test_the_java_loop_passes_the_whole_schedule(bootstrap, group_protocol):
+def test_the_java_loop_passes_the_whole_schedule(bootstrap, group_protocol, tmp_path):
     run = experiments.run("judge", cluster=bootstrap, pipeline=java_loop.reference(),
-                          phase="schedule", group_protocol=group_protocol)
-    assert run.report.exactly_once and not run.findings, run.summary()
+                          phase="schedule", group_protocol=group_protocol, keep_workdir=True)
+    try:
+        kept = "" if run.report.exactly_once and not run.findings else _kept(run, tmp_path)
+    finally:
+        run.cleanup()
+    assert not kept, f"{run.summary()}\nthe run, its history and each JVM's log: {kept}"
     assert len(run.faults_fired) >= 11 and not run.notes, run.summary()  # every fault landed
     # what it raised (a fenced instance, a static member not yet released) was fatal: an
     # abortable error is aborted and read again, never raised
     assert all(e["class"] == "fatal" for e in run.errors), run.errors
+    # the JVM's entries on the run's clock: a timeline puts each raise among the kills
+    started, ended = run.history[0]["t"], run.history[-1]["t"]
+    raised = [e for e in run.history if e["kind"] == "raised"]
+    assert raised and all(started <= e["t"] <= ended for e in raised), (started, ended, raised)
+
+
+def _kept(run, tmp_path) -> str:
+    """A verdict the reference loop must never get, kept to be read: the run stored (``labkit
+    check`` re-checks it) beside a copy of its directory (each JVM's log)."""
+    base = next(e["instance_id"] for e in run.history if e.get("instance_id")).rsplit("-", 1)[0]
+    shutil.copytree(lab_home() / "runs" / base, tmp_path / base)
+    return str(run.store(tmp_path / base / "run.jsonl"))
 
 
 def test_an_abort_refused_in_the_fatal_state_is_raised_as_fatal(bootstrap):

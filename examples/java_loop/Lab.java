@@ -206,7 +206,7 @@ public final class Lab {
                 + ")";
         }
         ObjectNode event = json.createObjectNode();
-        event.put("t", Math.round(System.currentTimeMillis()) / 1000.0);
+        event.put("t", System.currentTimeMillis() / 1000.0);  // seconds, as Python's time.time()
         event.put("kind", "raised");
         event.put("pid", ProcessHandle.current().pid());
         String instance = System.getenv("LABKIT_INSTANCE");
