@@ -118,6 +118,7 @@ class GroupInput:
         self._waiting_for = wait_for_members
         self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_revoke)
+        history.record("subscribed")  # from here it asks the group for partitions
 
     # ------------------------------------------------------------------ rebalance callbacks
 
