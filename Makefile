@@ -4,10 +4,9 @@
 #   make room   serve the lab to a room of browsers with JupyterHub (docs/room.md)
 PYTHON ?= python3
 # Test files run on this many workers, each with its own broker: most tests wait on Kafka,
-# Spark or a killed process, so more workers than cores keep the 2 cores busy. Five ran in
-# 23.6-24.2 min against 25-26 for four, but two of five clones then failed test_groups'
-# consumer-protocol rejoin, a timing cause not found yet (docs/measurements.md, "Stop 64").
-TEST_WORKERS ?= 4
+# Spark or a killed process, so more workers than cores keep the 2 cores busy. Five run the
+# suite in about 24 min against 25-26 for four (docs/measurements.md, "Stop 64" and "Stop 65").
+TEST_WORKERS ?= 5
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)

@@ -29,7 +29,7 @@ MEASURE_ENV = "LABKIT_SUITE_CPU"  # set to 1: each test's CPU goes to the junit 
 # Two cores, less what each worker's own broker and the lab's servers burn beside the tests
 # (brokers' CPU is the largest share of a run: docs/measurements.md, "Stop 62").
 CORES_FOR_TESTS = 1.7
-WORKERS = 4  # the Makefile's TEST_WORKERS (a run passes its own count)
+WORKERS = 5  # the Makefile's TEST_WORKERS (a run passes its own count)
 CPU_PROPERTY = "cpu_s"
 
 
