@@ -135,6 +135,11 @@ def fail_the_leader(run, client: AcknowledgingProducer) -> None:
                 new = step("old leader restarted: it leads again",
                            replica_state(lab, topic, FOLLOWERS[0]))
             else:
+                # the elected broker, thawed, may replay the election after the follower that
+                # reported it: asked too soon, it still names the dead leader (a fresh clone's
+                # 03b printed "election: none" for an unclean election that lost 20)
+                wait_until(lambda: _leader_seen_by(lab, topic, new.leader) == new.leader,
+                           f"the elected broker {new.leader} to know it leads", 30)
                 new = step("leader killed, followers thawed: elected",
                            replica_state(lab, topic, new.leader))
                 run.event("elected")  # the old leader rejoins as a follower while we audit
