@@ -24,6 +24,7 @@ import java.util.concurrent.TimeUnit;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.ApplicationRecoverableException;
 import org.apache.kafka.common.errors.AuthorizationException;
 import org.apache.kafka.common.errors.RetriableException;
@@ -218,10 +219,13 @@ public final class Lab {
         event.put("attempt", Integer.parseInt(System.getenv().getOrDefault("LABKIT_ATTEMPT", "1")));
         event.put("error", e.getClass().getSimpleName());
         event.put("text", text.substring(0, Math.min(400, text.length())));
-        event.put("code", Errors.forException(named).name());
-        event.put("fatal", fatal);
-        event.put("retriable", e instanceof RetriableException);
-        event.put("abortable", abortable && !fatal);
+        if (named instanceof KafkaException) {  // a Kafka error has a code and a class; any
+            // other (an IllegalStateException) is written by its name, as a Python one is
+            event.put("code", Errors.forException(named).name());
+            event.put("fatal", fatal);
+            event.put("retriable", e instanceof RetriableException);
+            event.put("abortable", abortable && !fatal);
+        }
         try (FileOutputStream out = new FileOutputStream(history, true)) {  // O_APPEND: one
             out.write((json.writeValueAsString(event) + "\n").getBytes(StandardCharsets.UTF_8));
         } catch (IOException ignored) {  // no history: nothing to tell
