@@ -3,7 +3,9 @@
 // producer, the consumer's position on every assigned partition sent with each transaction
 // with its group metadata (KIP-447), an abort and a rewind on any error inside the
 // transaction, a stop on a fatal one. The judge runs it as it runs the Python loop (Lab.java:
-// the settings, the crash points, the fee).
+// the settings, the crash points, the fee). One difference: the positions and the group
+// metadata are taken right after poll(), as the batch is read (the KIP-848 consumer rejoins a
+// fenced member in the background, below).
 //
 // The Java client's classes of error (KIP-1050), as this loop follows them:
 //   TransactionAbortableException (and any other error inside the transaction): abort it,
@@ -17,6 +19,9 @@
 //     itself throws ("Cannot execute transactional method because we are in an error
 //     state", caused by that error), and the instance stops as a fenced one does; Kafka's
 //     javadoc loop handles it the same way
+//   IllegalStateException "No current assignment" (KIP-848 only): kafka-clients 4.4 clears a
+//     fenced member's partitions on its background thread while this thread reads one; the
+//     instance stops, and its restart reads the batch again
 //   max.block.ms: how long any blocking call (init, send, commit, abort) waits at most
 import java.time.Duration;
 import java.util.HashMap;
@@ -24,6 +29,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -112,6 +118,12 @@ public class ProductionLoop {
                 if (batch.isEmpty()) {
                     continue;
                 }
+                // What this batch's transaction will commit, taken with the batch: the KIP-848
+                // consumer may move the partitions on in the background while it is processed,
+                // and groupMetadata() then carries the new epoch, which lets a zombie's offsets
+                // in; with the epoch the batch was read under, they are refused
+                Map<TopicPartition, OffsetAndMetadata> next = positions(consumer);
+                ConsumerGroupMetadata member = consumer.groupMetadata();
                 Lab.crashPoint("after-poll-before-process");
                 producer.beginTransaction();
                 try {
@@ -126,9 +138,7 @@ public class ProductionLoop {
                     Lab.crashPoint("after-produce-before-flush");
                     producer.flush();
                     Lab.crashPoint("in-transaction-before-commit");
-                    producer.sendOffsetsToTransaction(
-                        positions(consumer),  // next to read, every partition
-                        consumer.groupMetadata());
+                    producer.sendOffsetsToTransaction(next, member);  // as the batch was read
                     Lab.crashPoint("after-send-offsets-before-commit");
                     commit(producer);  // again while it times out
                 } catch (ApplicationRecoverableException e) {

@@ -21,10 +21,9 @@ NO_TRANSACTION = {
         "        // no transactional.id: no transaction\n",
     "            producer.initTransactions();  // fences an older instance and aborts what it left open\n": "",
     "                producer.beginTransaction();\n": "",
-    """                    producer.sendOffsetsToTransaction(
-                        positions(consumer),  // next to read, every partition
-                        consumer.groupMetadata());
-""": "                    consumer.commitSync(positions(consumer));  // after the output\n",
+    "                ConsumerGroupMetadata member = consumer.groupMetadata();\n": "",
+    "                    producer.sendOffsetsToTransaction(next, member);  // as the batch was read\n":
+        "                    consumer.commitSync(next);  // after the output\n",
     "                    commit(producer);  // again while it times out\n": "",
     "                    producer.abortTransaction();  // drop the output and the offsets...\n": "",
 }
