@@ -2,8 +2,8 @@
 4.4) is judged as the Python one is (issue 51, item 2): the judge compiles it once, runs two
 instances of one group as supervised JVMs, crashes them at the same named points (Lab.java)
 and under production's whole schedule and a woken zombie, under both group protocols, and
-audits the output as downstream reads it. Three wrong Java loops (tests/wrong_java_loops.py), each a mistake
-tests/wrong_loops.py makes in Python, fail with their findings."""
+audits the output as downstream reads it. Three wrong Java loops (tests/wrong_java_loops.py),
+each a mistake tests/wrong_loops.py makes in Python, fail with their findings."""
 from __future__ import annotations
 
 import ast
