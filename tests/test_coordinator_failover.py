@@ -109,8 +109,10 @@ def test_send_offsets_returns_after_its_group_coordinator_left_the_cluster(failu
     topics.create(failure_lab.bootstrap, source, output, replica_assignment=[[leader, 2, 3]])
     data.load_into_topic(failure_lab.bootstrap, source, data.generate(30, prefix="s"))
     group = coordinators.group_coordinated_by(failure_lab, group_broker, base)
+    # only the group's coordinator is frozen: the transaction's is on another broker
+    transactional_id = coordinators.transactional_id_away_from(failure_lab, group_broker, base)
     producer = Producer(client_config({"bootstrap.servers": failure_lab.bootstrap,
-                                       "transactional.id": base, "log_level": 2,
+                                       "transactional.id": transactional_id, "log_level": 2,
                                        "connections.max.idle.ms":
                                            clientlog.COORDINATOR_STALL_WORKAROUND_MS}))
     consumer = Consumer(client_config({
@@ -158,11 +160,9 @@ def test_send_offsets_returns_after_its_group_coordinator_left_the_cluster(failu
         wait_until(lambda: in_metadata() is True,
                             "the thawed broker back in the metadata", 60)
         took = one_transaction()
-        # a fresh clone once took 33.8 s here, its producer told "Coordinator load in
-        # progress" by broker 2: which broker coordinated the transaction tells whether a
-        # second coordinator's move, not the group's, made that wait
-        assert took < 30, (took, f"group coordinator {group_broker}, transaction coordinator "
-                                 f"{coordinators.transaction_coordinator(failure_lab, base)}")
+        coordinator = coordinators.transaction_coordinator(failure_lab, transactional_id)
+        assert took < 30, (took, f"group coordinator {group_broker}, "
+                                 f"transaction coordinator {coordinator}")
     finally:
         consumer.close()
         topics.delete(failure_lab.bootstrap, source, output)

@@ -2,6 +2,7 @@
 
     transaction_coordinator(lab, "fees-1")     # the broker leading its __transaction_state partition
     group_coordinated_by(lab, 2, "copy")        # a group id whose coordinator is broker 2
+    transactional_id_away_from(lab, 2, "copy")  # one broker 2 neither coordinates nor prefers
 
 A coordinator is the leader of one partition of an internal topic: ``__consumer_offsets``
 for a group, ``__transaction_state`` for a transactional.id, the partition being abs(Java
@@ -29,9 +30,7 @@ CONSUMER_OFFSETS = "__consumer_offsets"
 def group_coordinated_by(lab: LocalCluster, broker: int, prefix: str) -> str:
     """A consumer group id starting with ``prefix`` whose coordinator is ``broker``: the
     leader of its ``__consumer_offsets`` partition (Kafka: abs(Java hashCode of the id) %
-    partitions). The topic is created by the first FindCoordinator, asked here; each of its
-    partitions is given back to its preferred leader (earlier runs' kills moved them all to
-    the brokers that survived), so every broker leads some."""
+    partitions). The topic is created by the first FindCoordinator, asked here."""
     probe = Consumer(client_config({"bootstrap.servers": lab.bootstrap,
                                     "group.id": f"{prefix}-probe", "log_level": 2}))
     try:
@@ -39,13 +38,44 @@ def group_coordinated_by(lab: LocalCluster, broker: int, prefix: str) -> str:
             probe.committed([TopicPartition(CONSUMER_OFFSETS, 0)], timeout=30)
     finally:
         probe.close()
-    address = lab.broker(broker).address
+    found = _led_by_preferred_replicas(lab, CONSUMER_OFFSETS, broker)
+    for n in range(1000):
+        group = f"{prefix}-{n}"
+        if found[_partition_of(names.group(group), len(found))].leader == broker:
+            return group
+    raise RuntimeError(f"no __consumer_offsets partition is led by broker {broker}")
+
+
+def transactional_id_away_from(lab: LocalCluster, broker: int, prefix: str) -> str:
+    """A transactional.id starting with ``prefix`` that ``broker`` neither coordinates nor
+    will coordinate: its ``__transaction_state`` partition is led by, and prefers, another
+    broker. A test that stops ``broker`` to move some other coordinator needs one; else the
+    transaction's coordinator moves too (and back, when the controller's leader rebalancing
+    gives the partition to its preferred replica again: "Coordinator load in progress")."""
+    Producer(client_config({"bootstrap.servers": lab.bootstrap,  # creates the topic
+                            "transactional.id": f"{prefix}-probe",
+                            "log_level": 2})).init_transactions(60)
+    found = _led_by_preferred_replicas(lab, TRANSACTION_STATE, broker)
+    for n in range(1000):
+        transactional_id = f"{prefix}-{n}"
+        state = found[_partition_of(names.transactional_id(transactional_id), len(found))]
+        if broker not in (state.leader, state.replicas[0]):
+            return transactional_id
+    raise RuntimeError(f"every __transaction_state partition is led or preferred by {broker}")
+
+
+def _led_by_preferred_replicas(lab: LocalCluster, internal_topic: str,
+                               ask: int) -> list[ReplicaState]:
+    """``internal_topic``'s partitions, each given back to its preferred leader first
+    (earlier runs' kills moved them to the brokers that survived), so every broker leads
+    some; ``ask``: the broker to ask."""
+    address = lab.broker(ask).address
     found: list[ReplicaState] = []
 
     def preferred() -> bool:
         try:
             with Inspector(address, timeout_s=5) as inspector:
-                found[:] = inspector.replica_states(CONSUMER_OFFSETS, at=address)
+                found[:] = inspector.replica_states(internal_topic, at=address)
         except (InspectError, UnknownTopicError, OSError):  # not created yet
             return False
         return bool(found) and all(p.leader == p.replicas[0] for p in found)
@@ -54,13 +84,14 @@ def group_coordinated_by(lab: LocalCluster, broker: int, prefix: str) -> str:
         admin = AdminClient(client_config({"bootstrap.servers": lab.bootstrap, "log_level": 2}))
         with contextlib.suppress(KafkaException):  # ELECTION_NOT_NEEDED and the like
             admin.elect_leaders(ElectionType.PREFERRED, [
-                TopicPartition(CONSUMER_OFFSETS, p) for p in range(len(found) or 1)]).result(30)
-        wait_until(preferred, "__consumer_offsets led by its preferred replicas", 60)
-    for n in range(1000):
-        group = f"{prefix}-{n}"
-        if found[java_abs(java_string_hash(group)) % len(found)].leader == broker:
-            return group
-    raise RuntimeError(f"no __consumer_offsets partition is led by broker {broker}")
+                TopicPartition(internal_topic, p) for p in range(len(found) or 1)]).result(30)
+        wait_until(preferred, f"{internal_topic} led by its preferred replicas", 60)
+    return found
+
+
+def _partition_of(broker_side_id: str, partitions: int) -> int:
+    """Kafka's coordinator partition for a group or transactional id, as the broker sees it."""
+    return java_abs(java_string_hash(broker_side_id)) % partitions
 
 
 def next_coordinator(lab: LocalCluster, transactional_id: str, current: int) -> int:
@@ -78,7 +109,6 @@ def transaction_state_partition(lab: LocalCluster, transactional_id: str,
     up first): the controller elects from the ISR as it is when the leader dies.
     ``ask``: the broker to ask (default: the first one)."""
     address = lab.broker(ask or lab.brokers[0].node_id).address
-    partition = java_abs(java_string_hash(names.transactional_id(transactional_id)))
     found: list[ReplicaState] = []
 
     def in_sync() -> bool:
@@ -87,7 +117,7 @@ def transaction_state_partition(lab: LocalCluster, transactional_id: str,
                 states = inspector.replica_states(TRANSACTION_STATE, at=address)
         except OSError:  # that broker is still starting
             return False
-        found[:] = [states[partition % len(states)]]
+        found[:] = [states[_partition_of(names.transactional_id(transactional_id), len(states))]]
         return set(found[0].isr) == set(found[0].replicas)
 
     wait_until(in_sync, f"every replica of the partition of {transactional_id} in sync", 60)
