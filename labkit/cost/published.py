@@ -208,7 +208,7 @@ def shape(grid: pd.DataFrame, summary: pd.DataFrame | None = None,
         later = bool(x["latency_p50_ms_min"] > others["latency_p50_ms_max"].max())
         rows.append(("a read_committed reader gets transactional records later",
                      f"median p50 {x['latency_p50_ms']:.0f} ms, the others "
-                     f"{others['latency_p50_ms'].min():.0f}-{others['latency_p50_ms'].max():.0f} ms",
+                     f"{others['latency_p50_ms'].min():.1f}-{others['latency_p50_ms'].max():.1f} ms",
                      "reproduced" if later else "not shown beyond the spread", ""))
     return pd.DataFrame(rows, columns=["published claim", "measured here (paired rounds)",
                                        "throughput says", "CPU says"]).set_index("published claim")
