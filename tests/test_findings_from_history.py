@@ -21,12 +21,69 @@ def _live_reads(path: Path, live: set[str] = LIVE) -> list[str]:
 
 
 def test_no_checker_or_finding_reads_a_live_part():
-    # the checkers still write what they counted into the record's facts (not yet from the
-    # history); the judge's findings read nothing but the history, not even the facts
+    # checkers return what they counted (checks.Counted) and observe nothing; the judge's
+    # findings read nothing but the history, not even the facts
     found = [read for path in sorted((ROOT / "labkit/checking").glob("*.py"))
-             for read in _live_reads(path)]
+             for read in _live_reads(path, LIVE | {"observe"})]
     found += _live_reads(ROOT / "labkit/experiments/judge_findings.py", LIVE | {"facts"})
     assert not found, found
+
+
+WRITES = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "__setitem__"}
+
+
+def _facts_writes(path: Path) -> list[str]:
+    """``x.facts[k] = v``, ``x.facts = ...``, ``x.facts.update(...)`` and the like,
+    ``x.facts[k].append(...)``: any write into a run's facts but ``observe``."""
+    def is_facts(node: ast.AST) -> bool:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return isinstance(node, ast.Attribute) and node.attr == "facts"
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for n in ast.walk(tree):
+        targets = (n.targets if isinstance(n, ast.Assign) else [n.target]
+                   if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+        if any(is_facts(t) for t in targets if isinstance(t, (ast.Attribute, ast.Subscript))):
+            found.append(f"{path.relative_to(ROOT)}:{n.lineno}")
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr in WRITES and is_facts(n.func.value)):
+            found.append(f"{path.relative_to(ROOT)}:{n.lineno} .{n.func.attr}")
+    return found
+
+
+def test_a_runs_facts_are_written_only_through_the_history():
+    """Every part says what it saw with ``run.observe`` (an ``observed`` entry of the
+    history); the facts are those entries merged, read-only, and nothing else writes them."""
+    found = [w for path in sorted((ROOT / "labkit").rglob("*.py")) for w in _facts_writes(path)]
+    assert not found, found
+
+
+def test_observed_facts_are_history_entries_read_only_and_start_over_with_the_run(tmp_path,
+                                                                                  monkeypatch):
+    from labkit.checking import history
+    from labkit.experiments.context import RunContext
+
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path))
+    run = RunContext("example", {})
+    run.observe(producers=1, errors=[])
+    run.observe(producers=2, job=object())  # a live object: this run's, named in the entry
+    assert run.facts["producers"] == 2 and run.facts["errors"] == []
+    try:
+        run.facts["producers"] = 3  # type: ignore[index]
+        raise AssertionError("a run's facts took a write that is not an observation")
+    except TypeError:
+        pass
+    written = [e for e in history.read(run.history_file) if e["kind"] == history.OBSERVED]
+    assert [e["facts"] for e in written] == [{"producers": 1, "errors": []}, {"producers": 2}]
+    assert written[1]["not_stored"] == {"job": "object"}
+    assert history.facts_of(written) == {"producers": 2, "errors": []}
+    run.again()  # made again: its facts start over, in the history too
+    run.observe(attempts=2)
+    assert dict(run.facts) == {"attempts": 2}
+    assert history.facts_of(history.read(run.history_file)) == {"attempts": 2}
+    run.close()
 
 
 def _history(*entries: dict) -> list[dict]:

@@ -70,7 +70,21 @@ def checked_again(run, path: Path, no_kafka: str):
     assert result.output.strip() == run.report.summary().strip()
     assert again.report.to_dict() == run.report.to_dict()
     assert again.report.examples == run.report.examples
+    # the facts are the history's observed entries: those that are plain data come back
+    plain = {name: json.loads(json.dumps(value)) for name, value in run.facts.items()
+             if _plain(value)}
+    assert plain, "the run observed no plain fact to store"
+    stored_facts = stored.load(path).facts
+    assert {name: stored_facts.get(name) for name in plain} == plain
     return again
+
+
+def _plain(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def drop_one_read(path: Path, at: int) -> str:

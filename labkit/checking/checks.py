@@ -3,12 +3,13 @@ run (a topic, a table, a count per key) and they add up to the run's one AuditRe
 
     checkers = (TopicAudit("consume-transform-produce", "exactly_once", crash_at="mid-batch"),
                 HistoryFinding("zombie-write", zombie_writes))
-    report = compose(run, checkers)
+    report, counted = compose(run, checkers)
 
 One checker gives the report (the audit of the data); every other gives findings
 (``labkit.checking.checkers.Result``) that join it and the one verdict. ``run`` is the
-experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``history``; a
-checker may add what it counted to its ``facts``.
+experiment's run: its ``bootstrap``, ``topics`` (by role), ``inputs`` and ``history``. A
+checker writes nothing into the run: what it counted besides the report comes back with it
+(``Counted``), and the runner adds it to the run's facts.
 
 A checker whose class says ``replayable`` reads nothing outside the run's history (its
 reads of Kafka and of tables go through ``labkit.checking.reads``): ``labkit check`` re-runs
@@ -35,10 +36,17 @@ class Checked(Protocol):
     topics: dict[str, str]
     inputs: list[dict]
     history: list[dict]
-    facts: dict
 
 
-Checker = Callable[[Any], "AuditReport | list[Result]"]
+@dataclass(frozen=True)
+class Counted:
+    """A checker's report with what it counted besides (``facts``, for the run's record)."""
+
+    report: AuditReport
+    facts: dict[str, Any]
+
+
+Checker = Callable[[Any], "AuditReport | Counted | list[Result]"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +137,7 @@ class AcknowledgedWrites:
     # run re-checks it
     replayable: ClassVar[bool] = True
 
-    def __call__(self, run: Checked) -> AuditReport:
+    def __call__(self, run: Checked) -> Counted:
         acked = reads.kept(run, "acknowledged", lambda: dict(self.acknowledged(run)))
         read = reads.topic(run, self.role, at=None if self.read_from is None
                            else lambda: self.read_from(run))
@@ -138,15 +146,16 @@ class AcknowledgedWrites:
         unique = set(in_log)
         lost = sorted(set(acked) - unique)
         duplicated = len(in_log) - len(unique)
-        run.facts.update(in_log=len(unique), lost_acknowledged=len(lost),
-                         lost_acknowledged_by=dict(Counter(str(acked[i]) for i in lost)),
-                         duplicated=duplicated)
         twice = [i for i, n in Counter(in_log).items() if n > 1]
-        return AuditReport(self.scenario, self.guarantee, fault=self.fault,
-                           produced=len(acked), delivered_unique=len(acked) - len(lost),
-                           lost=len(lost), duplicated=duplicated,
-                           examples={k: v[:EXAMPLES] for k, v in
-                                     (("lost", lost), ("duplicated", twice)) if v})
+        report = AuditReport(self.scenario, self.guarantee, fault=self.fault,
+                             produced=len(acked), delivered_unique=len(acked) - len(lost),
+                             lost=len(lost), duplicated=duplicated,
+                             examples={k: v[:EXAMPLES] for k, v in
+                                       (("lost", lost), ("duplicated", twice)) if v})
+        return Counted(report, dict(
+            in_log=len(unique), lost_acknowledged=len(lost),
+            lost_acknowledged_by=dict(Counter(str(acked[i]) for i in lost)),
+            duplicated=duplicated))
 
 
 @dataclass(frozen=True)
@@ -199,7 +208,7 @@ class OneProcessing:
     # its read of the output goes through labkit.checking.reads: a stored run re-checks it
     replayable: ClassVar[bool] = True
 
-    def __call__(self, run: Any) -> AuditReport:
+    def __call__(self, run: Any) -> Counted:
         read = reads.topic(run, self.role)
         committed, in_log = read.committed, read.everything
         if untagged := [r.value.get("id") for r in committed if self.field not in r.value]:
@@ -209,10 +218,10 @@ class OneProcessing:
         seen = [(r.value["id"], r.value[self.field]) for r in committed]
         mixed = checkers.single_processing([(r["id"], r["key"]) for r in run.inputs], seen,
                                            self.processings(run.inputs))
-        run.facts.update(committed=seen, aborted_in_log=len(in_log) - len(committed),
-                         mixed=mixed, mixed_keys=mixed.count)
-        return audit.mixed_report(self.scenario, self.guarantee, self.crash_at,
-                                  len(run.inputs), [i for i, _ in seen], mixed)
+        report = audit.mixed_report(self.scenario, self.guarantee, self.crash_at,
+                                    len(run.inputs), [i for i, _ in seen], mixed)
+        return Counted(report, dict(committed=seen, aborted_in_log=len(in_log) - len(committed),
+                                    mixed=mixed, mixed_keys=mixed.count))
 
 
 @dataclass(frozen=True)
@@ -235,7 +244,7 @@ class QueueAudit:
     # its read of the output goes through labkit.checking.reads: a stored run re-checks it
     replayable: ClassVar[bool] = True
 
-    def __call__(self, run: Checked) -> AuditReport:
+    def __call__(self, run: Checked) -> Counted:
         attempts = [Attempt(str(r.value["id"]), str(r.value.get("consumer", "")),
                             r.value.get("delivery_count"), r.value.get("outcome", "processed"))
                     for r in reads.topic(run, self.role).committed]
@@ -248,12 +257,12 @@ class QueueAudit:
                                  delivered_unique=len(set(ids) & set(processed)),
                                  crash_at=self.crash_at)
         by = Counter(a.consumer for a in attempts if a.outcome == "processed")
-        run.facts.update(attempts=attempts, archived=len(archived),
-                         delivery_counts=checkers.delivery_counts(attempts),
-                         processed_by=dict(sorted(by.items())),
-                         out_of_order={c: r.count for c, r in
-                                       checkers.order_per_consumer(ids, attempts).items()})
-        return report
+        return Counted(report, dict(
+            attempts=attempts, archived=len(archived),
+            delivery_counts=checkers.delivery_counts(attempts),
+            processed_by=dict(sorted(by.items())),
+            out_of_order={c: r.count for c, r in
+                          checkers.order_per_consumer(ids, attempts).items()}))
 
 
 @dataclass(frozen=True)
@@ -268,10 +277,17 @@ class Finding:
         return [] if found is None else [found]
 
 
-def compose(run: Checked, checkers: Sequence[Checker]) -> AuditReport:
+def compose(run: Checked, checkers: Sequence[Checker]) -> tuple[AuditReport, dict[str, Any]]:
     """Every checker's result in one report: the one AuditReport, the others' findings
-    joined to it (so to its verdict and anomalies)."""
-    results = [checker(run) for checker in checkers]
+    joined to it (so to its verdict and anomalies); and what the checkers counted besides
+    (``Counted``), for the runner to add to the run's facts."""
+    results, counted = [], {}
+    for checker in checkers:
+        result = checker(run)
+        if isinstance(result, Counted):
+            counted.update(result.facts)
+            result = result.report
+        results.append(result)
     reports = [r for r in results if isinstance(r, AuditReport)]
     if len(reports) != 1:
         raise ValueError(f"an experiment needs exactly one checker that audits its data, "
@@ -280,4 +296,4 @@ def compose(run: Checked, checkers: Sequence[Checker]) -> AuditReport:
     for found in results:
         if not isinstance(found, AuditReport):
             report.extra.extend(found)
-    return report
+    return report, counted

@@ -22,11 +22,13 @@ ENV_FILE, ENV_INSTANCE, ENV_ATTEMPT = settings.HISTORY, settings.INSTANCE, setti
 # transactions it found open then (``open-transactions``), what a checker read of a topic,
 # a table or the group's offsets once the run was over, or computed of it (``read``,
 # ``table-read``, ``offsets-read``, ``kept``: labkit.checking.reads), where the lab's feed
-# wrote each input record (``written``). The checkers read them; the processes' timeline
-# (``labkit.checking.timeline.text``) leaves them out.
+# wrote each input record (``written``), what a part of the run observed (``observed``: the
+# run's facts are made of these, ``facts_of``). The checkers read them; the processes'
+# timeline (``labkit.checking.timeline.text``) leaves them out.
 CHECKER_KINDS = frozenset({"read", "table-read", "offsets-read", "kept"})
+OBSERVED = "observed"
 RUNNER_KINDS = frozenset({"fault", "wire", "finished", "open-transactions", "written",
-                          *CHECKER_KINDS})
+                          OBSERVED, *CHECKER_KINDS})
 # LABKIT_ATTEMPT: 1 for an instance's first start, 2 after its first restart
 
 
@@ -58,3 +60,16 @@ def read(path: str | Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def facts_of(events: list[dict]) -> dict:
+    """The run's facts: its ``observed`` entries merged in order (a later value of a name
+    wins), from the last one that started the run over (``start_over``: made again)."""
+    facts: dict = {}
+    for event in events:
+        if event.get("kind") != OBSERVED:
+            continue
+        if event.get("start_over"):
+            facts = {}
+        facts.update(event.get("facts") or {})
+    return facts

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.checking.history import facts_of
 from labkit.checking.reads import KEPT, OFFSETS, READ, TABLE, Read, columns_of, of_entry
 
 FORMAT = "labkit-run/1"
@@ -39,8 +40,12 @@ class StoredRun:
     inputs: list[dict]
     history: list[dict] = field(repr=False)
     report: dict | None = None  # the live run's, as it printed (AuditReport.to_dict)
-    facts: dict[str, Any] = field(default_factory=dict)  # what the checkers count again
     _answered: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """The live run's facts, as far as they were plain data (its ``observed`` entries)."""
+        return facts_of(self.history)
 
     @property
     def bootstrap(self) -> str:

@@ -94,8 +94,8 @@ class AcknowledgingProducer:
         self.producer = producer_from(self.settings, run.client_bootstrap, self.acks,
                                       **watching)
         self.script(run, self)
-        run.facts.update(produced=self.handed, acknowledged=len(self.acked),
-                         not_acknowledged=dict(Counter(self.failed)))
+        run.observe(produced=self.handed, acknowledged=len(self.acked),
+                    not_acknowledged=dict(Counter(self.failed)))
 
     def write(self, records: Iterable[dict]) -> None:
         """The loop, run here over ``records`` (the script's generator); returns once the

@@ -8,20 +8,24 @@ boilerplate each experiment used to write for itself.
   unless the run keeps them (``keep_topics``); a working directory likewise;
 - **steps**: each ``step`` is a line of the run's timeline, told to the watchdog (progress)
   and shown on the progress line; ``event`` is what the nemesis's triggers listen to;
-- **facts**: what the run found besides the audit, read back as attributes of its record.
+- **facts**: what the run found besides the audit, read back as attributes of its record:
+  each part says what it saw with ``observe``, an ``observed`` entry of the run's history,
+  and the facts are those entries merged (``labkit.checking.history.facts_of``); nobody
+  writes them any other way.
 
 The parts of an experiment (labkit.experiments.parts) receive it; so do the nemesis's
 faults (as ``labkit.faults.nemesis.Run``).
 """
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from labkit import progress
@@ -55,7 +59,7 @@ class RunContext:
         self.inputs: list[dict] = []
         self.steps: list[Step] = []
         self.fired_faults: list[FiredFault] = []
-        self.facts: dict[str, Any] = {}
+        self._observed: list[dict] = []  # the history's observed entries, as observed
         self.history: list[dict] = []
         self.clients: Any = None
         self.workers: Any = None  # a labkit.faults.pool.WorkerPool, when the clients are one
@@ -152,9 +156,11 @@ class RunContext:
             if not self.history or any(e.get("kind") not in history.RUNNER_KINDS
                                        for e in written):
                 self.history = written
-            else:  # what the checkers read joins them: a stored run is checked again from it
+            else:  # what the checkers read, and the facts, join them: a stored run is
+                # checked again from it
                 self.history = [*self.history, *(
-                    e for e in written if e.get("kind") in history.CHECKER_KINDS
+                    e for e in written
+                    if e.get("kind") in (*history.CHECKER_KINDS, history.OBSERVED)
                     and e not in self.history)]  # a second close (discard) adds none again
             if not self.keep_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
@@ -172,10 +178,36 @@ class RunContext:
         """The run made again (its fault missed its window): new names, so new topics; the
         old ones are deleted with the run's; its facts start over, its timeline goes on."""
         self.run_id, self.base = uuid.uuid4().hex[:8], ""
-        self.topics, self.inputs, self.facts = {}, [], {}
+        self.topics, self.inputs = {}, []
+        self._observe({}, start_over=True)
         self.clients = self.workers = None
         self.nemesis = Nemesis()
         self.client_bootstrap = self.bootstrap
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def facts(self) -> Mapping[str, Any]:
+        """What the run's parts observed (read-only: ``observe`` adds to it)."""
+        return MappingProxyType(history.facts_of(self._observed))
+
+    def observe(self, **facts: Any) -> None:
+        """What a part saw, an ``observed`` entry of the run's history: its plain data is
+        written there (a stored run has it); a value that is not plain data (a Spark job,
+        a DataFrame) is this live run's only, named in the entry by its type."""
+        self._observe(facts)
+
+    def _observe(self, facts: dict[str, Any], **marks: Any) -> None:
+        plain, live = {}, {}
+        for name, value in facts.items():
+            try:
+                json.dumps(value)
+                plain[name] = value
+            except (TypeError, ValueError):
+                live[name] = type(value).__name__
+        history.append(self.history_file, history.OBSERVED, facts=plain,
+                       **({"not_stored": live} if live else {}), **marks)
+        self._observed.append({"kind": history.OBSERVED, "facts": dict(facts), **marks})
 
     # ------------------------------------------------------------------ steps and events
 

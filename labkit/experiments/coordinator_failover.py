@@ -69,7 +69,7 @@ def placed(run: RunContext) -> FeeLoop:
     # Only the transaction coordinator fails here. (With the group's coordinator killed and
     # restarted as well, send_offsets_to_transaction was seen to wait for minutes under load.)
     client.group_id = group_coordinated_by(lab, leader, run.base)
-    run.facts.update(coordinators=[first], coordinator=first, leader=leader)
+    run.observe(coordinators=[first], coordinator=first, leader=leader)
     run.step(f"{len(run.inputs)} inputs written; transaction coordinator: broker {first}; "
              f"the topics' leader: broker {leader}")
     return client

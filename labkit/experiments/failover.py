@@ -124,7 +124,7 @@ def fail_the_leader(run, client: AcknowledgingProducer) -> None:
             before = step(f"{len(second)} more sent: {len(client.acknowledged)} acknowledged "
                           "so far", replica_state(lab, topic, LEADER))
             run.event("sent")  # the leader is killed, the followers thawed
-            run.facts["frozen_s"] = round(time.monotonic() - frozen_at, 1)
+            run.observe(frozen_s=round(time.monotonic() - frozen_at, 1))
             new = _wait_for_new_leader(lab, topic, unclean=run.o.unclean)
             if new.leader is None:
                 step("leader killed: no replica may lead", new)
@@ -143,8 +143,8 @@ def fail_the_leader(run, client: AcknowledgingProducer) -> None:
                 new = step("leader killed, followers thawed: elected",
                            replica_state(lab, topic, new.leader))
                 run.event("elected")  # the old leader rejoins as a follower while we audit
-            run.facts.update(new_leader=new.leader, election=_election(before, new),
-                             out_of_sync=out_of_sync(run.o))
+            run.observe(new_leader=new.leader, election=_election(before, new),
+                        out_of_sync=out_of_sync(run.o))
 
         # the loop's retries reach the new leader within its message.timeout.ms
         client.write(payments())

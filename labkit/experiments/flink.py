@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from labkit.checking import reads
-from labkit.checking.audit import AuditReport, audit_read
+from labkit.checking.audit import audit_read
+from labkit.checking.checks import Counted
 from labkit.checking.record import Presentation
 from labkit.experiments import options as common
 from labkit.experiments.parts import Topic, Workload
@@ -199,14 +200,13 @@ class RefusalAudit:
     # both reads are the history's: a stored run re-checks it
     replayable: ClassVar[bool] = True
 
-    def __call__(self, run: Any) -> AuditReport:
+    def __call__(self, run: Any) -> Counted:
         broker_max_ms = reads.kept(run, "broker-max-timeout",
                                    lambda: broker_max_timeout_ms(run.bootstrap))
-        run.facts["broker_max_ms"] = broker_max_ms
         fault = (f"transaction.timeout.ms={self.transaction_timeout_ms} above the broker's "
                  f"transaction.max.timeout.ms={broker_max_ms}")
-        return audit_read(reads.topic(run, "output"), run.inputs, run.experiment,
-                          "exactly_once", fault=fault)
+        return Counted(audit_read(reads.topic(run, "output"), run.inputs, run.experiment,
+                                  "exactly_once", fault=fault), {"broker_max_ms": broker_max_ms})
 
 
 def _refused_facts(run: Any) -> dict:

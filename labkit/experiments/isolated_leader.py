@@ -88,13 +88,14 @@ def split(run, client: AcknowledgingProducer) -> None:
     """The client's order of things; the cut and the heal fire on the events it reports."""
     lab, topic = run.cluster, run.topics["output"]
     first, second = halves(run.inputs)
-    facts = run.facts
-    facts.update(old_leader_pid=lab.broker(LEADER).pid, old_leader_process=[])
+    states: list = []  # broker 1's process state at each step
+    run.observe(old_leader_pid=lab.broker(LEADER).pid, old_leader_process=[])
     elected_at: list[float] = []
     with run.status("Isolated leader"):
 
         def step(what: str) -> None:
-            facts["old_leader_process"].append(lab.process_states()[LEADER])
+            states.append(lab.process_states()[LEADER])
+            run.observe(old_leader_process=list(states))
             run.step(what)
 
         def payments():
@@ -108,7 +109,7 @@ def split(run, client: AcknowledgingProducer) -> None:
             cut = time.monotonic()
             elected = _wait_for_new_leader(lab, topic)
             elected_at.append(time.monotonic())
-            facts.update(new_leader=elected.leader, election_s=round(elected_at[0] - cut, 1))
+            run.observe(new_leader=elected.leader, election_s=round(elected_at[0] - cut, 1))
             step(f"the controller fenced broker 1 and elected broker {elected.leader} "
                  f"(epoch {elected.leader_epoch})")
             start = time.monotonic()
@@ -121,20 +122,20 @@ def split(run, client: AcknowledgingProducer) -> None:
         client.write(payments())  # returns once the loop has its answers (flush)
         during = {r["id"] for r in second} & set(client.acked)
         step(f"{len(during)} of them acknowledged")
-        facts.update(old_leader_view=_view(lab, topic, LEADER),
-                     controller_view=_view(lab, topic, OTHERS[0]))
-        step(f"broker 1 says: {facts['old_leader_view']['text']}")
-        step(f"broker 2 says: {facts['controller_view']['text']}")
+        run.observe(old_leader_view=_view(lab, topic, LEADER),
+                    controller_view=_view(lab, topic, OTHERS[0]))
+        step(f"broker 1 says: {run.facts['old_leader_view']['text']}")
+        step(f"broker 2 says: {run.facts['controller_view']['text']}")
         run.event("viewed")  # the network heals
         healed = time.monotonic()
-        _wait_for_rejoin(lab, topic, facts["new_leader"])
-        facts["rejoined_s"] = round(time.monotonic() - healed, 1)
-        step(f"broker 1 follows broker {facts['new_leader']} and has cut its log back to it")
+        _wait_for_rejoin(lab, topic, run.facts["new_leader"])
+        run.observe(rejoined_s=round(time.monotonic() - healed, 1))
+        step(f"broker 1 follows broker {run.facts['new_leader']} and has cut its log back to it")
     old_acks = [client.acked_at[i] for i in during if client.acked[i] == LEADER]
-    facts.update(during_split=len(second), acknowledged_during_split=len(during),
-                 acknowledged_by=dict(Counter(str(client.acked[i]) for i in during)),
-                 old_leader_acknowledged_for_s=round(max(old_acks) - elected_at[0], 1)
-                 if old_acks else None)
+    run.observe(during_split=len(second), acknowledged_during_split=len(during),
+                acknowledged_by=dict(Counter(str(client.acked[i]) for i in during)),
+                old_leader_acknowledged_for_s=round(max(old_acks) - elected_at[0], 1)
+                if old_acks else None)
 
 
 def _summary(run) -> str:
@@ -222,7 +223,7 @@ register(Experiment(
         SCENARIO, f"acks={o.acks}", lambda run: run.clients.acked,
         fault="leader partitioned from the controller and followers",
         # asked of the new leader
-        read_from=lambda run: run.cluster.broker(run.facts["new_leader"]).address)],
+        read_from=lambda run: run.cluster.broker(run.run.facts["new_leader"]).address)],
     presentation=Presentation(summary=_summary, json=lambda run: {
         "scenario": SCENARIO, **{k: run.facts[k] if k in run.facts else run.options[k]
                                  for k in RUN_KEYS}}),

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from labkit import proc
 from labkit.checking import audit, history, reads
-from labkit.checking.audit import AuditReport
+from labkit.checking.checks import Counted
 from labkit.checking.record import Presentation
 from labkit.experiments.parts import Topic, Workload, in_thread
 from labkit.experiments.registry import Experiment, Option, register
@@ -192,15 +192,15 @@ class LateAudit:
     # both come from the history: a stored run re-checks it
     replayable: ClassVar[bool] = True
 
-    def __call__(self, run: Any) -> AuditReport:
+    def __call__(self, run: Any) -> Counted:
         believed = outcomes(client_said(reads.events(run)))
         visible = audit.delivered_of(reads.topic(run, "output").committed)
-        run.facts["read_committed"] = [d.id for d in visible]
         committed = [{"id": txn, "key": "k"} for txn, how in believed.items()
                      if how == "committed"]
-        return audit.check(SCENARIO, "exactly_once", committed, visible,
-                           fault=f"the first {API[self.hold]} delivered late",
-                           aborted=[d for d in visible if believed.get(d.id) != "committed"])
+        report = audit.check(SCENARIO, "exactly_once", committed, visible,
+                             fault=f"the first {API[self.hold]} delivered late",
+                             aborted=[d for d in visible if believed.get(d.id) != "committed"])
+        return Counted(report, {"read_committed": [d.id for d in visible]})
 
 
 def facts(run: Any) -> dict:

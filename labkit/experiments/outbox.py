@@ -130,10 +130,10 @@ class Outbox:
 
     # -- the run ----------------------------------------------------------------------------
     def __call__(self, run: Any) -> None:
-        o, worker, source, facts = run.o, self.worker, self.source, run.facts
+        o, worker, source = run.o, self.worker, self.source
         events = run.topics["events"]
         worker.ready()
-        facts.update(start_s=worker.startup_s, source=source, worker_names=worker.names)
+        run.observe(start_s=worker.startup_s, source=source, worker_names=worker.names)
         run.step(f"Connect worker ready in {worker.startup_s} s ("
                  f"{'exactly-once' if o.exactly_once else 'at-least-once'} sources)")
         worker.rest.create(source.name, source.connector_config(exactly_once=o.exactly_once))
@@ -152,46 +152,47 @@ class Outbox:
                      "written) and resumed")
         self.service.start()
         wait_count(run.bootstrap, events, o.first + o.kill_after)
-        facts.update(rest_before_kill=worker.rest.offsets(source.name),
-                     open_before_kill=connect.transactions(run.bootstrap, worker.names,
-                                                           source.name, ("Ongoing",)))
+        run.observe(rest_before_kill=worker.rest.offsets(source.name),
+                    open_before_kill=connect.transactions(run.bootstrap, worker.names,
+                                                          source.name, ("Ongoing",)))
         with Inspector(run.bootstrap) as inspector:
-            facts["producers_before_kill"] = inspector.producers(events)
+            run.observe(producers_before_kill=inspector.producers(events))
         run.event("streamed", events=o.first + o.kill_after)  # the kill fires here
         if not worker.alive:
             self._restart(run)
         self.service.join()
         # Debezium sends again what came after its stored position, then the rest; an
         # exactly-once task commits them at its next transaction boundary
-        sent = facts.setdefault("sent_by_killed", [])
+        sent = run.facts.get("sent_by_killed", [])
         after = wait_count(run.bootstrap, events, o.first + len(sent) + o.second)
-        facts["resent"] = after - o.first - o.second
+        run.observe(resent=after - o.first - o.second)
         wait_count(run.bootstrap, events, o.first + o.second, isolation="read_committed")
         worker.stop()
         run.step("everything in the topic and committed; the worker stopped")
-        facts.update(stored_after=connect.stored_offsets(run.bootstrap, worker.names,
-                                                         source.name),
-                     resume_lines=worker.log_lines("WAL") + worker.log_lines("no previous LSN"),
-                     committed=topics.read(run.bootstrap, events))
+        run.observe(stored_after=connect.stored_offsets(run.bootstrap, worker.names,
+                                                        source.name),
+                    resume_lines=worker.log_lines("WAL") + worker.log_lines("no previous LSN"),
+                    committed=topics.read(run.bootstrap, events))
 
     def _restart(self, run: Any) -> None:
         """What was kept when it died (read after the kill: a commit just before it counts),
         what it had sent after that, then the worker started again."""
-        worker, facts, killed = self.worker, run.facts, time.monotonic()
-        facts["stored_at_kill"] = connect.stored_offsets(run.bootstrap, worker.names,
-                                                         self.source.name)
-        facts["slot_at_kill"] = self.source.slot_state()
-        facts["sent_by_killed"] = [r.value["id"] for r in topics.read(
-            run.bootstrap, run.topics["events"], isolation="read_uncommitted")][run.o.first:]
-        facts["open_after_kill"] = connect.transactions(run.bootstrap, worker.names,
-                                                        self.source.name, ("Ongoing",))
+        worker, killed = self.worker, time.monotonic()
+        run.observe(
+            stored_at_kill=connect.stored_offsets(run.bootstrap, worker.names, self.source.name),
+            slot_at_kill=self.source.slot_state(),
+            sent_by_killed=[r.value["id"] for r in topics.read(
+                run.bootstrap, run.topics["events"], isolation="read_uncommitted")][run.o.first:],
+            open_after_kill=connect.transactions(run.bootstrap, worker.names,
+                                                 self.source.name, ("Ongoing",)))
         # The long interval only had to hold the kill inside its window; now the run need
         # not wait a minute for the next commit.
         worker.commit_interval_ms = RESTART_COMMIT_INTERVAL_MS
         worker.start()
-        facts["restart_s"] = round(time.monotonic() - killed, 1)
+        restart_s = round(time.monotonic() - killed, 1)
+        run.observe(restart_s=restart_s)
         worker.rest.wait_running(self.source.name)
-        run.step(f"the worker started again {facts['restart_s']} s after the kill")
+        run.step(f"the worker started again {restart_s} s after the kill")
 
     def _wait_stopped(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

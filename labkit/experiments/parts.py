@@ -118,6 +118,6 @@ class Workers:
             else:
                 with Background(self.pool) as app:
                     self.script(run, app)
-        run.facts["run"] = self.pool.result
+        run.observe(run=self.pool.result)
         run.history = history.read(run.history_file)
         return self.pool.result

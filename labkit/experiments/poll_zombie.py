@@ -148,9 +148,8 @@ class SlowMember:
                 offsets = [TopicPartition(source, batch[-1].partition(), batch[-1].offset() + 1)]
                 metadata = (consumer.consumer_group_metadata() if fencing == "group"
                             else bare_group_metadata(bootstrap, run.group_id))
-                run.facts.update(fencing=fencing, zombie_error=_late_commit(producer, offsets,
-                                                                            metadata),
-                                 slow_s=slow_s, poll_after=next_poll_error(consumer))
+                run.observe(fencing=fencing, zombie_error=_late_commit(producer, offsets, metadata),
+                            slow_s=slow_s, poll_after=next_poll_error(consumer))
             finally:
                 consumer.close()
 

@@ -63,8 +63,8 @@ def _send(run) -> None:
     with run.status(f"One batch, its answer lost, its retry held back {HOLD_MS / 1000:.0f} s"):
         offsets = (run.pipeline or send_batch)(run.client_bootstrap, run.topics["output"],
                                                run.inputs)
-    run.facts.update(acknowledged=len(offsets),
-                     acknowledged_at=(min(offsets, default=-1), max(offsets, default=-1)))
+    run.observe(acknowledged=len(offsets),
+                acknowledged_at=(min(offsets, default=-1), max(offsets, default=-1)))
 
 
 def _facts(run) -> dict:

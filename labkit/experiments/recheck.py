@@ -38,8 +38,8 @@ def recheck(run: StoredRun) -> RunRecord:
             "Flink sink, Kafka through code of its own, the run's live parts); only checkers "
             "whose every read goes through labkit.checking.reads (a topic, a table, what was "
             "kept of a live system) are re-run")
-    report = compose(run, checkers)
-    facts = {**run.facts, **(experiment.history_facts(run.history)
+    report, counted = compose(run, checkers)
+    facts = {**run.facts, **counted, **(experiment.history_facts(run.history)
                              if experiment.history_facts is not None else {})}
     return RunRecord(experiment.name, report, topics=run.topics, history=run.history,
                      facts=facts, options=run.options, inputs=run.inputs)

@@ -196,10 +196,11 @@ def perform(experiment: Experiment, run: RunContext) -> RunRecord:
         run.close(failed)
     # the topics' names, by role, also when deleted (keep_topics says whether they are
     # there); an experiment may say more of them (torture: whether kept)
-    topics = run.facts.pop("topics", None) or dict(run.topics)
+    facts = dict(run.facts)
+    topics = facts.pop("topics", None) or dict(run.topics)
     return RunRecord(experiment.name, report, topics=topics,
                      history=run.history, steps=run.steps, faults=run.fired_faults,
-                     facts=run.facts, options=run.options, inputs=run.inputs,
+                     facts=facts, options=run.options, inputs=run.inputs,
                      presentation=experiment.presentation, release=run.discard)
 
 
@@ -225,10 +226,11 @@ def _phases(experiment: Experiment, run: RunContext) -> AuditReport:
         run.step(f"{missed}: the experiment is run again ({attempt} of {experiment.attempts})")
         run.again()
     if experiment.attempts > 1:
-        run.facts["attempts"] = attempt
-    report = compose(run, experiment.checkers(run.o))
+        run.observe(attempts=attempt)
+    report, counted = compose(run, experiment.checkers(run.o))
+    run.observe(**counted)
     if experiment.facts is not None:
-        run.facts.update(experiment.facts(run))
+        run.observe(**experiment.facts(run))
     return report
 
 

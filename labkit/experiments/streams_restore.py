@@ -104,7 +104,8 @@ def crash_and_restart(run, app: Background) -> None:
         committed_at_commit = _committed(consumer, source)
         time.sleep(KILL_AFTER_COMMIT_S)
         run.event("mid-transaction")  # SIGKILL; the pool starts it on the same state directory
-        committed_at_kill = run.facts["committed_at_kill"] = _committed(consumer, source)
+        committed_at_kill = _committed(consumer, source)
+        run.observe(committed_at_kill=committed_at_kill)
         # in the history too: the audit names its fault from it (a stored run's alike)
         history.append(run.history_file, reads.KEPT, role=AT_KILL, value=committed_at_kill)
         run.step(f"killed with {committed_at_kill}/{records} input offsets committed "

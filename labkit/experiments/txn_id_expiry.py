@@ -90,8 +90,8 @@ def a_b_and_the_zombie(run) -> None:
         _commit(b, topic, second)
         run.step("instance A wakes up")
         errors: list[str] = []
-        run.facts.update(zombie_committed=zombie_commits(a, topic, second, errors),
-                         zombie_errors=errors)
+        run.observe(zombie_committed=zombie_commits(a, topic, second, errors),
+                    zombie_errors=errors)
 
 
 def _facts(run) -> dict:

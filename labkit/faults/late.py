@@ -104,7 +104,7 @@ class LateRequest(Fault):
     def invoke(self, run: Run) -> None:
         self.exchange = self.proxy.deliver()
         answer = self.exchange["error"] or "no error"
-        run.facts["late_exchange"] = {k: v for k, v in self.exchange.items() if k != "request"}
+        run.observe(late_exchange={k: v for k, v in self.exchange.items() if k != "request"})
         run.fired(self, f"the {self.api} kept {self.exchange['kept_s']:.1f} s reaches the "
                         f"broker: answered {answer}")
 

@@ -172,7 +172,9 @@ class Run(Protocol):
     bootstrap: str
     cluster: Any
     clients: Any
-    facts: dict
+    facts: Mapping[str, Any]  # read-only: a part adds to it with ``observe``
+
+    def observe(self, **facts: Any) -> None: ...
 
     def step(self, what: str, waiting_for: str | None = ..., detail: str = "") -> None: ...
 
@@ -334,7 +336,7 @@ class Observe(Fault):
         self.trigger, self.look, self.says, self.when, self.name = trigger, look, says, when, name
 
     def invoke(self, run: Run) -> None:
-        run.facts.update(self.look(run))
+        run.observe(**self.look(run))
         if self.says is not None:
             run.step(self.told(run), None)
 

@@ -191,7 +191,7 @@ def stop_proxy(proxy: FaultProxy | None, run: Run) -> None:
     """A fault's proxy stopped, its counts kept in the run's facts, and the clients sent to
     the broker itself again; returns None (the fault holds no proxy any more)."""
     if proxy is not None:
-        run.facts["fault_stats"] = proxy.stats()
+        run.observe(fault_stats=proxy.stats())
         proxy.stop()
         run.client_bootstrap = run.bootstrap
     return None

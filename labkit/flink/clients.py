@@ -181,7 +181,7 @@ class RefusedStart:
             said = flink_says(job) or job.log_tail(5)
             took = round(time.monotonic() - job.started, 1)
         self.setup.step(f"{job.name}: failed {took:.1f} s after its start: {said}")
-        run.facts.update(flink_error=said, seconds=took)
+        run.observe(flink_error=said, seconds=took)
 
 
 def _setup(run: Any, guarantee: str, interval_ms: int, timeout_ms: int, function: str,

@@ -173,13 +173,13 @@ class FeeLoop:
                                                COORDINATOR_STALL_WORKAROUND_MS,
                                            **self.producer_settings}))
         producer.init_transactions(60)
-        run.facts["producers"] = run.facts.get("producers", 0) + 1
+        run.observe(producers=run.facts.get("producers", 0) + 1)
         self.producer = producer
         return producer
 
     def __call__(self, run: Any) -> None:
         loop = self.loop or run.pipeline or copy_fees
-        errors = run.facts.setdefault("errors", [])
+        errors: list = []  # the loop's own to append to; the run observes it as it goes
         consumer = Consumer(client_config({
             "bootstrap.servers": run.bootstrap, "group.id": self.group_id or run.group_id,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
@@ -202,6 +202,7 @@ class FeeLoop:
                         raise
                     if not errors or errors[-1] != classified(err):
                         errors.append(classified(err))  # raised outside commit
+                    run.observe(errors=list(errors))
                     run.step(f"{classified(err)}: a new producer with the same "
                              "transactional.id, the consumer back at its committed offsets")
                     rewind(consumer)
@@ -209,6 +210,7 @@ class FeeLoop:
                     producer = self.open(run)
         finally:
             consumer.close()
+            run.observe(errors=list(errors))
         run.step("every input batch committed")
 
     def _before_commit(self, run: Any, n: int) -> None:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from labkit.checking import audit, reads
 from labkit.checking.audit import AuditReport, Delivered
+from labkit.checking.checks import Counted
 from labkit.kafka import topics
 from labkit.spark import tables
 from labkit.spark.columns import RECORD_COLUMNS, SEQUENCE_COLUMN
@@ -109,7 +110,7 @@ class SinkAudit:
     # every read goes through labkit.checking.reads: a stored run re-checks it
     replayable: ClassVar[bool] = True
 
-    def __call__(self, run: Any) -> AuditReport:
+    def __call__(self, run: Any) -> Counted:
         def job() -> Any:  # a live run's query: where its sink and its input are
             return run.facts["job"]
 
@@ -123,9 +124,10 @@ class SinkAudit:
             got = reads.table(run, "sink", ("key", "total"),
                               lambda: (job().sink.db_url, job().sink.table), order_by="key")
             counts = counts_of(got)
-            run.facts["output"] = pd.DataFrame(sorted(counts.items()), columns=["key", "total"])
-            return audit_counts(self.scenario, self.guarantee, self.crash_at, len(run.inputs),
-                                expected, counts)
+            return Counted(audit_counts(self.scenario, self.guarantee, self.crash_at,
+                                        len(run.inputs), expected, counts),
+                           {"output": pd.DataFrame(sorted(counts.items()),
+                                                   columns=["key", "total"])})
         if kind == "kafka":
             output = _records(reads.topic(run, "output").committed)
             if self.guarantee == "exactly_once":
@@ -135,20 +137,21 @@ class SinkAudit:
         else:
             output = pd.DataFrame(reads.table(run, "sink", RECORD_COLUMNS, lambda: (
                 job().sink.db_url, job().sink.table), order_by=SEQUENCE_COLUMN))
-        run.facts["output"] = output
         aborted = None
         if self.transactional_input:
             committed = reads.kept(run, "input-committed", lambda: [
                 [r.partition, r.offset] for r in topics.read(run.bootstrap, job().topic)])
             aborted = aborted_of(output, {(p, o) for p, o in committed})
-        return audit_output(self.scenario, self.guarantee, self.crash_at, run.inputs, output,
-                            expected, aborted=aborted)
+        return Counted(audit_output(self.scenario, self.guarantee, self.crash_at, run.inputs,
+                                    output, expected, aborted=aborted), {"output": output})
 
 
 def delta_rows(run: Any) -> dict[str, list]:
     """The live run's Delta table's rows as Spark reads them back, column -> values (for a
     ``kept`` entry; its commits are a live run's fact: ``table_history``)."""
-    output, run.facts["table_history"] = tables.read_table(run.facts["job"].sink.path)
+    output, table_history = tables.read_table(run.facts["job"].sink.path)
+    # Delta's commit log as a DataFrame: not plain data, so the live run observes it
+    run.observe(table_history=table_history)
     return {c: output[c].tolist() for c in output.columns}
 
 

@@ -50,7 +50,8 @@ class SparkQuery:
     def attach(self, run: Any) -> None:
         self.directory = Path(self.workdir) if self.workdir else run.workdir
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.built = run.facts["job"] = self.job(run, self.directory)
+        self.built = self.job(run, self.directory)
+        run.observe(job=self.built)
         run.workers = self  # where CrashAt arms its point
 
     def arm(self, instance: int, point: str, hit: int = 1, stall: bool = False) -> None:
@@ -81,7 +82,7 @@ class SparkQuery:
                                     log_dir=self.directory, on_event=tell, spare=self.spare,
                                     on_attempt=attempt)
         run.step(f"attempt {len(result.attempts)} reached the input's end")
-        run.facts["run"] = result
+        run.observe(run=result)
         run.history = [{**e, "attempt": a.number} for a in result.attempts for e in a.events]
         return result
 

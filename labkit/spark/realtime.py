@@ -34,7 +34,8 @@ import pandas as pd
 from confluent_kafka import Consumer, TopicPartition
 
 from labkit.checking import reads
-from labkit.checking.audit import AuditReport, expected_counts
+from labkit.checking.audit import expected_counts
+from labkit.checking.checks import Counted
 from labkit.kafka.clientlog import client_config
 from labkit.pipelines import data, learner
 from labkit.progress import wait_until
@@ -266,20 +267,20 @@ class RealtimeCopy:
             first = self._start(fresh_worker(spare=self.spare), job, run.workdir)
             wait_until(lambda: first.started.is_set(), "the query to start", START_S)
             first.check()
-            run.facts["trigger"] = first.trigger
+            run.observe(trigger=first.trigger)
             run.step(f"{self.name} started in a fresh Spark worker; payments arrive at "
                      f"{self.rate:g} a second", "the query's first output")
             producer.start()
             wait_until(lambda: first.check() or _output_size(self.watcher, self.sink) > 0,
                        "the query's first output", START_S)
-            run.facts["first_output_ms"] = time.time() * 1000
+            run.observe(first_output_ms=time.time() * 1000)
             wait_until(lambda: first.check() or bool(_checkpoints(self.checkpoint)),
                        "the query's first checkpoint", START_S)
             run.event("checkpoint", batch=0)
             wait_until(lambda: first.check() or self.killed.is_set(),
                        "the nemesis to SIGKILL the driver", self.kill_within_s)
-            run.facts.update(killed_ms=self.killed_ms, gone_ms=self.gone_ms,
-                             killed_after_checkpoint_s=round(self.since, 1))
+            run.observe(killed_ms=self.killed_ms, gone_ms=self.gone_ms,
+                        killed_after_checkpoint_s=round(self.since, 1))
             second = self._start(shared_worker(), job, run.workdir)
             run.step("the query restarts on the same checkpoint (a warm worker)")
             stop_payments.wait(max(0.0, self.killed_ms / 1000 + self.after_kill - time.time()))
@@ -304,7 +305,7 @@ class RealtimeCopy:
                 producer.join(60)
 
 
-def audit_copy(run: Any) -> AuditReport:
+def audit_copy(run: Any) -> Counted:
     """The checker: both topics read back; the output as written (at least once: Spark's
     Kafka sink) against the payments the input holds, and after a dedupe by id (the fact
     ``deduped``). Facts: ``records``, ``output`` (every output record with delay_ms and
@@ -323,8 +324,8 @@ def audit_copy(run: Any) -> AuditReport:
     for r in (report, deduped):
         r.fault = (f"driver SIGKILLed {kill['after_checkpoint_s']:.1f} s after its "
                    "last checkpoint")
-    run.facts.update(deduped=deduped, records=len(payments), output=_copies(inputs, output))
-    return report
+    return Counted(report, {"deduped": deduped, "records": len(payments),
+                            "output": _copies(inputs, output)})
 
 
 audit_copy.replayable = True  # type: ignore[attr-defined]  (labkit.experiments.recheck)

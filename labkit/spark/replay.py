@@ -35,7 +35,8 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from labkit.checking import checkers, reads
-from labkit.checking.audit import AuditReport, mixed_report
+from labkit.checking.audit import mixed_report
+from labkit.checking.checks import Counted
 from labkit.checking.checkers import Result
 from labkit.faults.nemesis import Fault, Run as Broken, Trigger
 from labkit.pipelines import learner
@@ -135,7 +136,7 @@ class ReplayAudit:
     def __init__(self, sink: str):
         self.sink = sink
 
-    def __call__(self, run: Any) -> AuditReport:
+    def __call__(self, run: Any) -> Counted:
         if self.sink in DELTA_KINDS:
             output = pd.DataFrame(reads.kept(run, "delta-table", lambda: check.delta_rows(run)))
         else:
@@ -143,10 +144,10 @@ class ReplayAudit:
                 run.facts["job"].sink.db_url, run.facts["job"].sink.table),
                 order_by=SEQUENCE_COLUMN))
         mixed = audit(run.inputs, output)
-        run.facts.update(output=output, mixed=mixed)
         guarantee = "at_least_once" if self.sink == "delta-append" else "exactly_once"
-        return mixed_report(f"spark-replay [{self.sink}]", guarantee, CRASH_AT,
-                            len(run.inputs), [i for i, _ in observed(output)], mixed)
+        report = mixed_report(f"spark-replay [{self.sink}]", guarantee, CRASH_AT,
+                              len(run.inputs), [i for i, _ in observed(output)], mixed)
+        return Counted(report, {"output": output, "mixed": mixed})
 
 
 def facts(run: Any) -> dict:
