@@ -3,6 +3,7 @@ reads another part's live object (the clients, the nemesis, the workers, a fault
 stored history can be judged again. Static, and one history judged as it was written."""
 import ast
 import json
+import types
 from pathlib import Path
 
 from labkit.experiments import judge_findings as findings
@@ -26,6 +27,42 @@ def test_no_checker_or_finding_reads_a_live_part():
     found = [read for path in sorted((ROOT / "labkit/checking").glob("*.py"))
              for read in _live_reads(path, LIVE | {"observe"})]
     found += _live_reads(ROOT / "labkit/experiments/judge_findings.py", LIVE | {"facts"})
+    assert not found, found
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The attribute and global names a function's code uses, its nested functions' too."""
+    return set(code.co_names).union(*(_names(c) for c in code.co_consts
+                                      if isinstance(c, types.CodeType)))
+
+
+def _code_of(checker: object) -> list[types.CodeType]:
+    """A checker's code: the function, or its class's ``__call__`` and the functions it holds
+    (e.g. a ``Finding``'s check, an audit's ``read_from``)."""
+    if hasattr(checker, "__code__"):
+        return [checker.__code__]
+    held = [v.__code__ for v in vars(checker).values() if hasattr(v, "__code__")] \
+        if hasattr(checker, "__dict__") else []
+    return [type(checker).__call__.__code__, *held]
+
+
+def test_no_registered_experiments_checker_reads_a_live_part():
+    """Every checker the registry builds (as ``labkit check`` builds them), wherever it is
+    written, names none of the live parts: what the clients were told reaches it through
+    the history (e.g. the acknowledging producer's ``acked_by``)."""
+    from types import SimpleNamespace
+
+    from labkit.experiments import registry
+
+    given = {"torture": {"command": ["true"]}}
+    found = []
+    for name, experiment in registry.catalog().items():
+        options = {o.name: o.choices[0] if o.choices else True for o in experiment.options
+                   if o.default is registry.REQUIRED}
+        for checker in experiment.checkers(SimpleNamespace(**experiment.resolve(
+                {**options, **given.get(name, {})}))):
+            found += [(name, checker, sorted(_names(code) & LIVE))
+                      for code in _code_of(checker) if _names(code) & LIVE]
     assert not found, found
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from labkit.checking import audit, checkers, reads
+from labkit.checking import audit, checkers, history, reads
 from labkit.checking.audit import AuditReport
 from labkit.checking.checkers import EXAMPLES, Attempt, Result
 
@@ -118,9 +118,9 @@ class AcknowledgedWrites:
     check): an acknowledged id missing from the log is lost, an id there twice duplicated.
     A record that was not acknowledged is owed nothing (it may be there or not).
 
-    ``acknowledged(run)``: each id the producer's delivery reports acknowledged, with who
-    acknowledged it (a broker, or None), asked of the live run's client once and kept in
-    its history (``reads.kept``, role ``acknowledged``); ``read_from(run)``: the bootstrap
+    ``acknowledged``: the fact the producer observed in the run's history (``observed``):
+    each id its delivery reports acknowledged, with who acknowledged it (a broker, or
+    None); ``read_from(run)``: the bootstrap
     to read the log from (default the run's; e.g. the new leader, while the old one still
     starts), a live run's only. Facts: ``in_log`` (ids), ``lost_acknowledged``,
     ``lost_acknowledged_by`` (who had acknowledged the lost ones, as text) and
@@ -128,7 +128,7 @@ class AcknowledgedWrites:
 
     scenario: str
     guarantee: str
-    acknowledged: Callable[[Any], Mapping[str, Any]]
+    acknowledged: str = "acked_by"
     fault: str | None = None
     role: str = "output"
     read_from: Callable[[Any], str] | None = None
@@ -138,7 +138,10 @@ class AcknowledgedWrites:
     replayable: ClassVar[bool] = True
 
     def __call__(self, run: Checked) -> Counted:
-        acked = reads.kept(run, "acknowledged", lambda: dict(self.acknowledged(run)))
+        acked = history.facts_of(reads.events(run)).get(self.acknowledged)
+        if acked is None:
+            raise ValueError(f"the run's history holds no {self.acknowledged!r}: the producer "
+                             "under test observes what it was told (run.observe)")
         read = reads.topic(run, self.role, at=None if self.read_from is None
                            else lambda: self.read_from(run))
         # not transactional: read_uncommitted gets every record the log holds

@@ -220,10 +220,10 @@ register(Experiment(
                                               loop=run.pipeline or write_payments),
     nemesis=lambda o: Nemesis(WholeLab(), Isolate(LEADER, on("copied")), Heal(on("viewed"))),
     checkers=lambda o: [AcknowledgedWrites(
-        SCENARIO, f"acks={o.acks}", lambda run: run.clients.acked,
+        SCENARIO, f"acks={o.acks}",
         fault="leader partitioned from the controller and followers",
         # asked of the new leader
-        read_from=lambda run: run.cluster.broker(run.run.facts["new_leader"]).address)],
+        read_from=lambda run: run.cluster.broker(run.facts["new_leader"]).address)],
     presentation=Presentation(summary=_summary, json=lambda run: {
         "scenario": SCENARIO, **{k: run.facts[k] if k in run.facts else run.options[k]
                                  for k in RUN_KEYS}}),
