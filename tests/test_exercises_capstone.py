@@ -9,11 +9,15 @@ from __future__ import annotations
 import inspect
 import re
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
+from labkit.cli import app
 from labkit.exercises import capstone
+from labkit.paths import lab_home
 from labkit.experiments.judge import SETTINGS
 from labkit.pipelines import learner
 from tests.notebook_cells import as_cell, edited, read
@@ -86,6 +90,14 @@ def test_the_teams_code_fails_fast_with_findings_and_hints(bootstrap):
     assert "charged twice" in verdict.message and "commit together" in verdict.message
     found = capstone.found(results)
     assert list(found["charged twice"]) == ["yes", "yes", "", "", "yes"]
+    # each run was stored in the lab's home: an instructor replays it without Kafka
+    stored = results.attrs["stored"]
+    assert len(stored) == len(results)
+    assert all(Path(p).parent == lab_home() / "judged" / "lab" for p in stored), stored
+    twice = results.index[results["charged_twice"] > 0][0]
+    replayed = CliRunner().invoke(app, ["check", stored[twice]])
+    assert replayed.exit_code == 0, replayed.output
+    assert f"{results.loc[twice, 'charged_twice']} duplicated" in replayed.output, replayed.output
 
 
 def test_a_transactional_service_read_uncommitted_gets_the_aborted_hint(bootstrap):

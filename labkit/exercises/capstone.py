@@ -174,12 +174,13 @@ def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None
         with _Elapsed("The named points") as clock:
             outs = _side_by_side(service, accounting_reads, bootstrap, planned, clock,
                                  payments=payments, watch=watch)
-            rows = []
+            rows, stored = [], [o.stored for o in outs]
             for points, run in zip(planned, outs):
                 if split and not _row("", run)["exactly_once"] and len(points) == 2:
                     alone = _side_by_side(service, accounting_reads, bootstrap,
                                           [(p,) for p in points], clock, payments=payments)
                     rows += [_row(label((p,)), o) for p, o in zip(points, alone)]
+                    stored += [o.stored for o in alone]
                 else:
                     rows.append(_row(label(points), run))
     except BaseException:
@@ -189,6 +190,7 @@ def run_capstone(service: Callable, accounting_reads: str, bootstrap: str | None
     results = pd.DataFrame(rows)
     results.attrs["digest"] = _digest(service, accounting_reads, results)
     results.attrs["bootstrap"] = bootstrap  # the verdict takes up its runs on that cluster
+    results.attrs["stored"] = stored  # each run as a file: ``labkit check PATH`` replays it
     if results["exactly_once"].all():
         _PENDING[_key(service, accounting_reads, bootstrap)] = production
     else:

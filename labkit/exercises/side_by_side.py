@@ -13,6 +13,10 @@ function's name and the judge's options, it defines the function as the notebook
 wanted is interrupted (SIGINT: the runner stops its instances and deletes its topics, as for
 a learner's interrupt), then killed with its process group.
 
+Every judged run is stored (``RunRecord.store``) in the lab's home, ``judged/<learner>/``
+(the learner's namespace; ``lab`` on the local lab), the newest ``KEEP_JUDGED`` kept: an instructor replays a learner's verdict with ``labkit check PATH``,
+without Kafka; the outcome says where (``stored``).
+
 Runs side by side share the machine: at most ``slots()`` of them run at once on it, whoever
 starts them (a room's learners on one machine too: 70 runs at once on 2 cores made the
 judge's own reads of the broker time out). A run waits for a slot, then starts.
@@ -35,12 +39,16 @@ from typing import Any
 from labkit import forkserver, proc
 from labkit.checking.record import RunRecord
 from labkit.exercises import judge_server
+from labkit.kafka import names
+from labkit.paths import lab_home
 from labkit.pipelines import learner
 
 SLOTS_ENV = "LABKIT_JUDGED_RUNS_AT_ONCE"  # how many judged runs one machine runs at once
 SLOTS_DIR = Path(tempfile.gettempdir()) / "labkit-judged-runs"  # one per machine, every user
 INTERRUPTED_GRACE_S = 20.0  # an interrupted run's clean-up (instances stopped, topics deleted)
 LOG_TAIL = 30  # lines of a failed run's log quoted in its error
+JUDGED = "judged"  # under the lab's home: each judged run, stored for ``labkit check``
+KEEP_JUDGED = 200  # the newest stored runs kept (a verdict stores a dozen)
 
 
 @dataclass(frozen=True)
@@ -55,13 +63,32 @@ class Outcome:
     anomalies: list[str] = field(default_factory=list)
     findings: dict[str, list] = field(default_factory=dict)
     errors: list[dict] = field(default_factory=list)
+    stored: str = ""  # the run as a file, for ``labkit check`` ("" if it could not be stored)
 
     @classmethod
     def of(cls, run: RunRecord) -> "Outcome":
         r = run.report
         return cls(r.produced, r.lost, r.duplicated, r.aborted_visible, r.exactly_once,
                    list(r.anomalies), {k: list(v) for k, v in run.findings.items()},
-                   list(run.errors))
+                   list(run.errors), keep_judged(run))
+
+
+def keep_judged(run: RunRecord) -> str:
+    """The judged run stored in ``<lab home>/judged/<learner>/`` (the oldest beyond
+    ``KEEP_JUDGED`` removed): its path, or "" when it cannot be stored, which costs the
+    verdict nothing."""
+    folder = lab_home() / JUDGED / (names.namespace() or "lab")
+    name = (f"{time.strftime('%Y%m%d-%H%M%S')}-{run.options.get('phase', 'run')}-"
+            f"{os.getpid()}-{time.monotonic_ns() % 10**6:06d}.jsonl")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = run.store(folder / name)
+        for old in sorted(folder.glob("*.jsonl"))[:-KEEP_JUDGED]:
+            old.unlink(missing_ok=True)
+    except (OSError, ValueError) as exc:  # a full disk, an option that is not plain data
+        print(f"the judged run was not stored ({exc})", flush=True)
+        return ""
+    return str(path)
 
 
 class JudgedRunError(RuntimeError):
