@@ -38,7 +38,7 @@ from labkit.checking.record import RunRecord
 from labkit.exercises import Verdict, check, exercise
 from labkit.exercises.capstone_hints import (FINDING_HINTS, KIND_HINTS, findings_of,
                                              finding_text, point_hints)
-from labkit.exercises.side_by_side import Apart, Outcome, outcomes
+from labkit.exercises.side_by_side import Apart, Outcome, keep_judged, outcomes
 from labkit.experiments import registry
 from labkit.experiments.judge import PHASES
 from labkit.faults.crashpoints import CRASH_POINTS
@@ -209,8 +209,11 @@ def _side_by_side(service: Callable, accounting_reads: str, bootstrap: str | Non
     runs = [apart(service, accounting_reads, bootstrap, points, payments=payments)
             for points in planned[len(here):]]
     try:
-        watched = [Outcome.of(run_one(service, accounting_reads, points, bootstrap=bootstrap,
-                                      payments=payments, watch=watch)) for points in here]
+        watched = []
+        for points in here:
+            record = run_one(service, accounting_reads, points, bootstrap=bootstrap,
+                             payments=payments, watch=watch)
+            watched.append(Outcome.of(record, keep_judged(record)))
     except BaseException:
         for run in runs:
             run.cancel(wait=False)

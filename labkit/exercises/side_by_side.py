@@ -14,8 +14,9 @@ wanted is interrupted (SIGINT: the runner stops its instances and deletes its to
 a learner's interrupt), then killed with its process group.
 
 Every judged run is stored (``RunRecord.store``) in the lab's home, ``judged/<learner>/``
-(the learner's namespace; ``lab`` on the local lab), the newest ``KEEP_JUDGED`` kept: an instructor replays a learner's verdict with ``labkit check PATH``,
-without Kafka; the outcome says where (``stored``).
+(the learner's namespace; ``lab`` on the local lab), the newest ``KEEP_JUDGED`` kept: an
+instructor replays a learner's verdict with ``labkit check PATH``, without Kafka; the
+outcome says where (``stored``).
 
 Runs side by side share the machine: at most ``slots()`` of them run at once on it, whoever
 starts them (a room's learners on one machine too: 70 runs at once on 2 cores made the
@@ -66,11 +67,11 @@ class Outcome:
     stored: str = ""  # the run as a file, for ``labkit check`` ("" if it could not be stored)
 
     @classmethod
-    def of(cls, run: RunRecord) -> "Outcome":
+    def of(cls, run: RunRecord, stored: str = "") -> "Outcome":
         r = run.report
         return cls(r.produced, r.lost, r.duplicated, r.aborted_visible, r.exactly_once,
                    list(r.anomalies), {k: list(v) for k, v in run.findings.items()},
-                   list(run.errors), keep_judged(run))
+                   list(run.errors), stored)
 
 
 def keep_judged(run: RunRecord) -> str:
@@ -239,4 +240,5 @@ def run_spec(spec: dict) -> None:
     service = learner.from_text(spec["code"], spec["function"], spec["filename"])
     options = spec["options"]
     run = registry.run("judge", pipeline=service, cluster=spec["bootstrap"], **options)
-    Path(spec["out"]).write_text(json.dumps(asdict(Outcome.of(run)), default=str))
+    Path(spec["out"]).write_text(json.dumps(asdict(Outcome.of(run, keep_judged(run))),
+                                            default=str))

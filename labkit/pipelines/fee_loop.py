@@ -179,7 +179,7 @@ class FeeLoop:
 
     def __call__(self, run: Any) -> None:
         loop = self.loop or run.pipeline or copy_fees
-        errors: list = []  # the loop's own to append to; the run observes it as it goes
+        errors: list = []  # the loop's own to append to; the run observes it at the end
         consumer = Consumer(client_config({
             "bootstrap.servers": run.bootstrap, "group.id": self.group_id or run.group_id,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
@@ -202,7 +202,6 @@ class FeeLoop:
                         raise
                     if not errors or errors[-1] != classified(err):
                         errors.append(classified(err))  # raised outside commit
-                    run.observe(errors=list(errors))
                     run.step(f"{classified(err)}: a new producer with the same "
                              "transactional.id, the consumer back at its committed offsets")
                     rewind(consumer)
